@@ -1,0 +1,30 @@
+//! Cellbind wire protocol: everything two Cellbind processes (or a Cellbind process and a
+//! client) must agree on, and nothing else. No I/O happens in this crate.
+//!
+//! - [`ids`]: parsed newtypes (`CellId`, `ContractorId`, `Generation`, `Kid`, `SessionToken`, …).
+//! - [`error`]: the public error codes of DESIGN §4 and the JSON error body.
+//! - [`token`]: session and transfer-ticket claims, minting and the strict verifier every
+//!   component uses (edge, auth-service, tests).
+//! - [`jwks`]: the JWKS format (RFC 8037 OKP/Ed25519) and the validated key set built from it.
+//! - [`map`]: the placement map, its detached Ed25519 signature and the bucket hash.
+//! - [`ownership`]: ownership records and the one decision table that serves or redirects.
+//! - [`feed`]: the cell state feed (keys, ownership, revocations, map) between an auth-service
+//!   and its edge instances.
+//! - [`revocation`]: revocation kinds and the matcher.
+//! - [`time`]: unix seconds and the clock abstraction (so tests can fake days).
+
+pub mod error;
+pub mod feed;
+pub mod ids;
+pub mod jwks;
+pub mod map;
+pub mod ownership;
+pub mod revocation;
+pub mod time;
+pub mod token;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use ids::{
+    CellId, ClientKind, ContractorId, Generation, IdError, Kid, Login, Password, SessionId,
+    SessionToken, SubjectId,
+};

@@ -1,0 +1,234 @@
+//! Ownership records and the serving decision (DESIGN §5).
+//!
+//! ```text
+//!                 handoff(g)                release(g → successor, g')
+//!   active(g) ─────────────────▶ handoff(g) ─────────────────────────▶ released(g, succ, g')
+//!       ▲  ◀──────────────────────   │                                       │
+//!       │        abort handoff       │                                       │
+//!       └────────── active(g'') with g'' > g (migrated back, re-imported) ◀──┘
+//! ```
+//! Generations only go up: a record with a lower generation than the one held is refused, and
+//! at the same generation only the arrows above are allowed.
+//!
+//! [`decide`] is the one table every component uses to serve, refuse or redirect a request.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CellId, Generation};
+
+/// What a cell knows about one contractor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OwnershipRecord {
+    /// This cell owns the contractor at `gen`.
+    Active { r#gen: Generation },
+    /// This cell owns the contractor at `gen` but is handing it off: reads only.
+    Handoff { r#gen: Generation },
+    /// This cell gave the contractor up at `gen`; `successor` owns it at `successor_gen`.
+    Released {
+        r#gen: Generation,
+        successor: CellId,
+        successor_gen: Generation,
+    },
+}
+
+impl OwnershipRecord {
+    pub fn generation(&self) -> Generation {
+        match self {
+            OwnershipRecord::Active { r#gen }
+            | OwnershipRecord::Handoff { r#gen }
+            | OwnershipRecord::Released { r#gen, .. } => *r#gen,
+        }
+    }
+}
+
+/// Why an ownership change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OwnershipError {
+    #[error("generation {new} is lower than the held generation {held}")]
+    GenerationWentDown { held: Generation, new: Generation },
+    #[error("at generation {generation}, {from} cannot become {to}")]
+    IllegalTransition {
+        generation: Generation,
+        from: &'static str,
+        to: &'static str,
+    },
+    #[error("a release must name a successor generation above the released one")]
+    BadSuccessorGeneration,
+}
+
+fn name(r: &OwnershipRecord) -> &'static str {
+    match r {
+        OwnershipRecord::Active { .. } => "active",
+        OwnershipRecord::Handoff { .. } => "handoff",
+        OwnershipRecord::Released { .. } => "released",
+    }
+}
+
+/// Checks that `new` may replace `held` (the state machine in the module doc).
+pub fn check_transition(
+    held: Option<&OwnershipRecord>,
+    new: &OwnershipRecord,
+) -> Result<(), OwnershipError> {
+    use OwnershipRecord::*;
+    if let Released {
+        r#gen,
+        successor_gen,
+        ..
+    } = new
+        && successor_gen <= r#gen
+    {
+        return Err(OwnershipError::BadSuccessorGeneration);
+    }
+    let Some(held) = held else { return Ok(()) };
+    let (hg, ng) = (held.generation(), new.generation());
+    if ng < hg {
+        return Err(OwnershipError::GenerationWentDown { held: hg, new: ng });
+    }
+    if ng > hg || held == new {
+        return Ok(());
+    }
+    match (held, new) {
+        (Active { .. }, Handoff { .. })
+        | (Handoff { .. }, Active { .. })
+        | (Active { .. }, Released { .. })
+        | (Handoff { .. }, Released { .. }) => Ok(()),
+        _ => Err(OwnershipError::IllegalTransition {
+            generation: hg,
+            from: name(held),
+            to: name(new),
+        }),
+    }
+}
+
+/// Whether a request only reads or may change something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl Access {
+    /// GET, HEAD and OPTIONS read; every other method writes.
+    pub fn of_method(method: &str) -> Access {
+        match method {
+            "GET" | "HEAD" | "OPTIONS" => Access::Read,
+            _ => Access::Write,
+        }
+    }
+}
+
+/// What to do with a request for a contractor, given this cell's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Serve it.
+    Serve,
+    /// A write during handoff: `409 HANDOFF_IN_PROGRESS` (reads are served).
+    HandoffInProgress,
+    /// `409 WRONG_CELL` naming this owner.
+    WrongCell { owner: CellId },
+    /// The session is stale and this cell is still the owner (it moved away and back):
+    /// `409 WRONG_CELL` naming this cell, which makes the client sign in again.
+    StaleSessionHere,
+    /// No record: the caller names the owner from the placement map, or answers
+    /// `UNKNOWN_CONTRACTOR`.
+    NoRecord,
+    /// The session carries a newer generation than this cell's view: the view lags
+    /// (`503 CELL_STATE_STALE`, retry).
+    ViewBehind,
+}
+
+/// The serving decision (DESIGN §5), in one match.
+pub fn decide(
+    record: Option<&OwnershipRecord>,
+    session_gen: Generation,
+    access: Access,
+) -> Decision {
+    use OwnershipRecord::*;
+    match record {
+        None => Decision::NoRecord,
+        Some(Released { successor, .. }) => Decision::WrongCell {
+            owner: successor.clone(),
+        },
+        Some(Active { r#gen } | Handoff { r#gen }) if session_gen > *r#gen => Decision::ViewBehind,
+        Some(Active { r#gen } | Handoff { r#gen }) if session_gen < *r#gen => {
+            Decision::StaleSessionHere
+        }
+        Some(Active { .. }) => Decision::Serve,
+        Some(Handoff { .. }) => match access {
+            Access::Read => Decision::Serve,
+            Access::Write => Decision::HandoffInProgress,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OwnershipRecord::*;
+
+    fn g(n: u64) -> Generation {
+        Generation(n)
+    }
+    fn cell(s: &str) -> CellId {
+        CellId::new(s).unwrap()
+    }
+
+    #[test]
+    fn decision_table() {
+        let a = Active { r#gen: g(2) };
+        let h = Handoff { r#gen: g(2) };
+        let r = Released {
+            r#gen: g(2),
+            successor: cell("cell-04"),
+            successor_gen: g(3),
+        };
+        assert_eq!(decide(Some(&a), g(2), Access::Write), Decision::Serve);
+        assert_eq!(decide(Some(&h), g(2), Access::Read), Decision::Serve);
+        assert_eq!(
+            decide(Some(&h), g(2), Access::Write),
+            Decision::HandoffInProgress
+        );
+        assert_eq!(
+            decide(Some(&r), g(2), Access::Read),
+            Decision::WrongCell {
+                owner: cell("cell-04")
+            }
+        );
+        assert_eq!(
+            decide(Some(&a), g(1), Access::Read),
+            Decision::StaleSessionHere
+        );
+        assert_eq!(decide(Some(&a), g(3), Access::Read), Decision::ViewBehind);
+        assert_eq!(decide(None, g(1), Access::Read), Decision::NoRecord);
+    }
+
+    #[test]
+    fn generations_only_go_up() {
+        let a2 = Active { r#gen: g(2) };
+        assert!(check_transition(Some(&a2), &Active { r#gen: g(1) }).is_err());
+        assert!(check_transition(Some(&a2), &Handoff { r#gen: g(2) }).is_ok());
+        assert!(check_transition(Some(&a2), &a2).is_ok());
+        let rel = Released {
+            r#gen: g(2),
+            successor: cell("cell-02"),
+            successor_gen: g(3),
+        };
+        assert!(check_transition(Some(&a2), &rel).is_ok());
+        assert!(check_transition(Some(&rel), &Active { r#gen: g(2) }).is_err());
+        assert!(check_transition(Some(&rel), &Active { r#gen: g(4) }).is_ok());
+        let bad = Released {
+            r#gen: g(2),
+            successor: cell("cell-02"),
+            successor_gen: g(2),
+        };
+        assert!(check_transition(None, &bad).is_err());
+    }
+
+    #[test]
+    fn wire_shape() {
+        let v = serde_json::to_value(Active { r#gen: g(7) }).unwrap();
+        assert_eq!(v, serde_json::json!({"state":"active","gen":7}));
+    }
+}

@@ -1,0 +1,112 @@
+//! Revocations (DESIGN §6): the five kinds and the matcher the edge runs on every request.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ContractorId, Kid, SessionId, SubjectId};
+use crate::time::UnixSeconds;
+use crate::token::SessionClaims;
+
+/// What is revoked. "before" kinds revoke sessions whose `iat` is strictly earlier.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RevocationKind {
+    /// One session; kept until `exp`.
+    Session { jti: SessionId, exp: UnixSeconds },
+    /// Every session of a subject issued before `before`.
+    Subject { sub: SubjectId, before: UnixSeconds },
+    /// Every session of a contractor issued before `before`.
+    Contractor {
+        ctr: ContractorId,
+        before: UnixSeconds,
+    },
+    /// Every session signed by a key.
+    Key { kid: Kid },
+    /// Every session of the cell issued before `before`.
+    Cell { before: UnixSeconds },
+}
+
+/// A recorded revocation with its audit fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocation {
+    /// Position in the cell state feed.
+    pub seq: u64,
+    #[serde(flatten)]
+    pub kind: RevocationKind,
+    /// When it was recorded.
+    pub at: UnixSeconds,
+    /// Who asked (operator name or `self` for sign-out).
+    pub by: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The in-memory matcher. Checking is O(1) per kind.
+#[derive(Debug, Clone, Default)]
+pub struct RevocationSet {
+    sessions: HashSet<SessionId>,
+    subjects: HashMap<SubjectId, UnixSeconds>,
+    contractors: HashMap<ContractorId, UnixSeconds>,
+    keys: HashSet<Kid>,
+    cell_before: Option<UnixSeconds>,
+    len: usize,
+}
+
+impl RevocationSet {
+    pub fn insert(&mut self, kind: &RevocationKind) {
+        self.len += 1;
+        match kind {
+            RevocationKind::Session { jti, .. } => {
+                self.sessions.insert(jti.clone());
+            }
+            RevocationKind::Subject { sub, before } => {
+                let e = self.subjects.entry(sub.clone()).or_insert(0);
+                *e = (*e).max(*before);
+            }
+            RevocationKind::Contractor { ctr, before } => {
+                let e = self.contractors.entry(ctr.clone()).or_insert(0);
+                *e = (*e).max(*before);
+            }
+            RevocationKind::Key { kid } => {
+                self.keys.insert(kid.clone());
+            }
+            RevocationKind::Cell { before } => {
+                self.cell_before = Some(self.cell_before.unwrap_or(0).max(*before));
+            }
+        }
+    }
+
+    /// Whether a verified session is revoked.
+    pub fn is_revoked(&self, claims: &SessionClaims, kid: &Kid) -> bool {
+        let iat = claims.iat;
+        self.sessions.contains(&claims.jti)
+            || self.keys.contains(kid)
+            || self.cell_before.is_some_and(|b| iat < b)
+            || self.subjects.get(&claims.sub).is_some_and(|b| iat < *b)
+            || self.contractors.get(&claims.ctr).is_some_and(|b| iat < *b)
+    }
+
+    pub fn is_key_revoked(&self, kid: &Kid) -> bool {
+        self.keys.contains(kid)
+    }
+
+    /// Number of revocations inserted.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<'a> FromIterator<&'a RevocationKind> for RevocationSet {
+    fn from_iter<T: IntoIterator<Item = &'a RevocationKind>>(iter: T) -> Self {
+        let mut s = Self::default();
+        for k in iter {
+            s.insert(k);
+        }
+        s
+    }
+}
