@@ -1,0 +1,189 @@
+//! Configuration (docs/INTERNALS.md, "cell-endpoint"): a TOML file, then `CELLBIND_<FIELD>`
+//! environment overrides (figment).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format as _, Toml};
+use protocol::CellId;
+use serde::Deserialize;
+
+use crate::error::EdgeError;
+
+/// Default write lease: writes are refused once the last feed sync is older, in milliseconds.
+pub const DEFAULT_WRITE_LEASE_MS: u64 = 30_000;
+/// Default long-poll wait asked of the feed, in milliseconds.
+pub const DEFAULT_FEED_WAIT_MS: u64 = 20_000;
+/// Default per-client-IP request rate, in requests per second.
+pub const DEFAULT_RATE_PER_IP_PER_S: u32 = 200;
+/// Default per-IP burst, in requests.
+pub const DEFAULT_BURST_PER_IP: u32 = 400;
+/// Default per-subject request rate, in requests per second.
+pub const DEFAULT_RATE_PER_SUBJECT_PER_S: u32 = 50;
+/// Default per-subject burst, in requests.
+pub const DEFAULT_BURST_PER_SUBJECT: u32 = 100;
+/// Default largest request body forwarded, in bytes.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default cooldown between two key refetches caused by unknown kids, in milliseconds
+/// (ATTACKS A4: at most one per 10 s).
+pub const DEFAULT_KID_REFETCH_COOLDOWN_MS: u64 = 10_000;
+/// Default total timeout of a request forwarded to the auth-service, in milliseconds.
+pub const DEFAULT_AUTH_TIMEOUT_MS: u64 = 10_000;
+/// Default total timeout of a request forwarded to the app, in milliseconds.
+pub const DEFAULT_APP_TIMEOUT_MS: u64 = 30_000;
+/// Default connect timeout to an upstream, in milliseconds.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default interval of the certificate-file watcher, in milliseconds.
+pub const DEFAULT_CERT_WATCH_MS: u64 = 2_000;
+
+fn default_write_lease_ms() -> u64 {
+    DEFAULT_WRITE_LEASE_MS
+}
+fn default_feed_wait_ms() -> u64 {
+    DEFAULT_FEED_WAIT_MS
+}
+fn default_session_lifetime_s() -> u64 {
+    protocol::token::DEFAULT_SESSION_LIFETIME_S
+}
+fn default_rate_ip() -> u32 {
+    DEFAULT_RATE_PER_IP_PER_S
+}
+fn default_burst_ip() -> u32 {
+    DEFAULT_BURST_PER_IP
+}
+fn default_rate_subject() -> u32 {
+    DEFAULT_RATE_PER_SUBJECT_PER_S
+}
+fn default_burst_subject() -> u32 {
+    DEFAULT_BURST_PER_SUBJECT
+}
+fn default_max_body() -> usize {
+    DEFAULT_MAX_BODY_BYTES
+}
+fn default_kid_cooldown() -> u64 {
+    DEFAULT_KID_REFETCH_COOLDOWN_MS
+}
+fn default_auth_timeout() -> u64 {
+    DEFAULT_AUTH_TIMEOUT_MS
+}
+fn default_app_timeout() -> u64 {
+    DEFAULT_APP_TIMEOUT_MS
+}
+fn default_connect_timeout() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+fn default_cert_watch() -> u64 {
+    DEFAULT_CERT_WATCH_MS
+}
+
+/// The edge's configuration. Unknown keys are ignored so the shared `CELLBIND_*` environment
+/// (e.g. `CELLBIND_EXIT_ON_STDIN_EOF`) does not break loading.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    pub cell_id: CellId,
+    pub instance_id: String,
+    pub listen: SocketAddr,
+    /// This cell's public endpoint URL: the `iss` of its sessions.
+    pub public_url: String,
+    pub auth_service_url: String,
+    pub app_url: String,
+    pub feed_token_file: PathBuf,
+    pub app_token_file: PathBuf,
+    pub state_dir: PathBuf,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub ca_cert: PathBuf,
+    #[serde(default = "default_write_lease_ms")]
+    pub write_lease_ms: u64,
+    #[serde(default = "default_feed_wait_ms")]
+    pub feed_wait_ms: u64,
+    #[serde(default = "default_session_lifetime_s")]
+    pub session_lifetime_s: u64,
+    #[serde(default = "default_rate_ip")]
+    pub rate_per_ip_per_s: u32,
+    #[serde(default = "default_burst_ip")]
+    pub burst_per_ip: u32,
+    #[serde(default = "default_rate_subject")]
+    pub rate_per_subject_per_s: u32,
+    #[serde(default = "default_burst_subject")]
+    pub burst_per_subject: u32,
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    #[serde(default = "default_kid_cooldown")]
+    pub kid_refetch_cooldown_ms: u64,
+    #[serde(default = "default_auth_timeout")]
+    pub auth_timeout_ms: u64,
+    #[serde(default = "default_app_timeout")]
+    pub app_timeout_ms: u64,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_cert_watch")]
+    pub cert_watch_ms: u64,
+}
+
+impl Config {
+    /// Loads `path` (TOML), then `CELLBIND_*` environment overrides.
+    pub fn load(path: &Path) -> Result<Self, EdgeError> {
+        Figment::new()
+            .merge(Toml::file(path))
+            .merge(Env::prefixed("CELLBIND_"))
+            .extract()
+            .map_err(|e| EdgeError::Config(e.to_string()))
+    }
+
+    /// The settings the request path needs (the rest is for the binary's wiring).
+    pub fn settings(&self) -> Settings {
+        Settings {
+            cell_id: self.cell_id.clone(),
+            instance_id: self.instance_id.clone(),
+            public_url: self.public_url.clone(),
+            session_lifetime_s: self.session_lifetime_s,
+            write_lease: Duration::from_millis(self.write_lease_ms),
+            rate_per_ip_per_s: self.rate_per_ip_per_s,
+            burst_per_ip: self.burst_per_ip,
+            rate_per_subject_per_s: self.rate_per_subject_per_s,
+            burst_per_subject: self.burst_per_subject,
+            max_body_bytes: self.max_body_bytes,
+            kid_refetch_cooldown: Duration::from_millis(self.kid_refetch_cooldown_ms),
+        }
+    }
+}
+
+/// What the request path needs to know, independent of files and sockets (tests build it
+/// directly with [`Settings::new`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub cell_id: CellId,
+    pub instance_id: String,
+    pub public_url: String,
+    pub session_lifetime_s: u64,
+    /// Zero turns the write lease off.
+    pub write_lease: Duration,
+    pub rate_per_ip_per_s: u32,
+    pub burst_per_ip: u32,
+    pub rate_per_subject_per_s: u32,
+    pub burst_per_subject: u32,
+    pub max_body_bytes: usize,
+    pub kid_refetch_cooldown: Duration,
+}
+
+impl Settings {
+    /// Defaults for a cell at `public_url`.
+    pub fn new(cell_id: CellId, public_url: impl Into<String>) -> Self {
+        Self {
+            cell_id,
+            instance_id: "edge-1".into(),
+            public_url: public_url.into(),
+            session_lifetime_s: protocol::token::DEFAULT_SESSION_LIFETIME_S,
+            write_lease: Duration::from_millis(DEFAULT_WRITE_LEASE_MS),
+            rate_per_ip_per_s: DEFAULT_RATE_PER_IP_PER_S,
+            burst_per_ip: DEFAULT_BURST_PER_IP,
+            rate_per_subject_per_s: DEFAULT_RATE_PER_SUBJECT_PER_S,
+            burst_per_subject: DEFAULT_BURST_PER_SUBJECT,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            kid_refetch_cooldown: Duration::from_millis(DEFAULT_KID_REFETCH_COOLDOWN_MS),
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The crate's one error enum and [`rescue`], the one function that turns any of them into
+//! an HTTP answer (`ErrorBody` JSON, the status of DESIGN §4, `Retry-After` where it says).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use protocol::token::TokenError;
+use protocol::{CellId, ErrorBody, ErrorCode};
+
+/// `Retry-After` for a write refused during a handoff, in seconds.
+pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
+/// `Retry-After` when this instance's view is stale or not loaded yet, in seconds.
+pub const STALE_RETRY_AFTER_S: u64 = 2;
+/// `Retry-After` when the auth-service cannot be reached, in seconds.
+pub const UPSTREAM_RETRY_AFTER_S: u64 = 2;
+
+/// Everything that can go wrong in the edge.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EdgeError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("state file: {0}")]
+    StateFile(String),
+    #[error("feed document refused: {0}")]
+    Feed(String),
+    #[error("upstream: {0}")]
+    Upstream(String),
+
+    // Request outcomes.
+    #[error("this instance has no cell state yet")]
+    NotReady,
+    #[error("no session presented")]
+    SessionMissing,
+    #[error("session refused: {0}")]
+    Token(#[from] TokenError),
+    #[error("session revoked")]
+    Revoked,
+    #[error("contractor is in handoff: writes refused")]
+    Handoff,
+    #[error("contractor is served by {owner}")]
+    WrongCell { owner: CellId, endpoint: String },
+    #[error("no cell owns this contractor")]
+    UnknownContractor,
+    #[error("this instance's ownership view is behind the session")]
+    ViewBehind,
+    #[error("write refused: the last feed sync is older than the write lease")]
+    LeaseLapsed,
+    #[error("rate limited")]
+    RateLimited { retry_after_s: u64 },
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("auth-service unavailable")]
+    AuthUnavailable,
+    #[error("app unavailable")]
+    AppUnavailable,
+    #[error("app timed out")]
+    AppTimeout,
+    #[error("not found")]
+    NotFound,
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+}
+
+impl EdgeError {
+    /// The metrics outcome label of a refused request.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            EdgeError::Token(TokenError::Expired) => "expired",
+            EdgeError::Token(_) => "invalid",
+            EdgeError::SessionMissing => "missing",
+            EdgeError::Revoked => "revoked",
+            EdgeError::Handoff => "handoff",
+            EdgeError::WrongCell { .. } | EdgeError::UnknownContractor => "wrong_cell",
+            EdgeError::NotReady | EdgeError::ViewBehind | EdgeError::LeaseLapsed => "stale",
+            EdgeError::RateLimited { .. } => "rate_limited",
+            EdgeError::AuthUnavailable | EdgeError::AppUnavailable | EdgeError::AppTimeout => {
+                "upstream_error"
+            }
+            _ => "invalid",
+        }
+    }
+}
+
+/// Maps every error to its HTTP answer. The only place statuses and codes are chosen.
+pub fn rescue(err: &EdgeError) -> Response {
+    let (status, body) = match err {
+        EdgeError::NotReady => (
+            503,
+            ErrorBody::new(ErrorCode::NotReady, "this edge has no cell state yet")
+                .retry_after(STALE_RETRY_AFTER_S),
+        ),
+        EdgeError::SessionMissing => (
+            401,
+            ErrorBody::new(ErrorCode::SessionMissing, "no session presented"),
+        ),
+        EdgeError::Token(e) => {
+            let code = e.code();
+            (code.status(), ErrorBody::new(code, e.to_string()))
+        }
+        EdgeError::Revoked => (
+            401,
+            ErrorBody::new(ErrorCode::SessionRevoked, "this session has been revoked"),
+        ),
+        EdgeError::Handoff => (
+            409,
+            ErrorBody::new(
+                ErrorCode::HandoffInProgress,
+                "this contractor is moving; writes are paused",
+            )
+            .retry_after(HANDOFF_RETRY_AFTER_S),
+        ),
+        EdgeError::WrongCell { owner, endpoint } => {
+            (409, ErrorBody::wrong_cell(owner.clone(), endpoint.clone()))
+        }
+        EdgeError::UnknownContractor => (
+            404,
+            ErrorBody::new(
+                ErrorCode::UnknownContractor,
+                "no cell this cell knows of owns this contractor",
+            ),
+        ),
+        EdgeError::ViewBehind => (
+            503,
+            ErrorBody::new(
+                ErrorCode::CellStateStale,
+                "this edge's ownership view is behind the session",
+            )
+            .retry_after(STALE_RETRY_AFTER_S),
+        ),
+        EdgeError::LeaseLapsed => (
+            503,
+            ErrorBody::new(
+                ErrorCode::CellStateStale,
+                "this edge cannot prove its ownership view is fresh; writes are refused",
+            )
+            .retry_after(STALE_RETRY_AFTER_S),
+        ),
+        EdgeError::RateLimited { retry_after_s } => (
+            429,
+            ErrorBody::new(ErrorCode::RateLimited, "too many requests")
+                .retry_after((*retry_after_s).max(1)),
+        ),
+        EdgeError::PayloadTooLarge => (
+            413,
+            ErrorBody::new(ErrorCode::PayloadTooLarge, "request body too large"),
+        ),
+        // DESIGN §4: the auth-service being down is a 503 (sign-in fails fast, retry later).
+        EdgeError::AuthUnavailable => (
+            503,
+            ErrorBody::new(
+                ErrorCode::UpstreamUnavailable,
+                "the cell's auth-service cannot be reached",
+            )
+            .retry_after(UPSTREAM_RETRY_AFTER_S),
+        ),
+        EdgeError::AppUnavailable => (
+            502,
+            ErrorBody::new(
+                ErrorCode::UpstreamUnavailable,
+                "the cell's app cannot be reached",
+            ),
+        ),
+        EdgeError::AppTimeout => (
+            504,
+            ErrorBody::new(ErrorCode::UpstreamUnavailable, "the cell's app timed out"),
+        ),
+        EdgeError::NotFound => (404, ErrorBody::new(ErrorCode::NotFound, "no such route")),
+        EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),
+        EdgeError::Config(_)
+        | EdgeError::Io(_)
+        | EdgeError::Tls(_)
+        | EdgeError::StateFile(_)
+        | EdgeError::Feed(_)
+        | EdgeError::Upstream(_) => (500, ErrorBody::new(ErrorCode::Internal, "internal error")),
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let retry = body.retry_after_s;
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(secs) = retry {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+impl IntoResponse for EdgeError {
+    fn into_response(self) -> Response {
+        rescue(&self)
+    }
+}

@@ -1,0 +1,159 @@
+//! Prometheus metrics (prometheus-client): request outcomes, validation latency, state ages,
+//! feed lag, refused feed documents and unknown-kid key refetches.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = [(&'static str, &'static str); 1];
+
+/// Every outcome label of `cellbind_edge_requests_total`.
+pub const OUTCOMES: [&str; 10] = [
+    "served",
+    "wrong_cell",
+    "handoff",
+    "revoked",
+    "expired",
+    "invalid",
+    "stale",
+    "upstream_error",
+    "missing",
+    "rate_limited",
+];
+
+/// The edge's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<Labels, Counter>,
+    validation: Histogram,
+    state_age: Family<Labels, Gauge>,
+    feed_lag: Gauge,
+    feed_rejected: Counter,
+    feed_syncs: Counter,
+    key_refetches: Counter<u64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("cellbind_edge");
+        let requests = Family::<Labels, Counter>::default();
+        for o in OUTCOMES {
+            // Pre-create every series so a dashboard sees zeros, not gaps.
+            let _ = requests.get_or_create(&[("outcome", o)]);
+        }
+        registry.register(
+            "requests",
+            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited)",
+            requests.clone(),
+        );
+        // 1 µs .. ~16 ms.
+        let validation = Histogram::new(exponential_buckets(1e-6, 2.0, 15));
+        registry.register(
+            "validation_seconds",
+            "Time to validate a session (signature or cache, revocation, ownership)",
+            validation.clone(),
+        );
+        let state_age = Family::<Labels, Gauge>::default();
+        registry.register(
+            "state_age_seconds",
+            "Seconds since the auth-service last confirmed each part of the held state (-1: none held)",
+            state_age.clone(),
+        );
+        let feed_lag = Gauge::default();
+        registry.register(
+            "feed_lag",
+            "Feed head minus the sequence number applied",
+            feed_lag.clone(),
+        );
+        let feed_rejected = Counter::default();
+        registry.register(
+            "feed_rejected",
+            "Feed documents refused (the last-known-good state was kept)",
+            feed_rejected.clone(),
+        );
+        let feed_syncs = Counter::default();
+        registry.register("feed_syncs", "Successful feed syncs", feed_syncs.clone());
+        let key_refetches = Counter::default();
+        registry.register(
+            "key_refetches",
+            "Key refetches caused by an unknown kid (single-flight, rate-limited)",
+            key_refetches.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            validation,
+            state_age,
+            feed_lag,
+            feed_rejected,
+            feed_syncs,
+            key_refetches,
+        }
+    }
+
+    pub fn outcome(&self, outcome: &'static str) {
+        self.requests.get_or_create(&[("outcome", outcome)]).inc();
+    }
+
+    /// Count of requests with an outcome (for tests and status).
+    pub fn outcome_count(&self, outcome: &'static str) -> u64 {
+        self.requests.get_or_create(&[("outcome", outcome)]).get()
+    }
+
+    pub fn validation_latency(&self, secs: f64) {
+        self.validation.observe(secs);
+    }
+
+    pub fn set_state_ages(&self, keys: i64, ownership: i64, map: i64) {
+        self.state_age.get_or_create(&[("part", "keys")]).set(keys);
+        self.state_age
+            .get_or_create(&[("part", "ownership")])
+            .set(ownership);
+        self.state_age.get_or_create(&[("part", "map")]).set(map);
+    }
+
+    pub fn set_feed_lag(&self, lag: i64) {
+        self.feed_lag.set(lag);
+    }
+
+    pub fn feed_rejected(&self) {
+        self.feed_rejected.inc();
+    }
+
+    pub fn feed_rejected_count(&self) -> u64 {
+        self.feed_rejected.get()
+    }
+
+    pub fn feed_synced(&self) {
+        self.feed_syncs.inc();
+    }
+
+    pub fn key_refetched(&self) {
+        self.key_refetches.inc();
+    }
+
+    pub fn key_refetch_count(&self) -> u64 {
+        self.key_refetches.get()
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,260 @@
+//! The cell state an edge decides from: an immutable snapshot (keys, ownership, revocations,
+//! placement map) built from the auth-service feed, swapped whole, and kept on disk as the
+//! last-known-good copy.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use protocol::feed::{Change, FeedBody, FeedKey, FeedResponse, Snapshot};
+use protocol::jwks::{KeySet, PublicKey};
+use protocol::map::SignedMap;
+use protocol::ownership::OwnershipRecord;
+use protocol::revocation::{Revocation, RevocationSet};
+use protocol::time::UnixSeconds;
+use protocol::{CellId, ContractorId, Kid};
+use serde::{Deserialize, Serialize};
+
+use crate::error::EdgeError;
+
+/// Schema version of `state.json`.
+pub const STATE_SCHEMA: u32 = 1;
+/// File name of the persisted state inside `state_dir`.
+pub const STATE_FILE: &str = "state.json";
+/// Largest state file read back, in bytes.
+pub const MAX_STATE_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// One immutable view of the cell. Derived indexes (key set, revocation matcher) are built
+/// once when the view is made.
+#[derive(Debug, Clone)]
+pub struct CellState {
+    pub cell: CellId,
+    /// Last feed sequence number applied.
+    pub seq: u64,
+    /// Feed head at the last sync (for the lag metric).
+    pub head: u64,
+    /// The auth-service's clock when it last confirmed this view (state age).
+    pub confirmed_at: UnixSeconds,
+    pub snapshot: Snapshot,
+    pub keyset: KeySet,
+    pub revocations: RevocationSet,
+}
+
+/// The persisted form of a [`CellState`].
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateFile {
+    pub schema: u32,
+    pub cell: CellId,
+    pub seq: u64,
+    pub head: u64,
+    pub confirmed_at: UnixSeconds,
+    pub snapshot: Snapshot,
+}
+
+fn build_keyset(keys: &[FeedKey]) -> Result<KeySet, EdgeError> {
+    let mut map = BTreeMap::new();
+    for k in keys {
+        let key = PublicKey::from_b64(&k.x)
+            .map_err(|why| EdgeError::Feed(format!("key {}: {why}", k.kid)))?;
+        if map.insert(k.kid.clone(), key).is_some() {
+            return Err(EdgeError::Feed(format!("key {} listed twice", k.kid)));
+        }
+    }
+    Ok(KeySet::new(map))
+}
+
+impl CellState {
+    /// Builds a view from a whole snapshot. Any invalid key refuses all of it (ATTACKS A9).
+    pub fn from_snapshot(
+        cell: CellId,
+        seq: u64,
+        head: u64,
+        confirmed_at: UnixSeconds,
+        snapshot: Snapshot,
+    ) -> Result<Self, EdgeError> {
+        if let Some(m) = &snapshot.map {
+            m.map
+                .validate()
+                .map_err(|e| EdgeError::Feed(format!("map: {e}")))?;
+        }
+        let keyset = build_keyset(&snapshot.keys)?;
+        let revocations = snapshot.revocations.iter().map(|r| &r.kind).collect();
+        Ok(Self {
+            cell,
+            seq,
+            head,
+            confirmed_at,
+            snapshot,
+            keyset,
+            revocations,
+        })
+    }
+
+    /// The placement map, if one is held.
+    pub fn map(&self) -> Option<&SignedMap> {
+        self.snapshot.map.as_ref()
+    }
+
+    pub fn ownership(&self, ctr: &ContractorId) -> Option<&OwnershipRecord> {
+        self.snapshot.ownership.get(ctr)
+    }
+
+    /// The endpoint the held map gives for a cell, or the empty string when it names none.
+    pub fn endpoint_of(&self, cell: &CellId) -> String {
+        self.map()
+            .and_then(|m| m.map.cell(cell))
+            .map(|c| c.endpoint.clone())
+            .unwrap_or_default()
+    }
+
+    /// Applies one feed answer on top of this view (or on nothing), returning the new view.
+    /// The answer is taken whole or not at all.
+    pub fn apply(
+        held: Option<&CellState>,
+        cell: &CellId,
+        resp: FeedResponse,
+    ) -> Result<CellState, EdgeError> {
+        let since = held.map_or(0, |h| h.seq);
+        resp.check_applicable(cell, since)
+            .map_err(|e| EdgeError::Feed(e.to_string()))?;
+        match resp.body {
+            FeedBody::Snapshot { snapshot } => CellState::from_snapshot(
+                cell.clone(),
+                resp.head,
+                resp.head,
+                resp.issued_at,
+                *snapshot,
+            ),
+            FeedBody::Delta { entries } => {
+                let Some(held) = held else {
+                    return Err(EdgeError::Feed(
+                        "a delta with no state to apply it to".into(),
+                    ));
+                };
+                let mut next = held.clone();
+                next.head = resp.head;
+                next.confirmed_at = resp.issued_at.max(held.confirmed_at);
+                if entries.is_empty() {
+                    return Ok(next);
+                }
+                let mut snap = held.snapshot.clone();
+                let mut seq = held.seq;
+                for e in entries {
+                    seq = e.seq;
+                    apply_change(&mut snap, e.change);
+                }
+                let mut built = CellState::from_snapshot(
+                    cell.clone(),
+                    seq,
+                    resp.head,
+                    next.confirmed_at,
+                    snap,
+                )?;
+                built.head = resp.head.max(seq);
+                Ok(built)
+            }
+        }
+    }
+
+    pub fn to_file(&self) -> StateFile {
+        StateFile {
+            schema: STATE_SCHEMA,
+            cell: self.cell.clone(),
+            seq: self.seq,
+            head: self.head,
+            confirmed_at: self.confirmed_at,
+            snapshot: self.snapshot.clone(),
+        }
+    }
+
+    /// Whether a kid is in the key set.
+    pub fn has_kid(&self, kid: &Kid) -> bool {
+        self.keyset.contains(kid.as_str())
+    }
+}
+
+fn apply_change(snap: &mut Snapshot, change: Change) {
+    match change {
+        Change::Key(k) => {
+            snap.keys.retain(|h| h.kid != k.kid);
+            snap.keys.push(k);
+        }
+        Change::KeyRemoved { kid } => snap.keys.retain(|h| h.kid != kid),
+        Change::Ownership { contractor, record } => {
+            snap.ownership.insert(contractor, record);
+        }
+        Change::Revocation(r) => push_revocation(&mut snap.revocations, r),
+        Change::Map(m) => {
+            // The auth-service verified the signature; the edge only refuses a rollback.
+            if m.newer_than(snap.map.as_ref()).is_ok() {
+                snap.map = Some(*m);
+            }
+        }
+    }
+}
+
+fn push_revocation(list: &mut Vec<Revocation>, r: Revocation) {
+    if !list.iter().any(|h| h.seq == r.seq && h.kind == r.kind) {
+        list.push(r);
+    }
+}
+
+/// Path of the state file in `dir`.
+pub fn state_path(dir: &Path) -> PathBuf {
+    dir.join(STATE_FILE)
+}
+
+/// Writes the state atomically: a temp file in the same directory (0600), fsync, rename,
+/// fsync of the directory.
+pub fn persist(dir: &Path, state: &CellState) -> Result<(), EdgeError> {
+    std::fs::create_dir_all(dir)?;
+    let bytes =
+        serde_json::to_vec(&state.to_file()).map_err(|e| EdgeError::StateFile(e.to_string()))?;
+    // tempfile creates the file with mode 0600 on unix.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(state_path(dir))
+        .map_err(|e| EdgeError::StateFile(e.to_string()))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        // Best effort: makes the rename durable on filesystems that need it.
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Reads the last-known-good state back. `Ok(None)` when there is none.
+pub fn load(dir: &Path, cell: &CellId) -> Result<Option<CellState>, EdgeError> {
+    let path = state_path(dir);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if file.metadata()?.len() > MAX_STATE_FILE_BYTES {
+        return Err(EdgeError::StateFile("state file too large".into()));
+    }
+    let parsed: StateFile = serde_json::from_reader(std::io::BufReader::new(file))
+        .map_err(|e| EdgeError::StateFile(e.to_string()))?;
+    if parsed.schema != STATE_SCHEMA {
+        return Err(EdgeError::StateFile(format!(
+            "schema {} is not supported",
+            parsed.schema
+        )));
+    }
+    if &parsed.cell != cell {
+        return Err(EdgeError::StateFile(format!(
+            "state is for {}, this edge serves {cell}",
+            parsed.cell
+        )));
+    }
+    CellState::from_snapshot(
+        parsed.cell,
+        parsed.seq,
+        parsed.head,
+        parsed.confirmed_at,
+        parsed.snapshot,
+    )
+    .map(Some)
+}

@@ -1,0 +1,131 @@
+//! State sync: long-polls the auth-service feed and applies what it answers, in sequence
+//! order, into a new immutable view; persists each change as the last-known-good copy.
+//! Failures back off from 1 s to 5 min with jitter and keep serving what is held.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use http::header;
+use protocol::feed::{FEED_PATH, FeedResponse};
+
+use crate::Edge;
+use crate::error::EdgeError;
+
+/// First retry delay after a failed sync.
+pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Extra time allowed over the long-poll wait before a feed request is abandoned.
+pub const FEED_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
+/// Largest feed answer read, in bytes.
+pub const MAX_FEED_BYTES: usize = 64 * 1024 * 1024;
+
+/// One feed request.
+pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse, EdgeError> {
+    let path = format!(
+        "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}",
+        edge.settings().instance_id
+    );
+    let bearer = format!("Bearer {}", edge.upstreams().feed_token.expose());
+    let mut auth = http::HeaderValue::from_str(&bearer)
+        .map_err(|_| EdgeError::Config("feed token is not a valid header value".into()))?;
+    auth.set_sensitive(true);
+    let req = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(path)
+        .header(header::AUTHORIZATION, auth)
+        .body(bytes::Bytes::new())
+        .map_err(|e| EdgeError::Upstream(e.to_string()))?;
+    let timeout = Duration::from_millis(wait_ms) + FEED_TIMEOUT_MARGIN;
+    let resp = edge
+        .upstreams()
+        .auth
+        .send(req, timeout)
+        .await
+        .map_err(|e| EdgeError::Upstream(format!("feed: {e:?}")))?;
+    if !resp.status().is_success() {
+        return Err(EdgeError::Upstream(format!(
+            "feed answered {}",
+            resp.status()
+        )));
+    }
+    let body = tokio::time::timeout(
+        timeout,
+        axum::body::to_bytes(resp.into_body(), MAX_FEED_BYTES),
+    )
+    .await
+    .map_err(|_| EdgeError::Upstream("feed body timed out".into()))?
+    .map_err(|e| EdgeError::Upstream(format!("feed body: {e}")))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        edge.metrics().feed_rejected();
+        EdgeError::Feed(format!("not a feed document: {e}"))
+    })
+}
+
+/// One immediate sync (no long-poll), e.g. after an unknown kid.
+pub async fn fetch_once(edge: &Edge) -> Result<(), EdgeError> {
+    let since = edge.current().map_or(0, |s| s.seq);
+    let resp = fetch(edge, since, 0).await?;
+    if let Some(next) = edge.apply_feed(since, resp)? {
+        persist(edge, next).await;
+    }
+    Ok(())
+}
+
+async fn persist(edge: &Edge, next: std::sync::Arc<crate::CellState>) {
+    let Some(dir) = edge.state_dir().cloned() else {
+        return;
+    };
+    let res = tokio::task::spawn_blocking(move || crate::state::persist(&dir, &next)).await;
+    match res {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not persist the cell state"),
+        Err(e) => tracing::warn!(error = %e, "state persistence task failed"),
+    }
+}
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(BACKOFF_MIN)
+        .with_max_delay(BACKOFF_MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// The sync loop. Never returns.
+pub async fn run(edge: Edge, wait_ms: u64) {
+    let mut delays = backoff();
+    let mut want_snapshot = false;
+    loop {
+        let since = if want_snapshot {
+            0
+        } else {
+            edge.current().map_or(0, |s| s.seq)
+        };
+        let outcome = match fetch(&edge, since, wait_ms).await {
+            Ok(resp) => edge.apply_feed(since, resp),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(next) => {
+                delays = backoff();
+                want_snapshot = false;
+                if let Some(next) = next {
+                    tracing::debug!(seq = next.seq, "applied the cell state feed");
+                    persist(&edge, next).await;
+                }
+            }
+            Err(e) => {
+                if matches!(e, EdgeError::Feed(_)) {
+                    // Refused document (gap, rollback, bad key…): keep the last-known-good
+                    // view and ask for a whole snapshot next time.
+                    want_snapshot = true;
+                }
+                let delay = delays.next().unwrap_or(BACKOFF_MAX);
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "feed sync failed; serving the held state");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}

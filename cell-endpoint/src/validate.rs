@@ -1,0 +1,400 @@
+//! Session validation as one tower layer.
+//!
+//! Order (each step only runs if the previous passed):
+//! 1. cell state loaded, else `503 NOT_READY` (never 401: the client keeps its session);
+//! 2. the token from `Authorization: Bearer` or the `__Host-cellbind_session` cookie, size-capped
+//!    (8 KiB header, 4 KiB cookie) before anything is parsed; none → `401 SESSION_MISSING`;
+//! 3. the verified-token cache (a keyed 64-bit hash, constant-time comparison of the whole
+//!    token, entries die at `exp`), else `protocol::token::parse` + the key from the held set
+//!    (an unknown kid triggers at most one single-flight refetch per cooldown) + `verify`;
+//! 4. revocation (every time, cached or not) → `401 SESSION_REVOKED`;
+//! 5. per-subject rate limit → `429`;
+//! 6. the ownership decision (`protocol::ownership::decide`) → served, `409`, `404` or `503`;
+//! 7. for writes, the write lease → `503 CELL_STATE_STALE`.
+//!
+//! The verified claims are put in the request extensions for the forwarder.
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::BuildHasher as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, header};
+use axum::response::Response;
+use protocol::Kid;
+use protocol::ids::{MAX_TOKEN_COOKIE_BYTES, MAX_TOKEN_HEADER_BYTES};
+use protocol::ownership::{Access, Decision, decide};
+use protocol::token::{
+    Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, Verified, parse,
+};
+use subtle::ConstantTimeEq as _;
+use tower::{Layer, Service};
+
+use crate::Edge;
+use crate::error::{EdgeError, rescue};
+use crate::state::CellState;
+
+/// Name of the browser session cookie (DESIGN §4).
+pub const SESSION_COOKIE: &str = "__Host-cellbind_session";
+/// Most verified tokens kept in the cache.
+pub const TOKEN_CACHE_CAPACITY: usize = 100_000;
+/// Longest a request waits for an unknown-kid key refetch, in milliseconds.
+pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
+const BEARER: &str = "Bearer ";
+
+/// What the validation layer proved about a request; the forwarder reads it.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub kid: Kid,
+    pub claims: SessionClaims,
+}
+
+#[derive(Debug)]
+struct CachedToken {
+    token: Box<[u8]>,
+    kid: Kid,
+    claims: SessionClaims,
+}
+
+/// The verified-token cache: a repeat token skips the signature, nothing else.
+#[derive(Debug)]
+pub struct TokenCache {
+    hasher: RandomState,
+    cache: quick_cache::sync::Cache<u64, Arc<CachedToken>>,
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TokenCache {
+    pub fn new() -> Self {
+        Self {
+            hasher: RandomState::new(),
+            cache: quick_cache::sync::Cache::new(TOKEN_CACHE_CAPACITY),
+        }
+    }
+
+    fn key(&self, token: &str) -> u64 {
+        self.hasher.hash_one(token.as_bytes())
+    }
+
+    /// A verified token still inside its lifetime whose key is still held.
+    fn get(&self, token: &str, state: &CellState, now: u64) -> Option<Verified<SessionClaims>> {
+        let k = self.key(token);
+        let hit = self.cache.get(&k)?;
+        if !bool::from(hit.token.ct_eq(token.as_bytes())) {
+            return None;
+        }
+        if now >= hit.claims.exp.saturating_add(LEEWAY_S) {
+            self.cache.remove(&k);
+            return None;
+        }
+        if !state.has_kid(&hit.kid) {
+            return None;
+        }
+        Some(Verified {
+            kid: hit.kid.clone(),
+            claims: hit.claims.clone(),
+        })
+    }
+
+    fn insert(&self, token: &str, v: &Verified<SessionClaims>) {
+        self.cache.insert(
+            self.key(token),
+            Arc::new(CachedToken {
+                token: token.as_bytes().into(),
+                kid: v.kid.clone(),
+                claims: v.claims.clone(),
+            }),
+        );
+    }
+
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+}
+
+/// Single-flight, rate-limited key refetch for unknown kids (ATTACKS A4).
+#[derive(Debug)]
+pub struct KeyRefetch {
+    cooldown: Duration,
+    last: std::sync::Mutex<Option<Instant>>,
+    flight: tokio::sync::Mutex<()>,
+}
+
+impl KeyRefetch {
+    pub fn new(cooldown: Duration) -> Self {
+        Self {
+            cooldown,
+            last: std::sync::Mutex::new(None),
+            flight: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn cooling(&self) -> bool {
+        match self.last.lock() {
+            Ok(g) => g.is_some_and(|t| t.elapsed() < self.cooldown),
+            Err(_) => true,
+        }
+    }
+
+    /// Claims the right to fetch now; false while cooling down.
+    fn claim(&self) -> bool {
+        match self.last.lock() {
+            Ok(mut g) => {
+                if g.is_some_and(|t| t.elapsed() < self.cooldown) {
+                    return false;
+                }
+                *g = Some(Instant::now());
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Edge {
+    /// After an unknown kid: at most one refetch per cooldown, shared by every request that
+    /// waits for it. Returns the view to retry with when it now holds `kid`.
+    async fn refetch_for(&self, kid: &Kid) -> Option<Arc<CellState>> {
+        if self.refetch.cooling() {
+            return None;
+        }
+        let _flight = self.refetch.flight.lock().await;
+        if let Some(s) = self.current().filter(|s| s.has_kid(kid)) {
+            return Some(s);
+        }
+        if !self.refetch.claim() {
+            return None;
+        }
+        self.metrics().key_refetched();
+        let timeout = Duration::from_millis(KID_REFETCH_TIMEOUT_MS);
+        match tokio::time::timeout(timeout, crate::sync::fetch_once(self)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "key refetch after an unknown kid failed"),
+            Err(_) => tracing::warn!("key refetch after an unknown kid timed out"),
+        }
+        self.current().filter(|s| s.has_kid(kid))
+    }
+
+    /// Steps 1–7 of the module doc.
+    pub async fn validate(
+        &self,
+        headers: &HeaderMap,
+        access: Access,
+    ) -> Result<Validated, EdgeError> {
+        let started = Instant::now();
+        let result = self.validate_inner(headers, access).await;
+        self.metrics()
+            .validation_latency(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn validate_inner(
+        &self,
+        headers: &HeaderMap,
+        access: Access,
+    ) -> Result<Validated, EdgeError> {
+        let mut state = self.current().ok_or(EdgeError::NotReady)?;
+        let (token, cap) = extract_token(headers)?;
+        let now = self.clock().now();
+        let settings = self.settings();
+        let expect = Expectations {
+            issuer: &settings.public_url,
+            audience: &settings.cell_id,
+            max_lifetime_s: settings.session_lifetime_s,
+            leeway_s: LEEWAY_S,
+        };
+        let verified = match self.cache.get(token, &state, now) {
+            Some(v) => v,
+            None => {
+                let parsed = parse(token, SESSION_TYP, cap)?;
+                if !state.has_kid(&parsed.kid) {
+                    match self.refetch_for(&parsed.kid).await {
+                        Some(s) => state = s,
+                        None => return Err(TokenError::UnknownKid(parsed.kid).into()),
+                    }
+                }
+                let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
+                    return Err(TokenError::UnknownKid(parsed.kid).into());
+                };
+                let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;
+                self.cache.insert(token, &v);
+                v
+            }
+        };
+        if state
+            .revocations
+            .is_revoked(&verified.claims, &verified.kid)
+        {
+            return Err(EdgeError::Revoked);
+        }
+        self.limits.check_subject(&verified.claims.sub)?;
+        let c = &verified.claims;
+        match decide(state.ownership(&c.ctr), c.r#gen, access) {
+            Decision::Serve => {}
+            Decision::HandoffInProgress => return Err(EdgeError::Handoff),
+            Decision::WrongCell { owner } => {
+                let endpoint = state.endpoint_of(&owner);
+                return Err(EdgeError::WrongCell { owner, endpoint });
+            }
+            Decision::StaleSessionHere => {
+                return Err(EdgeError::WrongCell {
+                    owner: settings.cell_id.clone(),
+                    endpoint: settings.public_url.clone(),
+                });
+            }
+            Decision::NoRecord => {
+                let other = state
+                    .map()
+                    .and_then(|m| m.map.cell_for(&c.ctr))
+                    .filter(|e| e.id != settings.cell_id);
+                return Err(match other {
+                    Some(e) => EdgeError::WrongCell {
+                        owner: e.id.clone(),
+                        endpoint: e.endpoint.clone(),
+                    },
+                    None => EdgeError::UnknownContractor,
+                });
+            }
+            Decision::ViewBehind => return Err(EdgeError::ViewBehind),
+        }
+        if access == Access::Write && !self.lease_current() {
+            return Err(EdgeError::LeaseLapsed);
+        }
+        Ok(Validated {
+            kid: verified.kid,
+            claims: verified.claims,
+        })
+    }
+}
+
+/// The session token and the size cap for where it came from. The cap is applied to the raw
+/// header before anything is parsed.
+fn extract_token(headers: &HeaderMap) -> Result<(&str, usize), EdgeError> {
+    let invalid = |_| EdgeError::Token(TokenError::Malformed);
+    let mut auth = headers.get_all(header::AUTHORIZATION).iter();
+    if let Some(value) = auth.next() {
+        if auth.next().is_some() {
+            return Err(EdgeError::Token(TokenError::Malformed));
+        }
+        if value.len() > MAX_TOKEN_HEADER_BYTES + BEARER.len() {
+            return Err(EdgeError::Token(TokenError::TooLarge {
+                max: MAX_TOKEN_HEADER_BYTES,
+            }));
+        }
+        let value = value.to_str().map_err(invalid)?;
+        let Some(token) = value.strip_prefix(BEARER) else {
+            return Err(EdgeError::Token(TokenError::Malformed));
+        };
+        return Ok((token, MAX_TOKEN_HEADER_BYTES));
+    }
+    let mut found = None;
+    for value in headers.get_all(header::COOKIE) {
+        if value.len() > MAX_TOKEN_HEADER_BYTES {
+            return Err(EdgeError::Token(TokenError::TooLarge {
+                max: MAX_TOKEN_COOKIE_BYTES,
+            }));
+        }
+        let Ok(value) = value.to_str() else { continue };
+        for pair in value.split(';') {
+            let pair = pair.trim_start_matches(' ');
+            if let Some(v) = pair
+                .strip_prefix(SESSION_COOKIE)
+                .and_then(|r| r.strip_prefix('='))
+            {
+                if found.is_some() {
+                    // Two session cookies: ambiguous, refuse rather than pick one.
+                    return Err(EdgeError::Token(TokenError::Malformed));
+                }
+                if v.len() > MAX_TOKEN_COOKIE_BYTES {
+                    return Err(EdgeError::Token(TokenError::TooLarge {
+                        max: MAX_TOKEN_COOKIE_BYTES,
+                    }));
+                }
+                found = Some(v);
+            }
+        }
+    }
+    found
+        .map(|t| (t, MAX_TOKEN_COOKIE_BYTES))
+        .ok_or(EdgeError::SessionMissing)
+}
+
+/// The validation layer.
+#[derive(Debug, Clone)]
+pub struct ValidateLayer {
+    edge: Edge,
+}
+
+impl ValidateLayer {
+    pub fn new(edge: Edge) -> Self {
+        Self { edge }
+    }
+}
+
+impl<S> Layer<S> for ValidateLayer {
+    type Service = ValidateService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        ValidateService {
+            edge: self.edge.clone(),
+            inner,
+        }
+    }
+}
+
+/// The validation service: refuses with [`rescue`] or passes the request on with
+/// [`Validated`] in its extensions.
+#[derive(Debug, Clone)]
+pub struct ValidateService<S> {
+    edge: Edge,
+    inner: S,
+}
+
+impl<S> Service<Request<Body>> for ValidateService<S>
+where
+    S: Service<Request<Body>, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        // The ready service is the one we were polled for; keep the clone for next time.
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let edge = self.edge.clone();
+        Box::pin(async move {
+            let access = Access::of_method(req.method().as_str());
+            match edge.validate(req.headers(), access).await {
+                Ok(v) => {
+                    req.extensions_mut().insert(v);
+                    inner.call(req).await
+                }
+                Err(e) => {
+                    edge.metrics().outcome(e.outcome());
+                    Ok(rescue(&e))
+                }
+            }
+        })
+    }
+}
