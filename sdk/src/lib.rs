@@ -1,1 +1,34 @@
+//! Cellbind client SDK (DESIGN §7).
+//!
+//! A [`Client`] is built from the signed placement map shipped with the app and the control
+//! plane's pinned map key. It signs in at the contractor's cell (the map's cell; one redirect at
+//! most, only to a cell the signed map lists), keeps the session in a pluggable
+//! [`SessionStore`], sends every request to the session's cell only, retries within bounds,
+//! renews in the renewal window and reports every failure as a typed [`Error`].
+//!
+//! ```no_run
+//! # async fn demo(map: Vec<u8>, key: protocol::jwks::PublicKey) -> Result<(), cellbind_sdk::Error> {
+//! use cellbind_sdk::Client;
+//! use protocol::{ContractorId, Login, Password};
+//! let client = Client::builder(map, key).build()?;
+//! if client.restore()?.is_none() {
+//!     client.sign_in(&ContractorId::new("c-40711")?, &Login::new("ana")?, &Password::new("pw")?).await?;
+//! }
+//! let route = client.request(http::Method::GET, "/api/routes/today", None).await?;
+//! # let _ = route; Ok(()) }
+//! ```
 
+pub mod cli;
+mod client;
+mod error;
+pub mod session;
+pub mod store;
+pub mod transport;
+
+pub use client::{
+    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut,
+};
+pub use error::Error;
+pub use session::{RENEWAL_WINDOW_S, SessionInfo, State};
+pub use store::{FileStore, MemoryStore, SessionStore, StoreError};
+pub use transport::{Response, RetryPolicy};

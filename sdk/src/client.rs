@@ -1,0 +1,649 @@
+//! The client: map lookup, sign-in with at most one redirect, requests to the session's cell,
+//! renewal, restore, sign-out and map refresh (DESIGN §7).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::Method;
+use serde::{Deserialize, Serialize};
+
+use protocol::jwks::PublicKey;
+use protocol::map::{CellEntry, SignedMap};
+use protocol::time::{SharedClock, UnixSeconds, system_clock};
+use protocol::{
+    CellId, ClientKind, ContractorId, Generation, Login, Password, SessionId, SessionToken,
+    SubjectId,
+};
+
+use crate::Error;
+use crate::session::{EndReason, Event, Session, SessionInfo, State};
+use crate::store::{self, MemoryStore, SessionStore};
+use crate::transport::{Call, Response, RetryPolicy, Transport};
+
+/// Time allowed to establish a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time allowed for one whole request attempt.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest request path accepted, in bytes.
+pub const MAX_PATH_BYTES: usize = 2048;
+
+const USER_AGENT: &str = concat!("cellbind-sdk/", env!("CARGO_PKG_VERSION"));
+
+/// Builds a [`Client`].
+#[derive(Debug)]
+pub struct ClientBuilder {
+    map_bytes: Vec<u8>,
+    map_key: PublicKey,
+    extra_ca_pem: Option<Vec<u8>>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    store: Arc<dyn SessionStore>,
+    clock: SharedClock,
+    retry: RetryPolicy,
+}
+
+impl ClientBuilder {
+    /// `map_bytes`: the built-in signed placement map; `map_key`: the control plane's pinned
+    /// map key.
+    pub fn new(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> Self {
+        Self {
+            map_bytes: map_bytes.into(),
+            map_key,
+            extra_ca_pem: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            store: Arc::new(MemoryStore::new()),
+            clock: system_clock(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Trust only the CA certificates in this PEM bundle (dev fleets, pinned CAs) instead of
+    /// the built-in roots.
+    pub fn extra_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.extra_ca_pem = Some(pem.into());
+        self
+    }
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = store;
+        self
+    }
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = clock;
+        self
+    }
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let map = SignedMap::verify_bytes(&self.map_bytes, &self.map_key)?;
+        // One crypto provider everywhere; an Err only means one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .https_only(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(self.connect_timeout)
+            .timeout(self.request_timeout);
+        if let Some(pem) = &self.extra_ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| Error::Config(format!("CA certificate PEM is not readable: {e}")))?;
+            if certs.is_empty() {
+                return Err(Error::Config(
+                    "CA certificate PEM holds no certificate".into(),
+                ));
+            }
+            http = http.tls_certs_only(certs);
+        }
+        let http = http
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build the HTTPS client: {e}")))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                transport: Transport::new(http, self.retry),
+                map: RwLock::new(Arc::new(map)),
+                map_key: self.map_key,
+                store: self.store,
+                clock: self.clock,
+                state: Mutex::new(State::SignedOut),
+                sign_in_lock: tokio::sync::Mutex::new(()),
+                renew_lock: tokio::sync::Mutex::new(()),
+                renewals_wanted: AtomicUsize::new(0),
+            }),
+        })
+    }
+}
+
+/// The Cellbind client. Cheap to clone; clones share everything.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    transport: Transport,
+    map: RwLock<Arc<SignedMap>>,
+    map_key: PublicKey,
+    store: Arc<dyn SessionStore>,
+    clock: SharedClock,
+    /// Never held across an await.
+    state: Mutex<State>,
+    /// One sign-in at a time.
+    sign_in_lock: tokio::sync::Mutex<()>,
+    /// One renewal at a time (single flight: the waiter re-checks after acquiring).
+    renew_lock: tokio::sync::Mutex<()>,
+    /// Requests that found their session in the renewal window (observability and tests).
+    renewals_wanted: AtomicUsize,
+}
+
+/// A map refresh that took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapUpdate {
+    pub previous_version: u64,
+    pub version: u64,
+}
+
+/// How a sign-out ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignOut {
+    /// The cell revoked the session.
+    Revoked,
+    /// The local session is gone, but the cell could not be told (the session stays valid there
+    /// until it expires or is revoked).
+    LocalOnly { reason: String },
+    /// There was no session.
+    NotSignedIn,
+}
+
+#[derive(Serialize)]
+struct SignInBody<'a> {
+    contractor_id: &'a ContractorId,
+    login: &'a Login,
+    password: &'a Password,
+    client: ClientKind,
+}
+
+/// The `201` answer of sign-in, renewal and rebind (DESIGN §4).
+#[derive(Deserialize)]
+struct SessionAnswer {
+    session: SessionToken,
+    session_id: SessionId,
+    cell_id: CellId,
+    endpoint: String,
+    generation: Generation,
+    expires_at: UnixSeconds,
+    subject: SubjectId,
+}
+
+fn same_endpoint(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+fn url(endpoint: &str, path: &str) -> String {
+    format!("{}{}", endpoint.trim_end_matches('/'), path)
+}
+
+/// A random idempotency key (128 bits, base64url).
+fn idempotency_key() -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+}
+
+impl Client {
+    pub fn builder(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> ClientBuilder {
+        ClientBuilder::new(map_bytes, map_key)
+    }
+
+    fn transition(&self, event: Event) -> Result<(), Error> {
+        let mut st = self
+            .inner
+            .state
+            .lock()
+            .map_err(|_| Error::InvalidState {
+                state: "poisoned",
+                event: "any",
+            })?;
+        let next = std::mem::take(&mut *st).next(event);
+        match next {
+            Ok(n) => {
+                *st = n;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn current(&self) -> Option<Session> {
+        self.inner
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.session().cloned())
+    }
+
+    /// The current state's name (for diagnostics).
+    pub fn state_name(&self) -> &'static str {
+        self.inner.state.lock().map_or("poisoned", |s| s.name())
+    }
+
+    /// The current session, if any (no network).
+    pub fn session(&self) -> Option<SessionInfo> {
+        self.current().map(|s| s.info())
+    }
+
+    /// The placement map in use.
+    pub fn map(&self) -> Arc<SignedMap> {
+        self.inner
+            .map
+            .read()
+            .map_or_else(|p| p.into_inner().clone(), |m| m.clone())
+    }
+
+    /// The cell the map names for a contractor (override, else bucket).
+    pub fn cell_for(&self, contractor: &ContractorId) -> Option<CellEntry> {
+        self.map().map.cell_for(contractor).cloned()
+    }
+
+    /// How many requests found their session inside the renewal window.
+    pub fn renewals_wanted(&self) -> usize {
+        self.inner.renewals_wanted.load(Ordering::SeqCst)
+    }
+
+    /// Loads the session from the store. No network. `Ok(None)` when the store is empty.
+    pub fn restore(&self) -> Result<Option<SessionInfo>, Error> {
+        if let Some(s) = self.current() {
+            return Ok(Some(s.info()));
+        }
+        let blob = self
+            .inner
+            .store
+            .load()
+            .map_err(|e| Error::Store(e.to_string()))?;
+        let Some(blob) = blob else {
+            return Ok(None);
+        };
+        let session = store::decode(&blob)?;
+        let info = session.info();
+        self.transition(Event::Restored(session))?;
+        Ok(Some(info))
+    }
+
+    /// Signs in at the contractor's cell (DESIGN §7): the map's cell first; on `WRONG_CELL`
+    /// once to the named owner, only if the signed map lists it at the same endpoint; a second
+    /// disagreement is [`Error::CellsDisagree`]. The session is saved to the store.
+    pub async fn sign_in(
+        &self,
+        contractor: &ContractorId,
+        login: &Login,
+        password: &Password,
+    ) -> Result<SessionInfo, Error> {
+        let _one = self.inner.sign_in_lock.lock().await;
+        self.transition(Event::SignInStarted)?;
+        let result = async {
+            let session = self.sign_in_redirecting(contractor, login, password).await?;
+            self.inner
+                .store
+                .save(&store::encode(&session)?)
+                .map_err(|e| Error::Store(e.to_string()))?;
+            Ok(session)
+        }
+        .await;
+        match result {
+            Ok(session) => {
+                let info = session.info();
+                self.transition(Event::SignedIn(session))?;
+                tracing::info!(cell = %info.cell_id, "signed in");
+                Ok(info)
+            }
+            Err(e) => {
+                self.transition(Event::SignInFailed)?;
+                Err(e)
+            }
+        }
+    }
+
+    async fn sign_in_redirecting(
+        &self,
+        contractor: &ContractorId,
+        login: &Login,
+        password: &Password,
+    ) -> Result<Session, Error> {
+        let map = self.map();
+        let first = map
+            .map
+            .cell_for(contractor)
+            .ok_or(Error::UnknownContractor)?;
+        let (owner_cell, owner_endpoint) =
+            match self.sign_in_at(first, contractor, login, password).await {
+                Err(Error::WrongCell {
+                    owner_cell,
+                    owner_endpoint,
+                }) => (owner_cell, owner_endpoint),
+                other => return other,
+            };
+        let untrusted = || Error::UntrustedRedirect {
+            owner_cell: owner_cell.clone(),
+            owner_endpoint: owner_endpoint.clone(),
+        };
+        let second = owner_cell
+            .as_ref()
+            .and_then(|id| map.map.cell(id))
+            .ok_or_else(untrusted)?;
+        if second.id == first.id
+            || owner_endpoint
+                .as_deref()
+                .is_some_and(|e| !same_endpoint(e, &second.endpoint))
+        {
+            return Err(untrusted());
+        }
+        tracing::info!(from = %first.id, to = %second.id, "sign-in redirected once");
+        match self.sign_in_at(second, contractor, login, password).await {
+            Err(Error::WrongCell { owner_cell, .. }) => Err(Error::CellsDisagree {
+                first: first.id.clone(),
+                second: second.id.clone(),
+                named_owner: owner_cell,
+            }),
+            other => other,
+        }
+    }
+
+    async fn sign_in_at(
+        &self,
+        cell: &CellEntry,
+        contractor: &ContractorId,
+        login: &Login,
+        password: &Password,
+    ) -> Result<Session, Error> {
+        let body = serde_json::to_vec(&SignInBody {
+            contractor_id: contractor,
+            login,
+            password,
+            client: ClientKind::Field,
+        })
+        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let resp = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::POST,
+                url: url(&cell.endpoint, "/v1/sessions"),
+                token: None,
+                body: Some(Bytes::from(body)),
+                idempotency_key: None,
+                replay_safe: true,
+            })
+            .await?;
+        session_from(&resp, cell, contractor)
+    }
+
+    /// Sends a request to the session's cell (never anywhere else). Writes (any method that is
+    /// not GET/HEAD/OPTIONS/TRACE) carry a random `Idempotency-Key`, the same on every retry.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response, Error> {
+        check_path(path)?;
+        self.renew_if_due().await?;
+        let session = self.current().ok_or(Error::NotSignedIn)?;
+        let write = !method.is_safe();
+        let result = self
+            .inner
+            .transport
+            .send(Call {
+                method,
+                url: url(&session.endpoint, path),
+                token: Some(&session.token),
+                body: body.map(Bytes::from),
+                idempotency_key: write.then(idempotency_key),
+                replay_safe: false,
+            })
+            .await;
+        match result {
+            Err(e) if e.ends_session() => {
+                self.end(&session, &e)?;
+                Err(e)
+            }
+            Err(Error::WrongCell {
+                owner_cell,
+                owner_endpoint,
+            }) => {
+                // HOOK(transfer): DESIGN §7 "WRONG_CELL with a session: transfer + rebind, then
+                // retry the request once" goes here. Until then the error surfaces and the
+                // session is kept; the request is never re-sent to another cell.
+                Err(Error::WrongCell {
+                    owner_cell,
+                    owner_endpoint,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// Clears the stored session after the cell ended it.
+    fn end(&self, session: &Session, why: &Error) -> Result<(), Error> {
+        let reason = match why {
+            Error::SessionExpired => EndReason::Expired,
+            Error::SessionRevoked => EndReason::Revoked,
+            _ => EndReason::Invalid,
+        };
+        tracing::info!(?reason, "session ended by the cell; clearing it");
+        let still_ours = self
+            .current()
+            .is_some_and(|s| s.session_id == session.session_id);
+        self.transition(Event::Ended(session.session_id.clone(), reason))?;
+        if still_ours {
+            self.inner
+                .store
+                .clear()
+                .map_err(|e| Error::Store(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Renews the session if it is inside the renewal window. Single flight: concurrent callers
+    /// wait for the one renewal and re-check. A transient failure keeps the current session.
+    async fn renew_if_due(&self) -> Result<(), Error> {
+        let now = self.inner.clock.now();
+        if !self.current().is_some_and(|s| s.wants_renewal(now)) {
+            return Ok(());
+        }
+        self.inner.renewals_wanted.fetch_add(1, Ordering::SeqCst);
+        let _one = self.inner.renew_lock.lock().await;
+        let now = self.inner.clock.now();
+        let Some(session) = self.current().filter(|s| s.wants_renewal(now)) else {
+            return Ok(()); // renewed (or ended) while we waited
+        };
+        self.transition(Event::RenewStarted)?;
+        let result = self.renew_at(&session).await;
+        match result {
+            Ok(renewed) => {
+                let saved = store::encode(&renewed).and_then(|blob| {
+                    self.inner
+                        .store
+                        .save(&blob)
+                        .map_err(|e| Error::Store(e.to_string()))
+                });
+                self.transition(Event::Renewed(renewed))?;
+                tracing::info!("session renewed");
+                saved
+            }
+            Err(e) if e.ends_session() => {
+                self.transition(Event::RenewFailed)?;
+                self.end(&session, &e)?;
+                Err(e)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "renewal failed; keeping the current session");
+                self.transition(Event::RenewFailed)
+            }
+        }
+    }
+
+    async fn renew_at(&self, session: &Session) -> Result<Session, Error> {
+        let resp = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::POST,
+                url: url(&session.endpoint, "/v1/sessions/renew"),
+                token: Some(&session.token),
+                body: None,
+                idempotency_key: None,
+                replay_safe: true,
+            })
+            .await?;
+        let cell = CellEntry {
+            id: session.cell_id.clone(),
+            endpoint: session.endpoint.clone(),
+        };
+        session_from(&resp, &cell, &session.contractor_id)
+    }
+
+    /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
+    pub async fn sign_out(&self) -> Result<SignOut, Error> {
+        let Some(session) = self.current() else {
+            self.inner
+                .store
+                .clear()
+                .map_err(|e| Error::Store(e.to_string()))?;
+            return Ok(SignOut::NotSignedIn);
+        };
+        let remote = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::DELETE,
+                url: url(&session.endpoint, "/v1/sessions/current"),
+                token: Some(&session.token),
+                body: None,
+                idempotency_key: None,
+                replay_safe: false,
+            })
+            .await;
+        self.transition(Event::Ended(
+            session.session_id.clone(),
+            EndReason::SignedOut,
+        ))?;
+        self.inner
+            .store
+            .clear()
+            .map_err(|e| Error::Store(e.to_string()))?;
+        Ok(match remote {
+            Ok(_) => SignOut::Revoked,
+            // already gone at the cell: as good as revoked
+            Err(e) if e.ends_session() => SignOut::Revoked,
+            Err(e) => SignOut::LocalOnly {
+                reason: e.to_string(),
+            },
+        })
+    }
+
+    /// Fetches the placement map from the session's cell and adopts it only if its signature
+    /// verifies with the pinned key and its version is higher. Otherwise the map held is kept
+    /// and the error says why ([`Error::MapRefused`]).
+    pub async fn refresh_map(&self) -> Result<MapUpdate, Error> {
+        let session = self.current().ok_or(Error::NotSignedIn)?;
+        let resp = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::GET,
+                url: url(&session.endpoint, "/v1/placement-map"),
+                token: None,
+                body: None,
+                idempotency_key: None,
+                replay_safe: false,
+            })
+            .await?;
+        if resp.status != 200 {
+            return Err(Error::InvalidResponse(format!(
+                "placement map answered HTTP {}",
+                resp.status
+            )));
+        }
+        self.adopt_map(&resp.body)
+    }
+
+    /// Adopts a signed map (signature against the pinned key, strictly higher version).
+    pub fn adopt_map(&self, bytes: &[u8]) -> Result<MapUpdate, Error> {
+        let offered = SignedMap::verify_bytes(bytes, &self.inner.map_key)?;
+        let mut held = self.inner.map.write().map_err(|_| Error::InvalidState {
+            state: "poisoned",
+            event: "adopt_map",
+        })?;
+        offered.newer_than(Some(&held))?;
+        let update = MapUpdate {
+            previous_version: held.map.version,
+            version: offered.map.version,
+        };
+        *held = Arc::new(offered);
+        tracing::info!(from = update.previous_version, to = update.version, "placement map updated");
+        Ok(update)
+    }
+}
+
+fn session_from(
+    resp: &Response,
+    cell: &CellEntry,
+    contractor: &ContractorId,
+) -> Result<Session, Error> {
+    if resp.status != 200 && resp.status != 201 {
+        return Err(Error::InvalidResponse(format!(
+            "session answer has HTTP {}",
+            resp.status
+        )));
+    }
+    let a: SessionAnswer = serde_json::from_slice(&resp.body)
+        .map_err(|e| Error::InvalidResponse(format!("session answer: {e}")))?;
+    if a.cell_id != cell.id {
+        return Err(Error::InvalidResponse(format!(
+            "asked {} but the session is for {}",
+            cell.id, a.cell_id
+        )));
+    }
+    if !same_endpoint(&a.endpoint, &cell.endpoint) {
+        tracing::warn!(map = %cell.endpoint, answered = %a.endpoint, "cell names another endpoint than the map; using the map's");
+    }
+    Ok(Session {
+        token: a.session,
+        session_id: a.session_id,
+        contractor_id: contractor.clone(),
+        subject: a.subject,
+        cell_id: a.cell_id,
+        endpoint: cell.endpoint.clone(),
+        generation: a.generation,
+        expires_at: a.expires_at,
+    })
+}
+
+fn check_path(path: &str) -> Result<(), Error> {
+    let ok = path.starts_with('/')
+        && !path.starts_with("//")
+        && path.len() <= MAX_PATH_BYTES
+        && path.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(
+            "path must be an absolute path on the session's cell (\"/api/...\")".into(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

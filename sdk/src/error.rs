@@ -1,0 +1,188 @@
+//! The one error type of the SDK. Every failure a caller can act on has its own variant;
+//! nothing is stringly typed except human detail text.
+
+use std::time::Duration;
+
+use protocol::map::MapError;
+use protocol::{CellId, ErrorBody, ErrorCode, IdError};
+
+/// Everything that can go wrong in the SDK.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// There is no session: sign in first.
+    #[error("not signed in")]
+    NotSignedIn,
+    /// Sign-in refused (unknown user, wrong password and disabled user look the same).
+    #[error("sign-in refused: invalid credentials")]
+    InvalidCredentials,
+    /// No cell knows this contractor.
+    #[error("no cell knows this contractor")]
+    UnknownContractor,
+    /// The session has expired. The stored session was cleared: sign in again.
+    #[error("the session has expired; sign in again")]
+    SessionExpired,
+    /// The session was revoked. The stored session was cleared: sign in again.
+    #[error("the session was revoked; sign in again")]
+    SessionRevoked,
+    /// The cell does not accept this session (e.g. minted for another cell). The stored session
+    /// was cleared: sign in again.
+    #[error("the session is not valid at its cell; sign in again")]
+    SessionInvalid,
+    /// The session's cell no longer owns the contractor. The session is kept (a transfer to the
+    /// owner is the way forward); the request was not sent anywhere else.
+    #[error("the session's cell does not own this contractor (owner: {owner_cell:?} at {owner_endpoint:?})")]
+    WrongCell {
+        owner_cell: Option<CellId>,
+        owner_endpoint: Option<String>,
+    },
+    /// Sign-in was redirected once and the second cell disagreed too.
+    #[error("cells disagree about the owner: {first} named {second}, which named {named_owner:?}")]
+    CellsDisagree {
+        first: CellId,
+        second: CellId,
+        named_owner: Option<CellId>,
+    },
+    /// Sign-in was redirected to a cell the signed map does not list, or to an endpoint that is
+    /// not the map's endpoint for that cell. Not followed.
+    #[error("redirect to {owner_cell:?} at {owner_endpoint:?} is not backed by the signed map")]
+    UntrustedRedirect {
+        owner_cell: Option<CellId>,
+        owner_endpoint: Option<String>,
+    },
+    /// The contractor is being moved between cells and writes are paused.
+    #[error("the contractor is being moved; retry after {retry_after:?}")]
+    HandoffInProgress { retry_after: Option<Duration> },
+    /// Too many requests.
+    #[error("rate limited; retry after {retry_after:?}")]
+    RateLimited { retry_after: Option<Duration> },
+    /// The cell cannot prove its ownership view is fresh and refuses writes.
+    #[error("the cell's state is stale; writes are refused for now")]
+    CellStateStale,
+    /// The cell or its app is unavailable (502/503/504).
+    #[error("the cell is unavailable (HTTP {status}, {code:?})")]
+    Upstream {
+        status: u16,
+        code: Option<ErrorCode>,
+    },
+    /// Any other error answer of a cell, with its code.
+    #[error("the cell refused the request: {code} (HTTP {status}): {message}")]
+    Rejected {
+        code: ErrorCode,
+        status: u16,
+        message: String,
+    },
+    /// Could not reach the cell (connection, TLS, timeout), after the bounded retries.
+    #[error("network error: {0}")]
+    Network(String),
+    /// The cell answered something that is not the protocol.
+    #[error("invalid response: {0}")]
+    InvalidResponse(String),
+    /// A placement map was refused; the map held before is kept.
+    #[error("placement map refused: {0}")]
+    MapRefused(#[from] MapError),
+    /// The session store failed.
+    #[error("session store: {0}")]
+    Store(String),
+    /// The client configuration is unusable.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An argument is not valid (contractor id, login, password, method, path).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// An operation that the session state does not allow right now.
+    #[error("not allowed in state {state}: {event}")]
+    InvalidState {
+        state: &'static str,
+        event: &'static str,
+    },
+}
+
+impl From<IdError> for Error {
+    fn from(e: IdError) -> Self {
+        Error::InvalidInput(e.to_string())
+    }
+}
+
+impl Error {
+    /// The typed error for an error answer of a cell (the one table from wire codes).
+    pub(crate) fn from_body(status: u16, body: ErrorBody, retry_after: Option<Duration>) -> Self {
+        let retry_after = retry_after.or(body.retry_after_s.map(Duration::from_secs));
+        match body.error {
+            ErrorCode::InvalidCredentials => Error::InvalidCredentials,
+            ErrorCode::UnknownContractor => Error::UnknownContractor,
+            ErrorCode::SessionMissing => Error::NotSignedIn,
+            ErrorCode::SessionExpired => Error::SessionExpired,
+            ErrorCode::SessionRevoked => Error::SessionRevoked,
+            ErrorCode::SessionInvalid => Error::SessionInvalid,
+            ErrorCode::WrongCell => Error::WrongCell {
+                owner_cell: body.owner_cell,
+                owner_endpoint: body.owner_endpoint,
+            },
+            ErrorCode::HandoffInProgress => Error::HandoffInProgress { retry_after },
+            ErrorCode::RateLimited => Error::RateLimited { retry_after },
+            ErrorCode::CellStateStale => Error::CellStateStale,
+            ErrorCode::UpstreamUnavailable => Error::Upstream {
+                status,
+                code: Some(body.error),
+            },
+            code => Error::Rejected {
+                code,
+                status,
+                message: body.message,
+            },
+        }
+    }
+
+    /// Whether this error ended the session (the store was cleared).
+    pub fn ends_session(&self) -> bool {
+        matches!(
+            self,
+            Error::SessionExpired | Error::SessionRevoked | Error::SessionInvalid
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wire_code_has_a_typed_error() {
+        for code in ErrorCode::ALL {
+            let e = Error::from_body(code.status(), ErrorBody::new(code, "m"), None);
+            let ok = match code {
+                ErrorCode::InvalidCredentials => matches!(e, Error::InvalidCredentials),
+                ErrorCode::UnknownContractor => matches!(e, Error::UnknownContractor),
+                ErrorCode::SessionMissing => matches!(e, Error::NotSignedIn),
+                ErrorCode::SessionExpired => matches!(e, Error::SessionExpired),
+                ErrorCode::SessionRevoked => matches!(e, Error::SessionRevoked),
+                ErrorCode::SessionInvalid => matches!(e, Error::SessionInvalid),
+                ErrorCode::WrongCell => matches!(e, Error::WrongCell { .. }),
+                ErrorCode::HandoffInProgress => matches!(e, Error::HandoffInProgress { .. }),
+                ErrorCode::RateLimited => matches!(e, Error::RateLimited { .. }),
+                ErrorCode::CellStateStale => matches!(e, Error::CellStateStale),
+                ErrorCode::UpstreamUnavailable => matches!(e, Error::Upstream { .. }),
+                other => matches!(e, Error::Rejected { code, .. } if code == other),
+            };
+            assert!(ok, "{code} mapped to {e:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_comes_from_header_or_body() {
+        let body = ErrorBody::new(ErrorCode::RateLimited, "slow").retry_after(7);
+        match Error::from_body(429, body.clone(), None) {
+            Error::RateLimited { retry_after } => {
+                assert_eq!(retry_after, Some(Duration::from_secs(7)))
+            }
+            e => panic!("{e:?}"),
+        }
+        match Error::from_body(429, body, Some(Duration::from_secs(2))) {
+            Error::RateLimited { retry_after } => {
+                assert_eq!(retry_after, Some(Duration::from_secs(2)))
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+}
