@@ -208,14 +208,10 @@ impl Client {
     }
 
     fn transition(&self, event: Event) -> Result<(), Error> {
-        let mut st = self
-            .inner
-            .state
-            .lock()
-            .map_err(|_| Error::InvalidState {
-                state: "poisoned",
-                event: "any",
-            })?;
+        let mut st = self.inner.state.lock().map_err(|_| Error::InvalidState {
+            state: "poisoned",
+            event: "any",
+        })?;
         let next = std::mem::take(&mut *st).next(event);
         match next {
             Ok(n) => {
@@ -293,7 +289,9 @@ impl Client {
         let _one = self.inner.sign_in_lock.lock().await;
         self.transition(Event::SignInStarted)?;
         let result = async {
-            let session = self.sign_in_redirecting(contractor, login, password).await?;
+            let session = self
+                .sign_in_redirecting(contractor, login, password)
+                .await?;
             self.inner
                 .store
                 .save(&store::encode(&session)?)
@@ -592,7 +590,11 @@ impl Client {
             version: offered.map.version,
         };
         *held = Arc::new(offered);
-        tracing::info!(from = update.previous_version, to = update.version, "placement map updated");
+        tracing::info!(
+            from = update.previous_version,
+            to = update.version,
+            "placement map updated"
+        );
         Ok(update)
     }
 }

@@ -31,7 +31,9 @@ pub enum Error {
     SessionInvalid,
     /// The session's cell no longer owns the contractor. The session is kept (a transfer to the
     /// owner is the way forward); the request was not sent anywhere else.
-    #[error("the session's cell does not own this contractor (owner: {owner_cell:?} at {owner_endpoint:?})")]
+    #[error(
+        "the session's cell does not own this contractor (owner: {owner_cell:?} at {owner_endpoint:?})"
+    )]
     WrongCell {
         owner_cell: Option<CellId>,
         owner_endpoint: Option<String>,

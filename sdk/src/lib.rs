@@ -25,6 +25,9 @@ pub mod session;
 pub mod store;
 pub mod transport;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut,
 };

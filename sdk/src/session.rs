@@ -88,7 +88,9 @@ pub enum State {
     #[default]
     SignedOut,
     /// A sign-in is under way; `previous` keeps serving until it succeeds.
-    SigningIn { previous: Option<Session> },
+    SigningIn {
+        previous: Option<Session>,
+    },
     Active(Session),
     /// A renewal is under way; the current session keeps serving.
     Renewing(Session),
@@ -205,7 +207,11 @@ pub(crate) mod tests {
         assert_eq!(st.session(), Some(&s));
         let st = st.next(Event::RenewStarted).unwrap();
         assert_eq!(st.name(), "Renewing");
-        assert_eq!(st.session(), Some(&s), "the old session serves while renewing");
+        assert_eq!(
+            st.session(),
+            Some(&s),
+            "the old session serves while renewing"
+        );
         let mut renewed = s.clone();
         renewed.session_id = SessionId::from_random([2; 16]);
         renewed.expires_at += 20 * 24 * 3600;
@@ -242,7 +248,11 @@ pub(crate) mod tests {
                 ..
             })
         ));
-        assert!(State::Active(s.clone()).next(Event::Restored(s.clone())).is_err());
+        assert!(
+            State::Active(s.clone())
+                .next(Event::Restored(s.clone()))
+                .is_err()
+        );
         assert!(State::SignedOut.next(Event::SignedIn(s)).is_err());
     }
 

@@ -134,8 +134,8 @@ impl SessionStore for FileStore {
         };
         std::fs::create_dir_all(&dir).map_err(|e| io_err("cannot create", &dir, e))?;
         // tempfile creates the file with mode 0600 on unix.
-        let mut tmp =
-            tempfile::NamedTempFile::new_in(&dir).map_err(|e| io_err("cannot write in", &dir, e))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+            .map_err(|e| io_err("cannot write in", &dir, e))?;
         tmp.write_all(blob.as_bytes())
             .and_then(|()| tmp.as_file().sync_all())
             .map_err(|e| io_err("cannot write", tmp.path(), e))?;
@@ -184,7 +184,10 @@ mod tests {
         let store = FileStore::new(dir.path().join("sub/session.json"));
         assert_eq!(store.load().unwrap(), None);
         store.save("{\"a\":1}").unwrap();
-        let mode = std::fs::metadata(store.path()).unwrap().permissions().mode();
+        let mode = std::fs::metadata(store.path())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(store.load().unwrap().as_deref(), Some("{\"a\":1}"));
         store.save("{\"a\":2}").unwrap();

@@ -255,13 +255,18 @@ mod tests {
 
     #[test]
     fn classify_sorts_answers() {
-        let body = |code: ErrorCode| Bytes::from(serde_json::to_vec(&ErrorBody::new(code, "m")).unwrap());
+        let body =
+            |code: ErrorCode| Bytes::from(serde_json::to_vec(&ErrorBody::new(code, "m")).unwrap());
         assert!(matches!(
             classify(StatusCode::OK, None, Bytes::new()),
             Outcome::Done(Ok(_))
         ));
         assert!(matches!(
-            classify(StatusCode::SERVICE_UNAVAILABLE, None, body(ErrorCode::CellStateStale)),
+            classify(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                body(ErrorCode::CellStateStale)
+            ),
             Outcome::Backoff(Error::CellStateStale, false)
         ));
         assert!(matches!(
@@ -277,7 +282,11 @@ mod tests {
             Outcome::Done(Ok(Response { status: 404, .. }))
         ));
         assert!(matches!(
-            classify(StatusCode::UNAUTHORIZED, None, body(ErrorCode::SessionRevoked)),
+            classify(
+                StatusCode::UNAUTHORIZED,
+                None,
+                body(ErrorCode::SessionRevoked)
+            ),
             Outcome::Done(Err(Error::SessionRevoked))
         ));
     }

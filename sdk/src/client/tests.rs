@@ -1,1 +1,568 @@
+use std::sync::Arc;
+use std::time::Duration;
 
+use http::Method;
+use protocol::map::MapError;
+use protocol::{ContractorId, ErrorCode, Login, Password};
+use tokio::sync::Semaphore;
+
+use super::*;
+use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually};
+
+const SIGN_IN: &str = "POST /v1/sessions";
+const RENEW: &str = "POST /v1/sessions/renew";
+const ROUTES: &str = "GET /api/routes/today";
+const COMPLETE: &str = "POST /api/jobs/j-1/complete";
+
+fn ctr() -> ContractorId {
+    ContractorId::new("c-40711").unwrap()
+}
+
+async fn sign_in(c: &Client) -> Result<SessionInfo, Error> {
+    c.sign_in(
+        &ctr(),
+        &Login::new("ana").unwrap(),
+        &Password::new("correct horse").unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn first_sign_in_goes_to_the_maps_cell_and_is_stored() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    assert_eq!(c.state_name(), "SignedOut");
+    let info = sign_in(&c).await.unwrap();
+    assert_eq!(info.cell_id, f.cells[0].id);
+    assert_eq!(info.endpoint, f.cells[0].endpoint);
+    assert_eq!(c.state_name(), "Active");
+    let hits = f.cells[0].hits(SIGN_IN);
+    assert_eq!(hits.len(), 1);
+    let body: serde_json::Value = serde_json::from_slice(&hits[0].body).unwrap();
+    assert_eq!(body["client"], "field");
+    assert_eq!(body["contractor_id"], "c-40711");
+    assert_eq!(body["login"], "ana");
+    assert_eq!(f.cells[1].all_hits(), 0);
+    let blob = store.load().unwrap().expect("session stored");
+    assert!(blob.contains("\"schema\":1"));
+}
+
+#[tokio::test]
+async fn override_is_used_and_a_wrong_map_costs_one_hop() {
+    let f = FakeFleet::start(3).await;
+    // the map says cell-02; cell-02 says cell-03 owns it; cell-03 agrees
+    f.cells[1].always(SIGN_IN, Reply::wrong_cell(&f.cells[2]));
+    f.cells[2].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[("c-40711", 1)]));
+    assert_eq!(c.cell_for(&ctr()).unwrap().id, f.cells[1].id);
+    let info = sign_in(&c).await.unwrap();
+    assert_eq!(info.cell_id, f.cells[2].id);
+    assert_eq!(f.cells[0].all_hits(), 0, "the bucket cell is not asked");
+    assert_eq!(f.cells[1].hits(SIGN_IN).len(), 1);
+    assert_eq!(f.cells[2].hits(SIGN_IN).len(), 1);
+}
+
+#[tokio::test]
+async fn cells_that_keep_disagreeing_fail_after_exactly_two_attempts() {
+    let f = FakeFleet::start(3).await;
+    f.cells[0].always(SIGN_IN, Reply::wrong_cell(&f.cells[1]));
+    f.cells[1].always(SIGN_IN, Reply::wrong_cell(&f.cells[2]));
+    f.cells[2].accept_sign_in(NOW + 30 * DAY);
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    let e = sign_in(&c).await.unwrap_err();
+    match e {
+        Error::CellsDisagree {
+            first,
+            second,
+            named_owner,
+        } => {
+            assert_eq!(first, f.cells[0].id);
+            assert_eq!(second, f.cells[1].id);
+            assert_eq!(named_owner, Some(f.cells[2].id.clone()));
+        }
+        e => panic!("{e:?}"),
+    }
+    let attempts: usize = f.cells.iter().map(|c| c.hits(SIGN_IN).len()).sum();
+    assert_eq!(attempts, 2);
+    assert_eq!(f.cells[2].all_hits(), 0, "never a second redirect");
+    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(c.state_name(), "SignedOut");
+}
+
+#[tokio::test]
+async fn redirects_not_backed_by_the_signed_map_are_not_followed() {
+    let f = FakeFleet::start(2).await;
+    f.cells[1].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    // a cell the map does not list
+    f.cells[0].push(
+        SIGN_IN,
+        Reply::wrong_cell_at("cell-09", "https://127.0.0.9:8443"),
+    );
+    assert!(matches!(
+        sign_in(&c).await,
+        Err(Error::UntrustedRedirect { owner_cell: Some(o), .. }) if o.as_str() == "cell-09"
+    ));
+    // a listed cell at another endpoint than the map's
+    f.cells[0].push(
+        SIGN_IN,
+        Reply::wrong_cell_at(f.cells[1].id.as_str(), "https://127.0.0.66:8443"),
+    );
+    assert!(matches!(
+        sign_in(&c).await,
+        Err(Error::UntrustedRedirect { .. })
+    ));
+    assert_eq!(f.cells[1].all_hits(), 0);
+}
+
+#[tokio::test]
+async fn sign_in_errors_are_typed() {
+    let f = FakeFleet::start(1).await;
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    for (code, check) in [
+        (
+            ErrorCode::InvalidCredentials,
+            (|e: &Error| matches!(e, Error::InvalidCredentials)) as fn(&Error) -> bool,
+        ),
+        (ErrorCode::UnknownContractor, |e| {
+            matches!(e, Error::UnknownContractor)
+        }),
+        (ErrorCode::InvalidRequest, |e| {
+            matches!(
+                e,
+                Error::Rejected {
+                    code: ErrorCode::InvalidRequest,
+                    status: 400,
+                    ..
+                }
+            )
+        }),
+    ] {
+        f.cells[0].push(SIGN_IN, Reply::error(code));
+        let e = sign_in(&c).await.unwrap_err();
+        assert!(check(&e), "{code} gave {e:?}");
+    }
+}
+
+#[tokio::test]
+async fn requests_go_to_the_sessions_cell_only_with_the_bearer() {
+    let f = FakeFleet::start(2).await;
+    f.cells[1].accept_sign_in(NOW + 30 * DAY);
+    f.cells[1].always(ROUTES, Reply::json(200, serde_json::json!({"jobs": []})));
+    let (c, _) = f.client_mem(&f.map(1, &[("c-40711", 1)]));
+    assert!(matches!(
+        c.request(Method::GET, "/api/routes/today", None).await,
+        Err(Error::NotSignedIn)
+    ));
+    sign_in(&c).await.unwrap();
+    let r = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], br#"{"jobs":[]}"#);
+    let hits = f.cells[1].hits(ROUTES);
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].bearer().as_deref(), Some("tok.sign.in"));
+    assert_eq!(hits[0].idempotency_key(), None, "reads carry no key");
+    assert_eq!(f.cells[0].all_hits(), 0);
+    for bad in [
+        "api/x",
+        "//evil.example/x",
+        "https://evil.example/x",
+        "/a b",
+    ] {
+        assert!(matches!(
+            c.request(Method::GET, bad, None).await,
+            Err(Error::InvalidInput(_))
+        ));
+    }
+}
+
+#[tokio::test]
+async fn writes_keep_one_idempotency_key_across_503_retries() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    f.cells[0].push(COMPLETE, Reply::error(ErrorCode::CellStateStale));
+    f.cells[0].push(COMPLETE, Reply::json(503, serde_json::json!({})));
+    f.cells[0].always(COMPLETE, Reply::json(200, serde_json::json!({"ok": true})));
+    let r = c
+        .request(Method::POST, "/api/jobs/j-1/complete", Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let hits = f.cells[0].hits(COMPLETE);
+    assert_eq!(hits.len(), 3);
+    let key = hits[0].idempotency_key().expect("a write carries a key");
+    assert!(
+        hits.iter()
+            .all(|h| h.idempotency_key().as_deref() == Some(&key))
+    );
+    c.request(Method::POST, "/api/jobs/j-1/complete", Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    let hits = f.cells[0].hits(COMPLETE);
+    assert_ne!(
+        hits[3].idempotency_key(),
+        Some(key),
+        "a new write gets a new key"
+    );
+}
+
+#[tokio::test]
+async fn retries_are_bounded() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::error(ErrorCode::CellStateStale));
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::CellStateStale), "{e:?}");
+    assert_eq!(
+        f.cells[0].hits(ROUTES).len(),
+        3,
+        "max_attempts of the policy"
+    );
+    // 502 is not retried
+    f.cells[0].always(ROUTES, Reply::error(ErrorCode::UpstreamUnavailable));
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Upstream { status: 502, .. }), "{e:?}");
+    assert_eq!(f.cells[0].hits(ROUTES).len(), 4);
+}
+
+#[tokio::test]
+async fn connection_errors_surface_as_network_after_retries() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    f.cells[0].handle.shutdown();
+    eventually("the cell to stop", Duration::from_secs(5), || {
+        std::net::TcpStream::connect(f.cells[0].endpoint.trim_start_matches("https://")).is_err()
+    })
+    .await;
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Network(_)), "{e:?}");
+    assert!(c.session().is_some(), "a network error keeps the session");
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_for_handoff_and_rate_limits_within_a_bound() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    f.cells[0].push(
+        COMPLETE,
+        Reply::error(ErrorCode::HandoffInProgress).header("retry-after", "0"),
+    );
+    f.cells[0].push(
+        COMPLETE,
+        Reply::error(ErrorCode::RateLimited).header("retry-after", "0"),
+    );
+    f.cells[0].always(COMPLETE, Reply::json(200, serde_json::json!({})));
+    let r = c
+        .request(Method::POST, "/api/jobs/j-1/complete", Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(f.cells[0].hits(COMPLETE).len(), 3);
+    // longer than the bound: surfaced at once, with the wait
+    f.cells[0].push(
+        COMPLETE,
+        Reply::error(ErrorCode::HandoffInProgress).header("retry-after", "120"),
+    );
+    let e = c
+        .request(Method::POST, "/api/jobs/j-1/complete", Some(b"{}".to_vec()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::HandoffInProgress { retry_after: Some(d) } if d == Duration::from_secs(120)),
+        "{e:?}"
+    );
+    assert_eq!(f.cells[0].hits(COMPLETE).len(), 4);
+}
+
+#[tokio::test]
+async fn expired_revoked_and_invalid_sessions_clear_the_store() {
+    for (code, check) in [
+        (
+            ErrorCode::SessionExpired,
+            (|e: &Error| matches!(e, Error::SessionExpired)) as fn(&Error) -> bool,
+        ),
+        (ErrorCode::SessionRevoked, |e| {
+            matches!(e, Error::SessionRevoked)
+        }),
+        (ErrorCode::SessionInvalid, |e| {
+            matches!(e, Error::SessionInvalid)
+        }),
+    ] {
+        let f = FakeFleet::start(1).await;
+        f.cells[0].accept_sign_in(NOW + 30 * DAY);
+        f.cells[0].always(ROUTES, Reply::error(code));
+        let (c, store) = f.client_mem(&f.map(1, &[]));
+        sign_in(&c).await.unwrap();
+        assert!(store.load().unwrap().is_some());
+        let e = c
+            .request(Method::GET, "/api/routes/today", None)
+            .await
+            .unwrap_err();
+        assert!(check(&e), "{code}: {e:?}");
+        assert_eq!(store.load().unwrap(), None, "{code} clears the store");
+        assert_eq!(c.session(), None);
+        assert_eq!(f.cells[0].hits(ROUTES).len(), 1, "not retried");
+        assert!(matches!(
+            c.request(Method::GET, "/api/routes/today", None).await,
+            Err(Error::NotSignedIn)
+        ));
+    }
+}
+
+#[tokio::test]
+async fn wrong_cell_with_a_session_keeps_the_session_and_goes_nowhere_else() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongCell { owner_cell: Some(o), .. } if *o == f.cells[1].id),
+        "{e:?}"
+    );
+    assert_eq!(f.cells[1].all_hits(), 0);
+    assert!(c.session().is_some());
+    assert!(store.load().unwrap().is_some());
+}
+
+#[tokio::test]
+async fn restore_reads_the_store_only() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let map = f.map(1, &[]);
+    let (c1, store) = f.client_mem(&map);
+    let info = sign_in(&c1).await.unwrap();
+    f.cells[0].handle.shutdown();
+    let before = f.cells[0].all_hits();
+    let c2 = f.client(&map, store.clone());
+    assert_eq!(c2.session(), None);
+    assert_eq!(c2.restore().unwrap(), Some(info.clone()));
+    assert_eq!(c2.session(), Some(info));
+    assert_eq!(c2.state_name(), "Active");
+    assert_eq!(f.cells[0].all_hits(), before);
+    // an empty store restores nothing; a corrupt one is a store error
+    let empty = f.client(&map, Arc::new(MemoryStore::new()));
+    assert_eq!(empty.restore().unwrap(), None);
+    let bad = Arc::new(MemoryStore::new());
+    bad.save("{\"schema\":2}").unwrap();
+    assert!(matches!(
+        f.client(&map, bad).restore(),
+        Err(Error::Store(_))
+    ));
+}
+
+#[tokio::test]
+async fn map_refresh_accepts_only_newer_signed_maps() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(5, &[]));
+    assert!(matches!(c.refresh_map().await, Err(Error::NotSignedIn)));
+    sign_in(&c).await.unwrap();
+    const MAP: &str = "GET /v1/placement-map";
+    let reply = |m: &SignedMap| Reply::json(200, serde_json::to_value(m).unwrap());
+    // older
+    f.cells[0].push(MAP, reply(&f.map(4, &[("c-40711", 1)])));
+    assert!(matches!(
+        c.refresh_map().await,
+        Err(Error::MapRefused(MapError::NotNewer {
+            held: 5,
+            offered: 4
+        }))
+    ));
+    // tampered: a newer version with the signature of another map
+    let mut tampered = f.map(6, &[]);
+    tampered.map.overrides.insert(ctr(), f.cells[1].id.clone());
+    f.cells[0].push(MAP, reply(&tampered));
+    assert!(matches!(
+        c.refresh_map().await,
+        Err(Error::MapRefused(MapError::BadSignature))
+    ));
+    // signed by another key
+    let other =
+        protocol::token::SigningKey::from_seed(protocol::Kid::new("x").unwrap(), &[1; 32]).unwrap();
+    let forged = f.map(7, &[]).map.sign(&other).unwrap();
+    f.cells[0].push(MAP, reply(&forged));
+    assert!(matches!(
+        c.refresh_map().await,
+        Err(Error::MapRefused(MapError::BadSignature))
+    ));
+    assert_eq!(c.map().map.version, 5, "old map kept");
+    assert_eq!(c.cell_for(&ctr()).unwrap().id, f.cells[0].id);
+    // newer and valid
+    f.cells[0].push(MAP, reply(&f.map(8, &[("c-40711", 1)])));
+    assert_eq!(
+        c.refresh_map().await.unwrap(),
+        MapUpdate {
+            previous_version: 5,
+            version: 8
+        }
+    );
+    assert_eq!(c.cell_for(&ctr()).unwrap().id, f.cells[1].id);
+    assert_eq!(
+        f.cells[0].hits(MAP).len(),
+        4,
+        "maps come from the session's cell"
+    );
+    assert_eq!(f.cells[1].all_hits(), 0);
+}
+
+#[tokio::test]
+async fn renewal_happens_in_the_window_once_for_concurrent_requests() {
+    let f = FakeFleet::start(1).await;
+    let cell = &f.cells[0];
+    cell.accept_sign_in(NOW + 30 * DAY);
+    cell.always(ROUTES, Reply::json(200, serde_json::json!({})));
+    let gate = Arc::new(Semaphore::new(0));
+    cell.always(
+        RENEW,
+        Reply::json(201, cell.session_answer(NOW + 53 * DAY, "tok.re.newed")).gated(gate.clone()),
+    );
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    // outside the window: no renewal
+    f.clock.advance(22 * DAY);
+    c.request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    assert_eq!(cell.hits(RENEW).len(), 0);
+    // inside: two concurrent requests, one renewal
+    f.clock.advance(2 * DAY);
+    let (a, b) = (c.clone(), c.clone());
+    let t1 = tokio::spawn(async move { a.request(Method::GET, "/api/routes/today", None).await });
+    let t2 = tokio::spawn(async move { b.request(Method::GET, "/api/routes/today", None).await });
+    eventually(
+        "both requests to want a renewal",
+        Duration::from_secs(10),
+        || c.renewals_wanted() == 2 && cell.hits(RENEW).len() == 1,
+    )
+    .await;
+    assert_eq!(c.state_name(), "Renewing");
+    gate.add_permits(10);
+    t1.await.unwrap().unwrap();
+    t2.await.unwrap().unwrap();
+    assert_eq!(cell.hits(RENEW).len(), 1, "single flight");
+    assert_eq!(cell.hits(RENEW)[0].bearer().as_deref(), Some("tok.sign.in"));
+    let routes = cell.hits(ROUTES);
+    assert_eq!(routes.len(), 3);
+    assert!(
+        routes[1..]
+            .iter()
+            .all(|h| h.bearer().as_deref() == Some("tok.re.newed"))
+    );
+    assert_eq!(c.session().unwrap().expires_at, NOW + 53 * DAY);
+    assert!(store.load().unwrap().unwrap().contains("tok.re.newed"));
+}
+
+#[tokio::test]
+async fn a_failed_renewal_keeps_the_session_and_a_revoked_one_ends_it() {
+    let f = FakeFleet::start(1).await;
+    let cell = &f.cells[0];
+    cell.accept_sign_in(NOW + 30 * DAY);
+    cell.always(ROUTES, Reply::json(200, serde_json::json!({})));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    f.clock.advance(25 * DAY);
+    cell.push(RENEW, Reply::error(ErrorCode::UpstreamUnavailable));
+    c.request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    assert_eq!(c.state_name(), "Active");
+    cell.push(RENEW, Reply::error(ErrorCode::SessionRevoked));
+    assert!(matches!(
+        c.request(Method::GET, "/api/routes/today", None).await,
+        Err(Error::SessionRevoked)
+    ));
+    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(c.state_name(), "SignedOut");
+    assert_eq!(
+        cell.hits(ROUTES).len(),
+        1,
+        "no request with a revoked session"
+    );
+}
+
+#[tokio::test]
+async fn sign_out_revokes_and_forgets() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].push(
+        "DELETE /v1/sessions/current",
+        Reply::json(204, serde_json::json!(null)),
+    );
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    assert_eq!(c.sign_out().await.unwrap(), SignOut::Revoked);
+    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(c.session(), None);
+    assert_eq!(c.sign_out().await.unwrap(), SignOut::NotSignedIn);
+    // the cell unreachable: forgotten locally all the same
+    sign_in(&c).await.unwrap();
+    f.cells[0].handle.shutdown();
+    eventually("the cell to stop", Duration::from_secs(5), || {
+        std::net::TcpStream::connect(f.cells[0].endpoint.trim_start_matches("https://")).is_err()
+    })
+    .await;
+    assert!(matches!(
+        c.sign_out().await.unwrap(),
+        SignOut::LocalOnly { .. }
+    ));
+    assert_eq!(store.load().unwrap(), None);
+}
+
+#[tokio::test]
+async fn builder_refuses_bad_configuration() {
+    let f = FakeFleet::start(1).await;
+    let map = f.map(1, &[]);
+    assert!(matches!(
+        f.builder(&map).extra_ca_pem("").build(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        f.builder(&map).extra_ca_pem("not a pem").build(),
+        Err(Error::Config(_))
+    ));
+    let other =
+        protocol::token::SigningKey::from_seed(protocol::Kid::new("x").unwrap(), &[1; 32]).unwrap();
+    assert!(matches!(
+        Client::builder(map.to_json().unwrap(), other.public_key()).build(),
+        Err(Error::MapRefused(MapError::BadSignature))
+    ));
+}
+
+#[tokio::test]
+async fn a_client_without_the_dev_ca_does_not_trust_the_cells() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let map = f.map(1, &[]);
+    let c = Client::builder(map.to_json().unwrap(), f.map_key.public_key())
+        .retry_policy(crate::testing::fast_retries())
+        .build()
+        .unwrap();
+    assert!(matches!(sign_in(&c).await, Err(Error::Network(_))));
+    assert_eq!(f.cells[0].hits(SIGN_IN).len(), 0);
+}
