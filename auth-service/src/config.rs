@@ -1,0 +1,173 @@
+//! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides (figment).
+//! The keys are the ones in the project's internal interface document; the throttle keys at the
+//! end are optional extras with safe defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format as _, Toml};
+use protocol::CellId;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Default placement-map poll interval: 5 s, in milliseconds.
+pub const DEFAULT_MAP_POLL_INTERVAL_MS: u64 = 5_000;
+/// Default signing-key rotation interval: 30 days, in seconds.
+pub const DEFAULT_KEY_ROTATION_INTERVAL_S: u64 = 30 * 24 * 3600;
+/// Default session lifetime: 30 days, in seconds.
+pub const DEFAULT_SESSION_LIFETIME_S: u64 = protocol::token::DEFAULT_SESSION_LIFETIME_S;
+/// Default per-account sign-in burst (attempts).
+pub const DEFAULT_SIGNIN_ACCOUNT_BURST: u32 = 10;
+/// Default per-account sign-in refill: attempts per minute.
+pub const DEFAULT_SIGNIN_ACCOUNT_PER_MINUTE: u32 = 10;
+/// Default per-client-IP sign-in burst (attempts).
+pub const DEFAULT_SIGNIN_IP_BURST: u32 = 300;
+/// Default per-client-IP sign-in refill: attempts per minute.
+pub const DEFAULT_SIGNIN_IP_PER_MINUTE: u32 = 1_200;
+/// Environment prefix of overrides.
+pub const ENV_PREFIX: &str = "CELLBIND_";
+
+/// The auth-service configuration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    /// This cell (`aud` and `cell` claims).
+    pub cell_id: CellId,
+    /// Address to listen on (HTTPS).
+    pub listen: SocketAddr,
+    /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers).
+    pub issuer: String,
+    /// Directory of the SQLite file `auth.db`.
+    pub data_dir: PathBuf,
+    /// 32-byte key-encryption key; created (0600) if missing.
+    pub kek_file: PathBuf,
+    /// Bearer token of the admin API.
+    pub admin_token_file: PathBuf,
+    /// Bearer token of the internal feed.
+    pub feed_token_file: PathBuf,
+    /// PEM certificate chain served.
+    pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: PathBuf,
+    /// The only CA trusted as a client (control plane).
+    #[serde(default)]
+    pub ca_cert: Option<PathBuf>,
+    /// Control plane base URL; the placement map is polled from it when set.
+    #[serde(default)]
+    pub control_plane_url: Option<String>,
+    /// base64url Ed25519 public key that signs placement maps.
+    #[serde(default)]
+    pub map_public_key: Option<String>,
+    /// Placement-map poll interval in milliseconds.
+    #[serde(default = "d_map_poll")]
+    pub map_poll_interval_ms: u64,
+    /// Session lifetime in seconds.
+    #[serde(default = "d_session")]
+    pub session_lifetime_s: u64,
+    /// Signing-key rotation interval in seconds.
+    #[serde(default = "d_rotation")]
+    pub key_rotation_interval_s: u64,
+    /// Per-account sign-in burst.
+    #[serde(default = "d_acc_burst")]
+    pub signin_account_burst: u32,
+    /// Per-account sign-in attempts per minute.
+    #[serde(default = "d_acc_rate")]
+    pub signin_account_per_minute: u32,
+    /// Per-client-IP sign-in burst.
+    #[serde(default = "d_ip_burst")]
+    pub signin_ip_burst: u32,
+    /// Per-client-IP sign-in attempts per minute.
+    #[serde(default = "d_ip_rate")]
+    pub signin_ip_per_minute: u32,
+}
+
+fn d_map_poll() -> u64 {
+    DEFAULT_MAP_POLL_INTERVAL_MS
+}
+fn d_session() -> u64 {
+    DEFAULT_SESSION_LIFETIME_S
+}
+fn d_rotation() -> u64 {
+    DEFAULT_KEY_ROTATION_INTERVAL_S
+}
+fn d_acc_burst() -> u32 {
+    DEFAULT_SIGNIN_ACCOUNT_BURST
+}
+fn d_acc_rate() -> u32 {
+    DEFAULT_SIGNIN_ACCOUNT_PER_MINUTE
+}
+fn d_ip_burst() -> u32 {
+    DEFAULT_SIGNIN_IP_BURST
+}
+fn d_ip_rate() -> u32 {
+    DEFAULT_SIGNIN_IP_PER_MINUTE
+}
+
+impl Config {
+    /// Loads the TOML file, then the `CELLBIND_*` environment overrides.
+    pub fn load(path: &Path) -> Result<Config> {
+        Figment::new()
+            .merge(Toml::file_exact(path))
+            .merge(Env::prefixed(ENV_PREFIX))
+            .extract::<Config>()
+            .map_err(|e| Error::Config(e.to_string()))
+            .and_then(Config::validated)
+    }
+
+    /// Parses a TOML string (no environment), for tests and embedding.
+    pub fn from_toml(text: &str) -> Result<Config> {
+        Figment::new()
+            .merge(Toml::string(text))
+            .extract::<Config>()
+            .map_err(|e| Error::Config(e.to_string()))
+            .and_then(Config::validated)
+    }
+
+    fn validated(self) -> Result<Config> {
+        if !self.issuer.starts_with("https://") {
+            return Err(Error::Config("issuer must be an https URL".into()));
+        }
+        if self.session_lifetime_s == 0
+            || self.session_lifetime_s > protocol::token::DEFAULT_ABSOLUTE_LIFETIME_S
+        {
+            return Err(Error::Config(
+                "session_lifetime_s must be between 1 s and 90 days".into(),
+            ));
+        }
+        if self.key_rotation_interval_s == 0 || self.map_poll_interval_ms == 0 {
+            return Err(Error::Config(
+                "key_rotation_interval_s and map_poll_interval_ms must be positive".into(),
+            ));
+        }
+        if self.control_plane_url.is_some()
+            && (self.map_public_key.is_none() || self.ca_cert.is_none())
+        {
+            return Err(Error::Config(
+                "control_plane_url needs map_public_key and ca_cert".into(),
+            ));
+        }
+        if let Some(k) = &self.map_public_key {
+            protocol::jwks::PublicKey::from_b64(k)
+                .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
+        }
+        if [
+            self.signin_account_burst,
+            self.signin_account_per_minute,
+            self.signin_ip_burst,
+            self.signin_ip_per_minute,
+        ]
+        .contains(&0)
+        {
+            return Err(Error::Config(
+                "sign-in throttle settings must be positive".into(),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The SQLite file.
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("auth.db")
+    }
+}

@@ -1,0 +1,153 @@
+//! The crate's one error type and the one function that turns it into an HTTP answer.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use protocol::{CellId, ErrorBody, ErrorCode};
+
+/// Everything that can go wrong in the auth-service.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Malformed body, parameter or identifier (400 `INVALID_REQUEST`).
+    #[error("invalid request: {0}")]
+    BadRequest(String),
+    /// Sign-in failed; the same answer for every reason (401 `INVALID_CREDENTIALS`).
+    #[error("invalid credentials")]
+    InvalidCredentials,
+    /// A bearer token for the admin or feed API is missing or wrong (401).
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// No session was presented (401 `SESSION_MISSING`).
+    #[error("no session presented")]
+    SessionMissing,
+    /// The session was refused by the verifier.
+    #[error("session refused: {0}")]
+    Session(#[from] protocol::token::TokenError),
+    /// The session was revoked (401 `SESSION_REVOKED`).
+    #[error("session revoked")]
+    SessionRevoked,
+    /// No cell this cell knows of owns the contractor (404).
+    #[error("no known cell owns this contractor")]
+    UnknownContractor,
+    /// Another cell owns the contractor (409 `WRONG_CELL`).
+    #[error("contractor is owned by {owner}")]
+    WrongCell {
+        owner: CellId,
+        endpoint: Option<String>,
+    },
+    /// The contractor is being handed off (409, `Retry-After`).
+    #[error("contractor is being handed off")]
+    HandoffInProgress { retry_after_s: u64 },
+    /// Request body over the limit (413).
+    #[error("request body is too large")]
+    PayloadTooLarge,
+    /// Throttled (429, `Retry-After`).
+    #[error("too many attempts")]
+    RateLimited { retry_after_s: u64 },
+    /// Nothing at this path, or the named object does not exist (404).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Not ready to serve this yet (503).
+    #[error("not ready: {0}")]
+    NotReady(&'static str),
+    /// The durable store failed.
+    #[error("store: {0}")]
+    Store(#[from] rusqlite::Error),
+    /// Start-up configuration is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// A file could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A cryptographic operation failed (sealing, random numbers, hashing).
+    #[error("crypto: {0}")]
+    Crypto(&'static str),
+    /// Anything else that is our fault.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+/// Result with the crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Builds an [`Error::Io`] with a description of what was being done.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Io { what, source }
+    }
+
+    /// The public error code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::BadRequest(_) => ErrorCode::InvalidRequest,
+            Error::InvalidCredentials | Error::Unauthorized(_) => ErrorCode::InvalidCredentials,
+            Error::SessionMissing => ErrorCode::SessionMissing,
+            Error::Session(e) => e.code(),
+            Error::SessionRevoked => ErrorCode::SessionRevoked,
+            Error::UnknownContractor => ErrorCode::UnknownContractor,
+            Error::WrongCell { .. } => ErrorCode::WrongCell,
+            Error::HandoffInProgress { .. } => ErrorCode::HandoffInProgress,
+            Error::PayloadTooLarge => ErrorCode::PayloadTooLarge,
+            Error::RateLimited { .. } => ErrorCode::RateLimited,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::NotReady(_) => ErrorCode::NotReady,
+            Error::Store(_)
+            | Error::Config(_)
+            | Error::Io { .. }
+            | Error::Crypto(_)
+            | Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+/// The one mapping from an error to an HTTP answer: an [`ErrorBody`] with the status of its
+/// code, plus `Retry-After` where DESIGN §4 asks for it. Internal details are logged, never sent.
+pub fn rescue(err: &Error) -> Response {
+    let code = err.code();
+    let mut body = match err {
+        Error::WrongCell { owner, endpoint } => match endpoint {
+            Some(ep) => ErrorBody::wrong_cell(owner.clone(), ep.clone()),
+            None => ErrorBody {
+                owner_cell: Some(owner.clone()),
+                ..ErrorBody::new(code, format!("this contractor is served by {owner}"))
+            },
+        },
+        Error::Store(_)
+        | Error::Config(_)
+        | Error::Io { .. }
+        | Error::Crypto(_)
+        | Error::Internal(_) => {
+            tracing::error!(error = %err, "internal error");
+            ErrorBody::new(code, "internal error")
+        }
+        other => ErrorBody::new(code, other.to_string()),
+    };
+    let retry_after = match err {
+        Error::HandoffInProgress { retry_after_s } | Error::RateLimited { retry_after_s } => {
+            Some(*retry_after_s)
+        }
+        Error::NotReady(_) => Some(1),
+        _ => None,
+    };
+    if let Some(s) = retry_after {
+        body = body.retry_after(s);
+    }
+    let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(s) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        rescue(&self)
+    }
+}

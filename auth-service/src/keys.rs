@@ -1,0 +1,307 @@
+//! The signing-key ring (next / current / retired; revoked and expired keys leave it) and the
+//! key-encryption key that seals private keys at rest (AES-256-GCM, ring).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::Path;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use protocol::Kid;
+use protocol::feed::{FeedKey, KeyStatus};
+use protocol::jwks::{Jwks, KeySet, PublicKey};
+use protocol::time::UnixSeconds;
+use protocol::token::SigningKey;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom as _, SystemRandom};
+use zeroize::Zeroizing;
+
+use crate::error::{Error, Result};
+use crate::store::{KeyRow, KeyState};
+
+/// Length of the key-encryption key, in bytes.
+pub const KEK_BYTES: usize = 32;
+/// Random bytes in a generated kid (base64url: 12 characters after the `k-` prefix).
+const KID_RANDOM_BYTES: usize = 9;
+/// Format version of a sealed seed: `version || nonce || ciphertext || tag`.
+const SEALED_VERSION: u8 = 1;
+/// Domain separation of the AEAD's associated data (the kid follows it).
+const SEAL_AAD_CONTEXT: &[u8] = b"cellbind-key-seed-v1:";
+
+/// Fills a buffer from the system's secure random source.
+pub fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8; N]>> {
+    let mut buf = Zeroizing::new([0u8; N]);
+    rng.fill(buf.as_mut())
+        .map_err(|_| Error::Crypto("system random source failed"))?;
+    Ok(buf)
+}
+
+/// The key-encryption key. `Debug` never shows it.
+pub struct Kek {
+    key: LessSafeKey,
+}
+
+impl std::fmt::Debug for Kek {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kek(<redacted>)")
+    }
+}
+
+impl Kek {
+    /// Reads the key file, or creates it (32 random bytes, mode 0600) if it does not exist.
+    pub fn load_or_create(path: &Path, rng: &SystemRandom) -> Result<Kek> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => {
+                if let Ok(meta) = std::fs::metadata(path)
+                    && meta.permissions().mode() & 0o077 != 0
+                {
+                    tracing::warn!(path = %path.display(), "key-encryption key file is readable by group or others");
+                }
+                Zeroizing::new(b)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let fresh = random::<KEK_BYTES>(rng)?;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(Error::io(format!("create {}", path.display())))?;
+                f.write_all(fresh.as_ref())
+                    .and_then(|_| f.sync_all())
+                    .map_err(Error::io(format!("write {}", path.display())))?;
+                tracing::info!(path = %path.display(), "created a new key-encryption key");
+                Zeroizing::new(fresh.to_vec())
+            }
+            Err(e) => return Err(Error::io(format!("read {}", path.display()))(e)),
+        };
+        Self::from_bytes(&bytes)
+    }
+
+    /// From 32 raw bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Kek> {
+        if bytes.len() != KEK_BYTES {
+            return Err(Error::Config(format!(
+                "key-encryption key must be exactly {KEK_BYTES} bytes"
+            )));
+        }
+        let unbound = UnboundKey::new(&AES_256_GCM, bytes)
+            .map_err(|_| Error::Crypto("bad key-encryption key"))?;
+        Ok(Kek {
+            key: LessSafeKey::new(unbound),
+        })
+    }
+
+    fn aad(kid: &Kid) -> Vec<u8> {
+        let mut aad = SEAL_AAD_CONTEXT.to_vec();
+        aad.extend_from_slice(kid.as_str().as_bytes());
+        aad
+    }
+
+    /// Seals a seed, bound to its kid.
+    pub fn seal(&self, rng: &SystemRandom, kid: &Kid, seed: &[u8; 32]) -> Result<Vec<u8>> {
+        let nonce_bytes = random::<NONCE_LEN>(rng)?;
+        let nonce = Nonce::assume_unique_for_key(*nonce_bytes);
+        let mut in_out = seed.to_vec();
+        self.key
+            .seal_in_place_append_tag(nonce, Aad::from(Self::aad(kid)), &mut in_out)
+            .map_err(|_| Error::Crypto("sealing a key failed"))?;
+        let mut out = Vec::with_capacity(1 + NONCE_LEN + in_out.len());
+        out.push(SEALED_VERSION);
+        out.extend_from_slice(nonce_bytes.as_ref());
+        out.extend_from_slice(&in_out);
+        Ok(out)
+    }
+
+    /// Opens a sealed seed; fails if the kid, the key or any byte differs.
+    pub fn open(&self, kid: &Kid, sealed: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
+        let bad =
+            || Error::Crypto("a stored private key does not open with this key-encryption key");
+        let (&version, rest) = sealed.split_first().ok_or_else(bad)?;
+        if version != SEALED_VERSION || rest.len() < NONCE_LEN {
+            return Err(bad());
+        }
+        let (nonce, ct) = rest.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| bad())?;
+        let mut buf = Zeroizing::new(ct.to_vec());
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::from(Self::aad(kid)), &mut buf)
+            .map_err(|_| bad())?;
+        let seed: [u8; 32] = (&*plain).try_into().map_err(|_| bad())?;
+        Ok(Zeroizing::new(seed))
+    }
+}
+
+/// A freshly generated key: its signer and its sealed row.
+pub fn generate(
+    rng: &SystemRandom,
+    kek: &Kek,
+    state: KeyState,
+    now: UnixSeconds,
+) -> Result<(Arc<SigningKey>, KeyRow)> {
+    let id = random::<KID_RANDOM_BYTES>(rng)?;
+    let kid = Kid::new(format!("k-{}", URL_SAFE_NO_PAD.encode(id.as_ref())))
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let seed = random::<32>(rng)?;
+    let signer =
+        SigningKey::from_seed(kid.clone(), &seed).map_err(|e| Error::Internal(e.to_string()))?;
+    let sealed = kek.seal(rng, &kid, &seed)?;
+    let row = KeyRow {
+        kid,
+        state,
+        public: signer.public_bytes(),
+        sealed_seed: Some(sealed),
+        created_at: now,
+        state_at: now,
+    };
+    Ok((Arc::new(signer), row))
+}
+
+/// One published key in memory.
+#[derive(Debug, Clone)]
+pub struct RingKey {
+    pub row: KeyRow,
+    pub signer: Arc<SigningKey>,
+}
+
+/// The published keys (next, current, retired) with their signers.
+#[derive(Debug, Clone, Default)]
+pub struct KeyRing {
+    keys: BTreeMap<Kid, RingKey>,
+    set: KeySet,
+}
+
+fn status_of(s: KeyState) -> Option<KeyStatus> {
+    match s {
+        KeyState::Next => Some(KeyStatus::Next),
+        KeyState::Current => Some(KeyStatus::Current),
+        KeyState::Retired => Some(KeyStatus::Retired),
+        KeyState::Revoked | KeyState::Expired => None,
+    }
+}
+
+impl KeyRing {
+    /// Rebuilds the ring from stored rows, opening every published key's seed.
+    pub fn from_rows(rows: &[KeyRow], kek: &Kek) -> Result<KeyRing> {
+        let mut ring = KeyRing::default();
+        for row in rows.iter().filter(|r| r.state.published()) {
+            let sealed = row.sealed_seed.as_deref().ok_or_else(|| {
+                Error::Internal(format!("published key {} has no stored seed", row.kid))
+            })?;
+            let seed = kek.open(&row.kid, sealed)?;
+            let signer = SigningKey::from_seed(row.kid.clone(), &seed)
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            if signer.public_bytes() != row.public {
+                return Err(Error::Internal(format!(
+                    "stored key {} does not match its public key",
+                    row.kid
+                )));
+            }
+            ring.keys.insert(
+                row.kid.clone(),
+                RingKey {
+                    row: row.clone(),
+                    signer: Arc::new(signer),
+                },
+            );
+        }
+        ring.rebuild();
+        Ok(ring)
+    }
+
+    fn rebuild(&mut self) {
+        self.set = KeySet::new(
+            self.keys
+                .iter()
+                .map(|(kid, k)| (kid.clone(), k.signer.public_key()))
+                .collect(),
+        );
+    }
+
+    /// Applies a stored row: a published key is added or updated (its signer must be given
+    /// when it is new), any other state removes it.
+    pub fn apply(&mut self, row: &KeyRow, signer: Option<Arc<SigningKey>>) {
+        if row.state.published() {
+            let signer = match (signer, self.keys.get(&row.kid)) {
+                (Some(s), _) => s,
+                (None, Some(k)) => k.signer.clone(),
+                (None, None) => return,
+            };
+            self.keys.insert(
+                row.kid.clone(),
+                RingKey {
+                    row: KeyRow {
+                        sealed_seed: None,
+                        ..row.clone()
+                    },
+                    signer,
+                },
+            );
+        } else {
+            self.keys.remove(&row.kid);
+        }
+        self.rebuild();
+    }
+
+    pub fn get(&self, kid: &Kid) -> Option<&RingKey> {
+        self.keys.get(kid)
+    }
+
+    /// Keys in a given state, oldest first.
+    pub fn in_state(&self, state: KeyState) -> Vec<&RingKey> {
+        let mut v: Vec<&RingKey> = self
+            .keys
+            .values()
+            .filter(|k| k.row.state == state)
+            .collect();
+        v.sort_by_key(|k| (k.row.created_at, k.row.kid.clone()));
+        v
+    }
+
+    /// The signing key.
+    pub fn current(&self) -> Option<&RingKey> {
+        self.in_state(KeyState::Current).into_iter().last()
+    }
+
+    pub fn next(&self) -> Option<&RingKey> {
+        self.in_state(KeyState::Next).into_iter().last()
+    }
+
+    /// The verification set (next + current + retired).
+    pub fn key_set(&self) -> &KeySet {
+        &self.set
+    }
+
+    pub fn jwks(&self) -> Jwks {
+        self.set.to_jwks()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn feed_key(row: &KeyRow) -> Option<FeedKey> {
+        Some(FeedKey {
+            kid: row.kid.clone(),
+            x: URL_SAFE_NO_PAD.encode(row.public),
+            status: status_of(row.state)?,
+            created_at: row.created_at,
+        })
+    }
+
+    /// Every published key as the feed lists it.
+    pub fn feed_keys(&self) -> Vec<FeedKey> {
+        self.keys
+            .values()
+            .filter_map(|k| Self::feed_key(&k.row))
+            .collect()
+    }
+
+    /// The public key of a published kid.
+    pub fn public_key(&self, kid: &Kid) -> Option<PublicKey> {
+        self.set.get(kid.as_str()).cloned()
+    }
+}

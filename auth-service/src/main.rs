@@ -1,0 +1,40 @@
+//! `cellbind-auth-service --config PATH.toml`: wires the library together.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Cellbind per-cell auth-service.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Path of the TOML configuration (overridden by CELLBIND_<FIELD> variables).
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    cellbind_auth_service::exit_on_stdin_eof_if_asked();
+    let args = Args::parse();
+    let result = match cellbind_auth_service::Config::load(&args.config) {
+        Ok(config) => cellbind_auth_service::run(config).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "auth-service stopped");
+            eprintln!("cellbind-auth-service: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

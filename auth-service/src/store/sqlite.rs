@@ -1,0 +1,352 @@
+//! SQLite implementation of [`Store`]: one file, WAL, `synchronous=FULL` (an acknowledged
+//! change survives a crash), schema version in `PRAGMA user_version`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use protocol::feed::FeedEntry;
+use protocol::map::SignedMap;
+use protocol::revocation::Revocation;
+use protocol::{ContractorId, Kid, Login, SubjectId};
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use super::{Commit, KeyRow, KeyState, Loaded, Role, Store, UserRecord, UserStatus, Write};
+use crate::error::{Error, Result};
+
+/// Schema version written to `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+/// How long a writer waits for a lock held by another connection, in milliseconds.
+const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+const SCHEMA: &str = "
+CREATE TABLE users (
+    contractor_id TEXT NOT NULL,
+    login TEXT NOT NULL,
+    subject TEXT NOT NULL UNIQUE,
+    role TEXT NOT NULL,
+    password_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    PRIMARY KEY (contractor_id, login)
+) WITHOUT ROWID;
+CREATE TABLE keys (
+    kid TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    public_key BLOB NOT NULL,
+    sealed_seed BLOB,
+    created_at INTEGER NOT NULL,
+    state_at INTEGER NOT NULL
+);
+CREATE TABLE ownership (
+    contractor_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE revocations (
+    seq INTEGER PRIMARY KEY,
+    body TEXT NOT NULL
+);
+CREATE TABLE placement_map (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE feed (
+    seq INTEGER PRIMARY KEY,
+    change TEXT NOT NULL
+);
+CREATE TABLE feed_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    head INTEGER NOT NULL
+);
+INSERT INTO feed_head (id, head) VALUES (1, 0);
+";
+
+/// The SQLite store. One connection, serialised by a mutex (writes are serialised anyway).
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::Internal(format!("encode: {e}")))
+}
+
+fn unjson<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| Error::Internal(format!("stored {what} is corrupt: {e}")))
+}
+
+fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<SqliteStore> {
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    /// An in-memory database (tests).
+    pub fn in_memory() -> Result<SqliteStore> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<SqliteStore> {
+        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        // journal_mode answers a row; in-memory databases stay "memory".
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        match version {
+            0 => {
+                conn.execute_batch(&format!(
+                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                ))?;
+            }
+            SCHEMA_VERSION => {}
+            other => {
+                return Err(Error::Config(format!(
+                    "database schema version {other} is newer than this binary ({SCHEMA_VERSION})"
+                )));
+            }
+        }
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn user_from_row(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(String, String, String, String, String, String)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+fn user_parse(row: (String, String, String, String, String, String)) -> Result<UserRecord> {
+    let (ctr, login, sub, role, hash, status) = row;
+    let bad = |w: &str| Error::Internal(format!("stored user {w} is corrupt"));
+    Ok(UserRecord {
+        contractor_id: ContractorId::new(ctr).map_err(|_| bad("contractor"))?,
+        login: Login::new(login).map_err(|_| bad("login"))?,
+        subject: SubjectId::new(sub).map_err(|_| bad("subject"))?,
+        role: unjson(&format!("\"{role}\""), "role")?,
+        password_hash: hash,
+        status: unjson(&format!("\"{status}\""), "status")?,
+    })
+}
+
+fn role_str(r: Role) -> &'static str {
+    match r {
+        Role::Technician => "technician",
+        Role::Dispatcher => "dispatcher",
+    }
+}
+
+fn status_str(s: UserStatus) -> &'static str {
+    match s {
+        UserStatus::Active => "active",
+        UserStatus::Disabled => "disabled",
+    }
+}
+
+const USER_COLUMNS: &str = "contractor_id, login, subject, role, password_hash, status";
+
+impl Store for SqliteStore {
+    fn load(&self, retain: u64) -> Result<Loaded> {
+        let conn = self.conn();
+        let mut out = Loaded::default();
+        {
+            let mut st = conn.prepare(
+                "SELECT kid, state, public_key, sealed_seed, created_at, state_at FROM keys ORDER BY created_at, kid",
+            )?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            })?;
+            for row in rows {
+                let (kid, state, public, sealed, created, at) = row?;
+                let bad = || Error::Internal(format!("stored key {kid:?} is corrupt"));
+                out.keys.push(KeyRow {
+                    kid: Kid::new(kid.clone()).map_err(|_| bad())?,
+                    state: KeyState::parse(&state).ok_or_else(bad)?,
+                    public: public.as_slice().try_into().map_err(|_| bad())?,
+                    sealed_seed: sealed,
+                    created_at: u(created),
+                    state_at: u(at),
+                });
+            }
+        }
+        {
+            let mut st = conn.prepare("SELECT contractor_id, record FROM ownership")?;
+            let rows =
+                st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            for row in rows {
+                let (ctr, rec) = row?;
+                let ctr = ContractorId::new(ctr)
+                    .map_err(|_| Error::Internal("stored contractor id is corrupt".into()))?;
+                out.ownership.insert(ctr, unjson(&rec, "ownership record")?);
+            }
+        }
+        {
+            let mut st = conn.prepare("SELECT body FROM revocations ORDER BY seq")?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+            for row in rows {
+                out.revocations
+                    .push(unjson::<Revocation>(&row?, "revocation")?);
+            }
+        }
+        out.map = conn
+            .query_row("SELECT body FROM placement_map WHERE id = 1", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()?
+            .map(|b| unjson::<SignedMap>(&b, "placement map"))
+            .transpose()?;
+        out.head = u(conn.query_row("SELECT head FROM feed_head WHERE id = 1", [], |r| r.get(0))?);
+        {
+            let mut st =
+                conn.prepare("SELECT seq, change FROM feed WHERE seq > ?1 ORDER BY seq")?;
+            let rows = st.query_map([i(out.head.saturating_sub(retain))], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })?;
+            for row in rows {
+                let (seq, change) = row?;
+                out.log.push(FeedEntry {
+                    seq: u(seq),
+                    change: unjson(&change, "feed entry")?,
+                });
+            }
+        }
+        out.users = u(conn.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?);
+        Ok(out)
+    }
+
+    fn commit(&self, commit: &Commit, retain: u64) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for w in &commit.writes {
+            match w {
+                Write::Key(k) => {
+                    tx.execute(
+                        "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                         ON CONFLICT(kid) DO UPDATE SET state = ?2, sealed_seed = ?4, state_at = ?6",
+                        params![
+                            k.kid.as_str(),
+                            k.state.as_str(),
+                            &k.public[..],
+                            k.sealed_seed,
+                            i(k.created_at),
+                            i(k.state_at)
+                        ],
+                    )?;
+                }
+                Write::Ownership { contractor, record } => {
+                    tx.execute(
+                        "INSERT INTO ownership (contractor_id, record) VALUES (?1, ?2)
+                         ON CONFLICT(contractor_id) DO UPDATE SET record = ?2",
+                        params![contractor.as_str(), json(record)?],
+                    )?;
+                }
+                Write::Revocation(r) => {
+                    tx.execute(
+                        "INSERT INTO revocations (seq, body) VALUES (?1, ?2)",
+                        params![i(r.seq), json(r)?],
+                    )?;
+                }
+                Write::Map(m) => {
+                    tx.execute(
+                        "INSERT INTO placement_map (id, version, body) VALUES (1, ?1, ?2)
+                         ON CONFLICT(id) DO UPDATE SET version = ?1, body = ?2",
+                        params![i(m.map.version), json(m)?],
+                    )?;
+                }
+            }
+        }
+        for e in &commit.entries {
+            tx.execute(
+                "INSERT INTO feed (seq, change) VALUES (?1, ?2)",
+                params![i(e.seq), json(&e.change)?],
+            )?;
+        }
+        tx.execute(
+            "UPDATE feed_head SET head = ?1 WHERE id = 1",
+            params![i(commit.head)],
+        )?;
+        tx.execute(
+            "DELETE FROM feed WHERE seq <= ?1",
+            params![i(commit.head.saturating_sub(retain))],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn upsert_users(&self, users: &[UserRecord]) -> Result<u64> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut st = tx.prepare(&format!(
+                "INSERT INTO users ({USER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(contractor_id, login) DO UPDATE SET
+                   role = ?4, password_hash = ?5, status = ?6"
+            ))?;
+            for user in users {
+                st.execute(params![
+                    user.contractor_id.as_str(),
+                    user.login.as_str(),
+                    user.subject.as_str(),
+                    role_str(user.role),
+                    user.password_hash,
+                    status_str(user.status),
+                ])?;
+            }
+        }
+        let n: i64 = tx.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?;
+        tx.commit()?;
+        Ok(u(n))
+    }
+
+    fn user(&self, contractor: &ContractorId, login: &Login) -> Result<Option<UserRecord>> {
+        let conn = self.conn();
+        conn.query_row(
+            &format!("SELECT {USER_COLUMNS} FROM users WHERE contractor_id = ?1 AND login = ?2"),
+            params![contractor.as_str(), login.as_str()],
+            user_from_row,
+        )
+        .optional()?
+        .map(user_parse)
+        .transpose()
+    }
+
+    fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>> {
+        let conn = self.conn();
+        conn.query_row(
+            &format!("SELECT {USER_COLUMNS} FROM users WHERE subject = ?1"),
+            params![subject.as_str()],
+            user_from_row,
+        )
+        .optional()?
+        .map(user_parse)
+        .transpose()
+    }
+}
