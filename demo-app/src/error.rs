@@ -1,0 +1,115 @@
+//! The crate's one error type and the one function that turns it into an HTTP answer.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use protocol::{ErrorBody, ErrorCode};
+
+/// Seconds a client is told to wait before retrying a write refused during a handoff.
+pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
+/// Seconds a client is told to wait before retrying when this app's view is behind.
+pub const STALE_RETRY_AFTER_S: u64 = 1;
+
+/// Everything that can go wrong in the demo app.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("database: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("stored data is not valid: {0}")]
+    Corrupt(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("the edge key is missing or wrong")]
+    EdgeKey,
+    #[error("the admin token is missing or wrong")]
+    AdminToken,
+    #[error("unknown contractor")]
+    UnknownContractor,
+    #[error("this cell's app does not serve the contractor at that generation")]
+    WrongCell,
+    #[error("this app's view of the contractor is behind the request's generation")]
+    Stale,
+    #[error("the contractor is frozen for a handoff")]
+    Handoff,
+    #[error("not found")]
+    NotFound,
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        AppError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The one mapping from errors to HTTP answers.
+    pub fn to_body(&self) -> ErrorBody {
+        match self {
+            AppError::BadRequest(m) => ErrorBody::new(ErrorCode::InvalidRequest, m.clone()),
+            AppError::EdgeKey => ErrorBody::new(
+                ErrorCode::Forbidden,
+                "requests to the app must come through the cell's edge",
+            ),
+            AppError::AdminToken => {
+                ErrorBody::new(ErrorCode::Forbidden, "a valid admin token is required")
+            }
+            AppError::UnknownContractor => ErrorBody::new(
+                ErrorCode::CellStateStale,
+                "this app does not know the contractor (yet)",
+            )
+            .retry_after(STALE_RETRY_AFTER_S),
+            AppError::WrongCell => ErrorBody::new(
+                ErrorCode::WrongCell,
+                "the contractor is served elsewhere or at a newer generation",
+            ),
+            AppError::Stale => ErrorBody::new(
+                ErrorCode::CellStateStale,
+                "this app's view of the contractor is behind the request",
+            )
+            .retry_after(STALE_RETRY_AFTER_S),
+            AppError::Handoff => ErrorBody::new(
+                ErrorCode::HandoffInProgress,
+                "the contractor is being handed off; writes are paused",
+            )
+            .retry_after(HANDOFF_RETRY_AFTER_S),
+            AppError::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such resource"),
+            AppError::Config(_)
+            | AppError::Io { .. }
+            | AppError::Db(_)
+            | AppError::Corrupt(_)
+            | AppError::Internal(_) => ErrorBody::new(ErrorCode::Internal, "internal error"),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let body = self.to_body();
+        if body.error == ErrorCode::Internal {
+            tracing::error!(error = %self, "request failed");
+        }
+        let status =
+            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let retry = body.retry_after_s;
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(secs) = retry
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}
+
+pub type Result<T, E = AppError> = std::result::Result<T, E>;
