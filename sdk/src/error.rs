@@ -10,7 +10,8 @@ use protocol::{CellId, ErrorBody, ErrorCode, IdError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// There is no session: sign in first.
+    /// There is no session on this client: sign in first. (A cell's `SESSION_MISSING` is
+    /// [`Error::Rejected`]: the SDK always sends its session.)
     #[error("not signed in")]
     NotSignedIn,
     /// Sign-in refused (unknown user, wrong password and disabled user look the same).
@@ -113,7 +114,6 @@ impl Error {
         match body.error {
             ErrorCode::InvalidCredentials => Error::InvalidCredentials,
             ErrorCode::UnknownContractor => Error::UnknownContractor,
-            ErrorCode::SessionMissing => Error::NotSignedIn,
             ErrorCode::SessionExpired => Error::SessionExpired,
             ErrorCode::SessionRevoked => Error::SessionRevoked,
             ErrorCode::SessionInvalid => Error::SessionInvalid,
@@ -156,7 +156,6 @@ mod tests {
             let ok = match code {
                 ErrorCode::InvalidCredentials => matches!(e, Error::InvalidCredentials),
                 ErrorCode::UnknownContractor => matches!(e, Error::UnknownContractor),
-                ErrorCode::SessionMissing => matches!(e, Error::NotSignedIn),
                 ErrorCode::SessionExpired => matches!(e, Error::SessionExpired),
                 ErrorCode::SessionRevoked => matches!(e, Error::SessionRevoked),
                 ErrorCode::SessionInvalid => matches!(e, Error::SessionInvalid),
