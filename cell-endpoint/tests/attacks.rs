@@ -1,6 +1,8 @@
 //! ATTACKS.md table against the whole edge service, in-process: every forged, malformed or
 //! foreign token is a 401 with the right code, never a panic, never a forward to the app.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use axum::http::StatusCode;
@@ -12,7 +14,11 @@ fn valid_payload() -> serde_json::Value {
 }
 
 fn signed_payload(payload: &serde_json::Value) -> String {
-    craft(&cell_key(), &header_json(cell_key().kid().as_str()), &payload.to_string())
+    craft(
+        &cell_key(),
+        &header_json(cell_key().kid().as_str()),
+        &payload.to_string(),
+    )
 }
 
 fn with_claim(name: &str, value: serde_json::Value) -> String {
@@ -115,7 +121,11 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
             add(&format!("alg {alg} #{i}"), tok, INVALID);
         }
     }
-    add("HS256 keyed with the public key", hs256_with_public_key(), INVALID);
+    add(
+        "HS256 keyed with the public key",
+        hs256_with_public_key(),
+        INVALID,
+    );
     for (i, tok) in cookbook_with_our_kid("jws_4_1.rsa_v15_signature.json")
         .into_iter()
         .enumerate()
@@ -146,7 +156,11 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
     let other = key("k-other", 3);
     add(
         "unknown kid (signed by an unknown key)",
-        craft(&other, &header_json("k-other"), &valid_payload().to_string()),
+        craft(
+            &other,
+            &header_json("k-other"),
+            &valid_payload().to_string(),
+        ),
         INVALID,
     );
     add(
@@ -188,11 +202,9 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
         ),
         INVALID,
     );
-    let mut sig = base64::Engine::decode(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-        &parts[2],
-    )
-    .unwrap();
+    let mut sig =
+        base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &parts[2])
+            .unwrap();
     sig[10] ^= 1;
     add(
         "flipped signature bit",
@@ -240,13 +252,21 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
         INVALID,
     );
     // claims
-    add("aud array", with_claim("aud", serde_json::json!([CELL])), INVALID);
+    add(
+        "aud array",
+        with_claim("aud", serde_json::json!([CELL])),
+        INVALID,
+    );
     add(
         "aud array with another cell",
         with_claim("aud", serde_json::json!(["cell-04", CELL])),
         INVALID,
     );
-    add("aud another cell", with_claim("aud", serde_json::json!("cell-04")), INVALID);
+    add(
+        "aud another cell",
+        with_claim("aud", serde_json::json!("cell-04")),
+        INVALID,
+    );
     add("missing iss", without_claim("iss"), INVALID);
     add("missing aud", without_claim("aud"), INVALID);
     add("missing exp", without_claim("exp"), INVALID);
@@ -260,13 +280,41 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
         with_claim("cell", serde_json::json!("cell-04")),
         INVALID,
     );
-    add("future iat", with_claim("iat", serde_json::json!(NOW + 3600)), INVALID);
-    add("iat in 2100", with_claim("iat", serde_json::json!(4_102_444_800u64)), INVALID);
-    add("exp = u64::MAX", with_claim("exp", serde_json::json!(u64::MAX)), INVALID);
-    add("exp = 2^53 + 1", with_claim("exp", serde_json::json!((1u64 << 53) + 1)), INVALID);
-    add("string exp", with_claim("exp", serde_json::json!(format!("{}", NOW + 100))), INVALID);
-    add("float exp", with_claim("exp", serde_json::json!(1.0e300)), INVALID);
-    add("negative exp", with_claim("exp", serde_json::json!(-1)), INVALID);
+    add(
+        "future iat",
+        with_claim("iat", serde_json::json!(NOW + 3600)),
+        INVALID,
+    );
+    add(
+        "iat in 2100",
+        with_claim("iat", serde_json::json!(4_102_444_800u64)),
+        INVALID,
+    );
+    add(
+        "exp = u64::MAX",
+        with_claim("exp", serde_json::json!(u64::MAX)),
+        INVALID,
+    );
+    add(
+        "exp = 2^53 + 1",
+        with_claim("exp", serde_json::json!((1u64 << 53) + 1)),
+        INVALID,
+    );
+    add(
+        "string exp",
+        with_claim("exp", serde_json::json!(format!("{}", NOW + 100))),
+        INVALID,
+    );
+    add(
+        "float exp",
+        with_claim("exp", serde_json::json!(1.0e300)),
+        INVALID,
+    );
+    add(
+        "negative exp",
+        with_claim("exp", serde_json::json!(-1)),
+        INVALID,
+    );
     add(
         "lifetime longer than configured",
         with_claim("exp", serde_json::json!(NOW + 31 * 24 * 3600)),
@@ -278,8 +326,16 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
     expired.auth_time = expired.iat;
     expired.exp = NOW - 61;
     add("expired (61 s past exp)", mint(&expired), "SESSION_EXPIRED");
-    add("nbf in the future", with_claim("nbf", serde_json::json!(NOW + 120)), INVALID);
-    add("unknown claim", with_claim("admin", serde_json::json!(true)), INVALID);
+    add(
+        "nbf in the future",
+        with_claim("nbf", serde_json::json!(NOW + 120)),
+        INVALID,
+    );
+    add(
+        "unknown claim",
+        with_claim("admin", serde_json::json!(true)),
+        INVALID,
+    );
     // duplicate members (parser differential)
     let dup = |name: &str, value: &str| {
         let p = valid_payload().to_string();
@@ -287,7 +343,11 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
         craft(&cell_key(), &header_json(&kid), &body)
     };
     add("duplicate cell", dup("cell", "\"cell-04\""), INVALID);
-    add("duplicate exp", dup("exp", &(NOW + 10).to_string()), INVALID);
+    add(
+        "duplicate exp",
+        dup("exp", &(NOW + 10).to_string()),
+        INVALID,
+    );
     add("duplicate sub", dup("sub", "\"c-40711.admin\""), INVALID);
     add(
         "non-JSON payload",
@@ -303,18 +363,32 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
     );
     add(
         "+/ alphabet",
-        token_with_url_alphabet().replace('-', "+").replace('_', "/"),
+        token_with_url_alphabet()
+            .replace('-', "+")
+            .replace('_', "/"),
         INVALID,
     );
-    add("two segments", format!("{}.{}", parts[0], parts[1]), INVALID);
+    add(
+        "two segments",
+        format!("{}.{}", parts[0], parts[1]),
+        INVALID,
+    );
     add("four segments", format!("{good}.{}", parts[2]), INVALID);
     add("five segments (JWE shape)", format!("{good}.a.b"), INVALID);
-    add("empty payload segment", format!("{}..{}", parts[0], parts[2]), INVALID);
+    add(
+        "empty payload segment",
+        format!("{}..{}", parts[0], parts[2]),
+        INVALID,
+    );
     add("trailing space", format!("{good} "), INVALID);
     add("trailing tab", format!("{good}\t"), INVALID);
     add("leading space", format!(" {good}"), INVALID);
     add("empty token", String::new(), INVALID);
-    add("1 MiB token", format!("{good}{}", "A".repeat(1 << 20)), INVALID);
+    add(
+        "1 MiB token",
+        format!("{good}{}", "A".repeat(1 << 20)),
+        INVALID,
+    );
     add("8 KiB + 1 token", "A".repeat(8 * 1024 + 1), INVALID);
     add("only dots", ".".repeat(4000), INVALID);
     // another cell
@@ -331,7 +405,11 @@ fn attack_table() -> Vec<(String, String, &'static str)> {
     let same_kid_other_cell = key(cell_key().kid().as_str(), 45);
     add(
         "another cell's token reusing our kid name",
-        same_kid_other_cell.mint(&theirs).unwrap().expose().to_owned(),
+        same_kid_other_cell
+            .mint(&theirs)
+            .unwrap()
+            .expose()
+            .to_owned(),
         INVALID,
     );
     add(
@@ -384,8 +462,7 @@ async fn attack_tokens_in_the_cookie_are_refused_too() {
         if token.len() > 4000 {
             continue;
         }
-        let Ok(v) =
-            axum::http::HeaderValue::from_str(&format!("__Host-cellbind_session={token}"))
+        let Ok(v) = axum::http::HeaderValue::from_str(&format!("__Host-cellbind_session={token}"))
         else {
             continue;
         };
@@ -414,7 +491,9 @@ async fn every_wycheproof_jws_vector_is_refused() {
     for group in doc["testGroups"].as_array().unwrap() {
         for case in group["tests"].as_array().unwrap() {
             total += 1;
-            let Some(jws) = case["jws"].as_str() else { continue };
+            let Some(jws) = case["jws"].as_str() else {
+                continue;
+            };
             let Ok(v) = axum::http::HeaderValue::from_str(&format!("Bearer {jws}")) else {
                 // Multi-line JSON serializations cannot even be sent as a header.
                 unsendable += 1;

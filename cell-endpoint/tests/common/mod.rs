@@ -105,7 +105,10 @@ pub fn feed_key(k: &SigningKey, status: KeyStatus) -> FeedKey {
 
 pub fn signed_map(version: u64) -> SignedMap {
     let overrides = BTreeMap::from([
-        (ContractorId::new(CTR_ELSEWHERE).unwrap(), CellId::new(OTHER_CELL).unwrap()),
+        (
+            ContractorId::new(CTR_ELSEWHERE).unwrap(),
+            CellId::new(OTHER_CELL).unwrap(),
+        ),
         (ContractorId::new(CTR_NOWHERE).unwrap(), cell()),
     ]);
     PlacementMap {
@@ -236,7 +239,9 @@ pub async fn send(edge: &Edge, req: Request<Body>) -> (StatusCode, HeaderMap, se
         .unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
     (status, headers, json)
 }
