@@ -1,0 +1,86 @@
+//! The control plane's configuration: a TOML file, then `CELLBIND_<FIELD>` overrides.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use protocol::CellId;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CpError, Result};
+
+/// Environment prefix of configuration overrides.
+pub const ENV_PREFIX: &str = "CELLBIND_";
+/// Default number of buckets of the placement map.
+pub const DEFAULT_BUCKET_COUNT: usize = 1024;
+/// Default interval between two publications of the map, in milliseconds.
+pub const DEFAULT_PUBLISH_INTERVAL_MS: u64 = 30_000;
+
+/// One cell as the control plane knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellConfig {
+    pub id: CellId,
+    /// The cell's public endpoint (what clients address).
+    pub endpoint: String,
+    /// The cell's auth-service (admin API).
+    pub auth_service_url: String,
+}
+
+/// `cellbind-control-plane --config` (see docs/INTERNALS.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Holds `placements.db`.
+    pub data_dir: PathBuf,
+    /// The map signing key: a 32-byte Ed25519 seed, created 0600 if missing.
+    pub map_key_file: PathBuf,
+    /// Where `placement-map.json` is written on every publication.
+    pub publish_dir: PathBuf,
+    pub admin_token_file: PathBuf,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub cells: Vec<CellConfig>,
+    #[serde(default = "default_bucket_count")]
+    pub bucket_count: usize,
+    #[serde(default = "default_publish_interval_ms")]
+    pub publish_interval_ms: u64,
+}
+
+fn default_bucket_count() -> usize {
+    DEFAULT_BUCKET_COUNT
+}
+
+fn default_publish_interval_ms() -> u64 {
+    DEFAULT_PUBLISH_INTERVAL_MS
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config> {
+        let cfg: Config = Figment::new()
+            .merge(Toml::file_exact(path))
+            .merge(Env::prefixed(ENV_PREFIX).ignore(&["exit_on_stdin_eof"]))
+            .extract()
+            .map_err(|e| CpError::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if self.cells.is_empty() {
+            return Err(CpError::Config("at least one cell is required".into()));
+        }
+        if self.bucket_count == 0 || self.bucket_count > protocol::map::MAX_BUCKETS {
+            return Err(CpError::Config(format!(
+                "bucket_count must be in 1..={}",
+                protocol::map::MAX_BUCKETS
+            )));
+        }
+        if self.publish_interval_ms == 0 {
+            return Err(CpError::Config(
+                "publish_interval_ms must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,103 @@
+//! `fleet.json`: where everything of a dev fleet is (DESIGN §8).
+
+use std::path::{Path, PathBuf};
+
+use protocol::{CellId, ContractorId};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CpError, Result};
+use crate::secrets::write_private;
+
+/// Schema version of `fleet.json`.
+pub const FLEET_SCHEMA: u32 = 1;
+/// File name of the fleet description in the fleet directory.
+pub const FLEET_FILE: &str = "fleet.json";
+
+/// A process reached over HTTPS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Service {
+    pub url: String,
+    pub pid: u32,
+}
+
+/// One cell of the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetCell {
+    pub id: CellId,
+    /// The cell's public endpoint (its edge).
+    pub endpoint: String,
+    pub endpoint_pid: u32,
+    pub auth_service: Service,
+    pub app_url: String,
+    pub app_pid: u32,
+}
+
+/// A seeded user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DemoUser {
+    pub contractor_id: ContractorId,
+    pub login: String,
+    pub password: String,
+    pub cell_id: CellId,
+}
+
+/// The seeded users.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demo {
+    pub technicians: Vec<DemoUser>,
+    pub dispatchers: Vec<DemoUser>,
+}
+
+/// `fleet.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetFile {
+    pub schema: u32,
+    /// Path of the CA certificate (PEM) every process's certificate chains to.
+    pub ca_cert: PathBuf,
+    pub control_plane: Service,
+    /// The admin bearer token of the auth-services, apps and control plane.
+    pub admin_token: String,
+    /// The same token's file (0600).
+    pub admin_token_file: PathBuf,
+    /// The control plane's map key, base64url Ed25519 public key.
+    pub map_public_key: String,
+    pub cells: Vec<FleetCell>,
+    pub demo: Demo,
+}
+
+impl FleetFile {
+    pub fn load(path: &Path) -> Result<FleetFile> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| CpError::io(format!("reading {}", path.display()), e))?;
+        let f: FleetFile = serde_json::from_slice(&bytes)
+            .map_err(|e| CpError::Config(format!("{} is not a fleet file: {e}", path.display())))?;
+        if f.schema != FLEET_SCHEMA {
+            return Err(CpError::Config(format!(
+                "{} has schema {}, this build reads {FLEET_SCHEMA}",
+                path.display(),
+                f.schema
+            )));
+        }
+        Ok(f)
+    }
+
+    /// Writes the file 0600 (it holds the admin token and the demo password).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes =
+            serde_json::to_vec_pretty(self).map_err(|e| CpError::Internal(e.to_string()))?;
+        write_private(path, &bytes)
+    }
+
+    pub fn cell(&self, id: &CellId) -> Option<&FleetCell> {
+        self.cells.iter().find(|c| &c.id == id)
+    }
+
+    /// Every pid of the fleet (control plane, then per cell: auth-service, edge, app).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v = vec![self.control_plane.pid];
+        for c in &self.cells {
+            v.extend([c.auth_service.pid, c.endpoint_pid, c.app_pid]);
+        }
+        v
+    }
+}

@@ -1,0 +1,87 @@
+//! The crate's one error type and the one function that turns it into an HTTP answer.
+
+use std::path::PathBuf;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use protocol::{ErrorBody, ErrorCode};
+
+/// Everything that can go wrong in the control plane and `cellctl`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CpError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("address {0} is already in use")]
+    AddrInUse(std::net::SocketAddr),
+    #[error("another `cellctl dev` is already running in {}", .0.display())]
+    AlreadyRunning(PathBuf),
+    #[error("database: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("placement map: {0}")]
+    Map(#[from] protocol::map::MapError),
+    #[error("key: {0}")]
+    Key(String),
+    #[error("certificates: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("{0}")]
+    Fleet(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    #[error("a valid admin token is required")]
+    AdminToken,
+    #[error("not found")]
+    NotFound,
+    #[error("no placement map has been published yet")]
+    NotReady,
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl CpError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CpError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The one mapping from errors to HTTP answers.
+    pub fn to_body(&self) -> ErrorBody {
+        match self {
+            CpError::BadRequest(m) => ErrorBody::new(ErrorCode::InvalidRequest, m.clone()),
+            CpError::AdminToken => ErrorBody::new(ErrorCode::Forbidden, self.to_string()),
+            CpError::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such resource"),
+            CpError::NotReady => ErrorBody::new(ErrorCode::NotReady, self.to_string()),
+            _ => ErrorBody::new(ErrorCode::Internal, "internal error"),
+        }
+    }
+}
+
+impl IntoResponse for CpError {
+    fn into_response(self) -> Response {
+        let body = self.to_body();
+        if body.error == ErrorCode::Internal {
+            tracing::error!(error = %self, "request failed");
+        }
+        let status =
+            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<reqwest::Error> for CpError {
+    fn from(e: reqwest::Error) -> Self {
+        CpError::Http(e.to_string())
+    }
+}
+
+pub type Result<T, E = CpError> = std::result::Result<T, E>;

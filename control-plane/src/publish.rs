@@ -1,0 +1,167 @@
+//! Publication of the signed placement map: built from the cells, the round-robin bucket
+//! table and the placements that differ from their bucket's cell (the overrides); signed with
+//! the control plane's key; written to the publish directory and served over HTTPS.
+//! A new version is minted only when the content changes; the same version is re-written on
+//! every periodic publication.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, bucket_of};
+use protocol::time::SharedClock;
+use protocol::token::SigningKey;
+
+use crate::error::{CpError, Result};
+use crate::secrets::write_atomic;
+
+/// Mode of the published map file (public content).
+pub const MAP_FILE_MODE: u32 = 0o644;
+use crate::store::Store;
+
+/// File name of the published map in the publish directory.
+pub const MAP_FILE: &str = "placement-map.json";
+
+/// The bucket table: bucket `i` belongs to cell `i % cells`.
+pub fn round_robin_buckets(bucket_count: usize, cells: usize) -> Vec<u16> {
+    (0..bucket_count)
+        .map(|i| u16::try_from(i % cells.max(1)).unwrap_or(0))
+        .collect()
+}
+
+/// Publishes the map; shared by the HTTP handlers and the periodic task.
+#[derive(Debug, Clone)]
+pub struct Publisher {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cells: Vec<CellEntry>,
+    buckets: Vec<u16>,
+    key: SigningKey,
+    store: Arc<Mutex<Store>>,
+    publish_dir: PathBuf,
+    current: RwLock<Option<SignedMap>>,
+    clock: SharedClock,
+    /// Serializes publications.
+    gate: tokio::sync::Mutex<()>,
+}
+
+impl Publisher {
+    pub fn new(
+        cells: Vec<CellEntry>,
+        bucket_count: usize,
+        key: SigningKey,
+        store: Arc<Mutex<Store>>,
+        publish_dir: PathBuf,
+        clock: SharedClock,
+    ) -> Result<Publisher> {
+        let held = store
+            .lock()
+            .map_err(|_| CpError::Internal("store lock poisoned".into()))?
+            .published()?;
+        // A stored map signed by another key (the key file was replaced) is not served.
+        let held = held.filter(|m| m.verify(&key.public_key()).is_ok());
+        let buckets = round_robin_buckets(bucket_count, cells.len());
+        Ok(Publisher {
+            inner: Arc::new(Inner {
+                cells,
+                buckets,
+                key,
+                store,
+                publish_dir,
+                current: RwLock::new(held),
+                clock,
+                gate: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The map currently served.
+    pub fn current(&self) -> Option<SignedMap> {
+        self.inner.current.read().ok().and_then(|g| g.clone())
+    }
+
+    pub fn public_key(&self) -> protocol::jwks::PublicKey {
+        self.inner.key.public_key()
+    }
+
+    pub fn has_cell(&self, id: &protocol::CellId) -> bool {
+        self.inner.cells.iter().any(|c| &c.id == id)
+    }
+
+    /// Builds the content from the store, signs a new version if it changed, writes the file.
+    pub async fn publish(&self) -> Result<SignedMap> {
+        let _gate = self.inner.gate.lock().await;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.publish_blocking())
+            .await
+            .map_err(|e| CpError::Internal(format!("publish task: {e}")))?
+    }
+}
+
+impl Inner {
+    fn overrides(
+        &self,
+        store: &Store,
+    ) -> Result<BTreeMap<protocol::ContractorId, protocol::CellId>> {
+        let mut out = BTreeMap::new();
+        for (c, p) in store.all()? {
+            let idx = self
+                .buckets
+                .get(bucket_of(&c, self.buckets.len()))
+                .copied()
+                .unwrap_or(0);
+            let bucket_cell = self.cells.get(usize::from(idx)).map(|e| &e.id);
+            if bucket_cell != Some(&p.cell) {
+                out.insert(c, p.cell);
+            }
+        }
+        Ok(out)
+    }
+
+    fn publish_blocking(&self) -> Result<SignedMap> {
+        let store = self
+            .store
+            .lock()
+            .map_err(|_| CpError::Internal("store lock poisoned".into()))?;
+        let overrides = self.overrides(&store)?;
+        let held = self.current.read().ok().and_then(|g| g.clone());
+        let same = held.as_ref().is_some_and(|h| {
+            h.map.cells == self.cells
+                && h.map.buckets == self.buckets
+                && h.map.overrides == overrides
+        });
+        let signed = match held {
+            Some(h) if same => h,
+            held => {
+                let version = held.map(|h| h.map.version).unwrap_or(0) + 1;
+                let map = PlacementMap {
+                    schema: MAP_SCHEMA,
+                    version,
+                    issued_at: self.clock.now(),
+                    cells: self.cells.clone(),
+                    buckets: self.buckets.clone(),
+                    overrides,
+                };
+                let signed = map.sign(&self.key)?;
+                store.set_published(&signed)?;
+                tracing::info!(version, "placement map signed");
+                signed
+            }
+        };
+        drop(store);
+        std::fs::create_dir_all(&self.publish_dir)
+            .map_err(|e| CpError::io(format!("creating {}", self.publish_dir.display()), e))?;
+        write_atomic(
+            &self.publish_dir.join(MAP_FILE),
+            &signed.to_json()?,
+            MAP_FILE_MODE,
+        )?;
+        if let Ok(mut g) = self.current.write() {
+            *g = Some(signed.clone());
+        }
+        Ok(signed)
+    }
+}

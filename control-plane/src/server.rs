@@ -1,0 +1,330 @@
+//! The control plane's HTTPS service: the signed map, its public key, and the admin API.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::header;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+use protocol::ContractorId;
+use protocol::map::CellEntry;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::{CpError, Result};
+use crate::publish::Publisher;
+use crate::secrets::{Secret, load_or_create_map_key, public_key_b64};
+use crate::store::{Placement, Store};
+
+/// Grace period for in-flight requests at shutdown, in milliseconds.
+pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
+/// Environment variable: when `1`, exit as soon as stdin reaches end of file.
+pub const EXIT_ON_STDIN_EOF_ENV: &str = "CELLBIND_EXIT_ON_STDIN_EOF";
+/// `Cache-Control` max-age of the published map, in seconds.
+pub const MAP_MAX_AGE_S: u64 = 30;
+
+/// Installs the ring crypto provider for rustls (later calls are no-ops).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Shared state of the handlers.
+#[derive(Debug, Clone)]
+pub struct CpState {
+    pub publisher: Publisher,
+    store: Arc<Mutex<Store>>,
+    admin_token: Secret,
+}
+
+impl CpState {
+    pub fn new(publisher: Publisher, store: Arc<Mutex<Store>>, admin_token: Secret) -> Self {
+        CpState {
+            publisher,
+            store,
+            admin_token,
+        }
+    }
+
+    async fn with_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let guard = store
+                .lock()
+                .map_err(|_| CpError::Internal("store lock poisoned".into()))?;
+            f(&guard)
+        })
+        .await
+        .map_err(|e| CpError::Internal(format!("store task: {e}")))?
+    }
+}
+
+/// A caller holding the admin token.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<CpState> for Admin {
+    type Rejection = CpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &CpState) -> Result<Self> {
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .ok_or(CpError::AdminToken)?;
+        if state.admin_token.matches(presented) {
+            Ok(Admin)
+        } else {
+            Err(CpError::AdminToken)
+        }
+    }
+}
+
+async fn placement_map(State(st): State<CpState>) -> Result<Response> {
+    let map = st.publisher.current().ok_or(CpError::NotReady)?;
+    let body = map.to_json()?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_string()),
+            (
+                header::CACHE_CONTROL,
+                format!("public, max-age={MAP_MAX_AGE_S}"),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+async fn map_public_key(State(st): State<CpState>) -> Response {
+    let key = base64_of(st.publisher.public_key().as_bytes());
+    axum::Json(serde_json::json!({ "public_key": key })).into_response()
+}
+
+fn base64_of(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+fn parse_contractor(s: &str) -> Result<ContractorId> {
+    ContractorId::new(s).map_err(|e| CpError::BadRequest(e.to_string()))
+}
+
+async fn get_placement(
+    State(st): State<CpState>,
+    _: Admin,
+    Path(c): Path<String>,
+) -> Result<Response> {
+    let c = parse_contractor(&c)?;
+    let p = st
+        .with_store(move |s| s.get(&c))
+        .await?
+        .ok_or(CpError::NotFound)?;
+    Ok(axum::Json(p).into_response())
+}
+
+/// Answer of a placement change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementAnswer {
+    pub contractor_id: ContractorId,
+    #[serde(flatten)]
+    pub placement: Placement,
+    pub changed: bool,
+    pub map_version: u64,
+}
+
+async fn put_placement(
+    State(st): State<CpState>,
+    _: Admin,
+    Path(c): Path<String>,
+    body: Bytes,
+) -> Result<Response> {
+    let c = parse_contractor(&c)?;
+    let p: Placement =
+        serde_json::from_slice(&body).map_err(|e| CpError::BadRequest(format!("body: {e}")))?;
+    if !st.publisher.has_cell(&p.cell) {
+        return Err(CpError::BadRequest(format!("unknown cell {}", p.cell)));
+    }
+    let (c2, p2) = (c.clone(), p.clone());
+    let changed = st.with_store(move |s| s.put(&c2, &p2)).await?;
+    let map = st.publisher.publish().await?;
+    Ok(axum::Json(PlacementAnswer {
+        contractor_id: c,
+        placement: p,
+        changed,
+        map_version: map.map.version,
+    })
+    .into_response())
+}
+
+async fn publish_now(State(st): State<CpState>, _: Admin) -> Result<Response> {
+    let map = st.publisher.publish().await?;
+    Ok(axum::Json(serde_json::json!({ "version": map.map.version })).into_response())
+}
+
+async fn healthz() -> Response {
+    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+async fn not_found() -> CpError {
+    CpError::NotFound
+}
+
+/// The control plane's routes.
+pub fn router(state: CpState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/placement-map", get(placement_map))
+        .route("/v1/map-public-key", get(map_public_key))
+        .route(
+            "/admin/v1/placements/{ctr}",
+            get(get_placement).put(put_placement),
+        )
+        .route("/admin/v1/publish", post(publish_now))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Opens the store, loads (or creates) the key, and publishes a first map.
+pub async fn state_from_config(config: &Config) -> Result<CpState> {
+    let key = load_or_create_map_key(&config.map_key_file)?;
+    let store = Arc::new(Mutex::new(Store::open(&config.data_dir)?));
+    let cells = config
+        .cells
+        .iter()
+        .map(|c| CellEntry {
+            id: c.id.clone(),
+            endpoint: c.endpoint.clone(),
+        })
+        .collect();
+    let publisher = Publisher::new(
+        cells,
+        config.bucket_count,
+        key,
+        store.clone(),
+        config.publish_dir.clone(),
+        protocol::time::system_clock(),
+    )?;
+    publisher.publish().await?;
+    tracing::info!(
+        public_key = %public_key_b64_of(&publisher),
+        "placement map published"
+    );
+    Ok(CpState::new(
+        publisher,
+        store,
+        Secret::from_file(&config.admin_token_file)?,
+    ))
+}
+
+fn public_key_b64_of(p: &Publisher) -> String {
+    base64_of(p.public_key().as_bytes())
+}
+
+/// Resolves when the process should stop: SIGINT, SIGTERM, or (with
+/// `CELLBIND_EXIT_ON_STDIN_EOF=1`) the end of stdin.
+pub async fn shutdown_signal() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    if std::env::var(EXIT_ON_STDIN_EOF_ENV).is_ok_and(|v| v == "1") {
+        // A plain thread: a blocking stdin read must not hold up the runtime's shutdown.
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            loop {
+                match stdin.read(&mut sink) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(());
+        });
+    } else {
+        std::mem::forget(tx);
+    }
+    let stdin_eof = async {
+        let _ = rx.await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+        _ = stdin_eof => {},
+    }
+}
+
+/// Binds `addr`, naming it in the error when that fails.
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            CpError::AddrInUse(addr)
+        } else {
+            CpError::io(format!("cannot listen on {addr}"), e)
+        }
+    })?;
+    l.set_nonblocking(true)
+        .map_err(|e| CpError::io("setting the listener non-blocking", e))?;
+    Ok(l)
+}
+
+/// Runs the control plane until [`shutdown_signal`]: serves HTTPS and republishes the map
+/// every `publish_interval_ms` (and on every change).
+pub async fn run(config: Config) -> Result<()> {
+    install_crypto_provider();
+    let listener = bind(config.listen)?;
+    let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
+        .await
+        .map_err(|e| CpError::io("loading the TLS certificate and key", e))?;
+    let state = state_from_config(&config).await?;
+    let publisher = state.publisher.clone();
+    let interval = Duration::from_millis(config.publish_interval_ms);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if let Err(e) = publisher.publish().await {
+                tracing::warn!(error = %e, "periodic publication failed");
+            }
+        }
+    });
+    let handle: Handle<SocketAddr> = Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        h.graceful_shutdown(Some(Duration::from_millis(SHUTDOWN_GRACE_MS)));
+    });
+    tracing::info!(listen = %config.listen, "control plane serving");
+    axum_server::from_tcp_rustls(listener, tls)
+        .map_err(|e| CpError::io("starting the server", e))?
+        .handle(handle)
+        .serve(router(state).into_make_service())
+        .await
+        .map_err(|e| CpError::io("serving", e))
+}
+
+/// The public key of a key file, base64url (what `fleet.json` and SDKs pin).
+pub fn map_public_key_of(config: &Config) -> Result<String> {
+    Ok(public_key_b64(&load_or_create_map_key(
+        &config.map_key_file,
+    )?))
+}

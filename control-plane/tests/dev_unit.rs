@@ -1,0 +1,54 @@
+//! Pieces of `cellctl dev` that need no other binary: the directory lock, the port check,
+//! the CA, and a clear error when a binary is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use control_plane::CpError;
+use control_plane::dev::{self, Fleet, FleetOptions, LocalCa};
+
+#[test]
+fn a_directory_is_locked_by_one_fleet_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = dev::lock_dir(dir.path()).unwrap();
+    let err = dev::lock_dir(dir.path()).unwrap_err();
+    assert!(matches!(err, CpError::AlreadyRunning(_)));
+    assert!(err.to_string().contains("already running"), "{err}");
+    drop(held);
+    assert!(dev::lock_dir(dir.path()).is_ok());
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let err = dev::check_ports_free(&[addr]).unwrap_err();
+    assert_eq!(err.to_string(), format!("address {addr} is already in use"));
+}
+
+#[tokio::test]
+async fn a_missing_binary_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bins = tempfile::tempdir().unwrap();
+    let err = Fleet::start(FleetOptions::new(dir.path(), bins.path()))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cellbind-control-plane was not found"),
+        "{msg}"
+    );
+    assert!(msg.contains("cargo build --workspace --bins"), "{msg}");
+}
+
+#[tokio::test]
+async fn certificates_chain_to_the_local_ca_only() {
+    control_plane::server::install_crypto_provider();
+    let ca = LocalCa::generate("t").unwrap();
+    let (cert, key) = ca
+        .issue("cell-02", &["127.0.0.2".parse().unwrap()])
+        .unwrap();
+    assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(key.contains("PRIVATE KEY"));
+    // The client refuses an empty CA bundle.
+    assert!(dev::client_trusting(b"not a pem").is_err());
+    assert!(dev::client_trusting(ca.pem().as_bytes()).is_ok());
+}

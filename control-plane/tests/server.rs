@@ -1,0 +1,250 @@
+//! The control plane's service: the signed map (versions, overrides, signature), the admin API.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use control_plane::config::{CellConfig, Config};
+use control_plane::dev::LocalCa;
+use control_plane::publish::MAP_FILE;
+use control_plane::store::{Placement, Store};
+use http_body_util::BodyExt as _;
+use protocol::jwks::PublicKey;
+use protocol::map::SignedMap;
+use protocol::{CellId, ContractorId, Generation};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+const ADMIN: &str = "cp-admin-token";
+
+fn config(dir: &std::path::Path, port: u16) -> Config {
+    std::fs::write(dir.join("admin-token"), format!("{ADMIN}\n")).unwrap();
+    Config {
+        listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        data_dir: dir.join("data"),
+        map_key_file: dir.join("map-key"),
+        publish_dir: dir.join("publish"),
+        admin_token_file: dir.join("admin-token"),
+        tls_cert: dir.join("cp.pem"),
+        tls_key: dir.join("cp-key.pem"),
+        cells: (1..=3)
+            .map(|n| CellConfig {
+                id: CellId::new(format!("cell-0{n}")).unwrap(),
+                endpoint: format!("https://127.0.0.{n}:8443"),
+                auth_service_url: format!("https://127.0.0.{n}:8444"),
+            })
+            .collect(),
+        bucket_count: 64,
+        publish_interval_ms: 30_000,
+    }
+}
+
+async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let s = resp.status();
+    (
+        s,
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).unwrap()
+}
+
+fn put_placement(ctr: &str, body: Value, token: &str) -> Request<Body> {
+    Request::put(format!("/admin/v1/placements/{ctr}"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn public_key(app: &axum::Router) -> PublicKey {
+    let (s, b) = send(app, get("/v1/map-public-key")).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    PublicKey::from_b64(v["public_key"].as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn map_is_signed_and_a_move_publishes_a_new_version_with_an_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1);
+    // Two contractors placed on their bucket's cell: no overrides.
+    {
+        let mut store = Store::open(&cfg.data_dir).unwrap();
+        let buckets = control_plane::publish::round_robin_buckets(64, 3);
+        let items: Vec<_> = ["c-1", "c-2"]
+            .iter()
+            .map(|c| {
+                let c = ContractorId::new(*c).unwrap();
+                let idx = buckets[protocol::map::bucket_of(&c, 64)];
+                let cell = cfg.cells[usize::from(idx)].id.clone();
+                (
+                    c,
+                    Placement {
+                        cell,
+                        generation: Generation(1),
+                    },
+                )
+            })
+            .collect();
+        store.put_many(&items).unwrap();
+    }
+    let app = control_plane::router(
+        control_plane::server::state_from_config(&cfg)
+            .await
+            .unwrap(),
+    );
+    let key = public_key(&app).await;
+
+    let (s, b) = send(&app, get("/v1/placement-map")).await;
+    assert_eq!(s, StatusCode::OK);
+    let v1 = SignedMap::verify_bytes(&b, &key).unwrap();
+    assert_eq!(v1.map.version, 1);
+    assert_eq!(v1.map.buckets.len(), 64);
+    assert_eq!(v1.map.cells.len(), 3);
+    assert!(v1.map.overrides.is_empty());
+    // The same content is published to the directory.
+    let on_disk = std::fs::read(cfg.publish_dir.join(MAP_FILE)).unwrap();
+    assert_eq!(SignedMap::verify_bytes(&on_disk, &key).unwrap(), v1);
+
+    // Republishing unchanged content keeps the version.
+    let publish = Request::post("/admin/v1/publish")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (s, b) = send(&app, publish).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(serde_json::from_slice::<Value>(&b).unwrap()["version"], 1);
+
+    // Move c-1 away from its bucket's cell: a new version naming it in the overrides.
+    let c1 = ContractorId::new("c-1").unwrap();
+    let home = v1.map.cell_for(&c1).unwrap().id.clone();
+    let other = v1
+        .map
+        .cells
+        .iter()
+        .find(|c| c.id != home)
+        .unwrap()
+        .id
+        .clone();
+    let (s, b) = send(
+        &app,
+        put_placement("c-1", json!({"cell": other, "generation": 2}), ADMIN),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    let (_, b) = send(&app, get("/v1/placement-map")).await;
+    let v2 = SignedMap::verify_bytes(&b, &key).unwrap();
+    assert_eq!(v2.map.version, 2);
+    assert_eq!(v2.map.overrides.get(&c1), Some(&other));
+    assert_eq!(v2.map.cell_for(&c1).unwrap().id, other);
+    assert!(v2.newer_than(Some(&v1)).is_ok());
+
+    // A lower generation, an unknown cell, a wrong token are refused.
+    let (s, _) = send(
+        &app,
+        put_placement("c-1", json!({"cell": home, "generation": 1}), ADMIN),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _) = send(
+        &app,
+        put_placement("c-1", json!({"cell": "cell-09", "generation": 3}), ADMIN),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, b) = send(
+        &app,
+        put_placement("c-1", json!({"cell": home, "generation": 3}), "nope"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&b).unwrap()["error"],
+        "FORBIDDEN"
+    );
+
+    // Moving back home removes the override.
+    let (s, _) = send(
+        &app,
+        put_placement("c-1", json!({"cell": home, "generation": 3}), ADMIN),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, b) = send(&app, get("/v1/placement-map")).await;
+    let v3 = SignedMap::verify_bytes(&b, &key).unwrap();
+    assert_eq!(v3.map.version, 3);
+    assert!(v3.map.overrides.is_empty());
+
+    // The placement is readable; versions survive a restart.
+    let req = Request::get("/admin/v1/placements/c-1")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (s, b) = send(&app, req).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&b).unwrap()["generation"],
+        3
+    );
+    drop(app);
+    let app = control_plane::router(
+        control_plane::server::state_from_config(&cfg)
+            .await
+            .unwrap(),
+    );
+    let (_, b) = send(&app, get("/v1/placement-map")).await;
+    assert_eq!(SignedMap::verify_bytes(&b, &key).unwrap().map.version, 3);
+}
+
+#[tokio::test]
+async fn serves_the_signed_map_over_tls_with_a_private_key_file() {
+    control_plane::server::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = config(dir.path(), port);
+    let ca = LocalCa::generate("test CA").unwrap();
+    ca.issue_to(
+        "cp",
+        &["127.0.0.1".parse().unwrap()],
+        &cfg.tls_cert,
+        &cfg.tls_key,
+    )
+    .unwrap();
+    let server = tokio::spawn(control_plane::server::run(cfg.clone()));
+    let client = control_plane::dev::client_trusting(ca.pem().as_bytes()).unwrap();
+    let url = format!("https://127.0.0.1:{port}/v1/placement-map");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        match client.get(&url).send().await {
+            Ok(r) if r.status() == 200 => break r.bytes().await.unwrap(),
+            _ if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("no map over TLS: {other:?}"),
+        }
+    };
+    let key = control_plane::secrets::load_or_create_map_key(&cfg.map_key_file).unwrap();
+    let m = SignedMap::verify_bytes(&body, &key.public_key()).unwrap();
+    assert_eq!(m.map.cells[0].endpoint, "https://127.0.0.1:8443");
+    // The key file is private.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&cfg.map_key_file)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    server.abort();
+}
