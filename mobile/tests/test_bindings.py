@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Binding tests of the `cellbind` Python module against a running dev fleet.
+
+Standard library only. Usage:
+
+    PYTHONPATH=DIR python3 test_bindings.py FLEET_JSON
+
+where DIR holds the generated `cellbind.py` next to `libcellbind_mobile.so`
+(mobile/scripts/test-bindings.sh does all of this).
+"""
+
+import asyncio
+import json
+import ssl
+import sys
+import traceback
+import urllib.request
+
+import cellbind
+
+ROUTES = "/api/routes/today"
+UNKNOWN_CONTRACTOR = "c-999999999"
+
+
+class MemoryStore(cellbind.SessionStore):
+    """The foreign session store: a Python object the Rust side calls back."""
+
+    def __init__(self):
+        self.blob = None
+        self.saves = 0
+        self.clears = 0
+
+    def load(self):
+        return self.blob
+
+    def save(self, blob):
+        self.blob = blob
+        self.saves += 1
+
+    def clear(self):
+        self.blob = None
+        self.clears += 1
+
+
+class BrokenStore(MemoryStore):
+    """A store whose save fails with an exception the interface does not declare."""
+
+    def save(self, blob):
+        raise OSError("keychain unavailable")
+
+
+def fetch_map(fleet):
+    ctx = ssl.create_default_context(cafile=fleet["ca_cert"])
+    url = fleet["cells"][0]["endpoint"] + "/v1/placement-map"
+    with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+        return r.read()
+
+
+class Env:
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.map = fetch_map(fleet)
+        with open(fleet["ca_cert"]) as f:
+            self.ca = f.read()
+        self.tech = fleet["demo"]["technicians"][0]
+
+    def client(self, store, key=None, map_bytes=None):
+        return cellbind.CellbindClient(
+            cellbind.CellbindConfig(
+                map=self.map if map_bytes is None else map_bytes,
+                map_public_key=self.fleet["map_public_key"] if key is None else key,
+                extra_ca_pem=self.ca,
+                store=store,
+            )
+        )
+
+    async def sign_in(self, client, password=None, contractor=None):
+        t = self.tech
+        return await client.sign_in(
+            contractor or t["contractor_id"], t["login"], password or t["password"]
+        )
+
+
+async def expect_error(variant, awaitable):
+    """Awaits and checks that exactly `variant` (a CellbindError subclass) is raised."""
+    try:
+        result = await awaitable
+    except cellbind.CellbindError as e:
+        if type(e) is not variant:
+            raise AssertionError(
+                f"expected CellbindError.{variant.__name__}, got "
+                f"CellbindError.{type(e).__name__}: {e}"
+            ) from None
+        return e
+    raise AssertionError(f"expected CellbindError.{variant.__name__}, got result {result!r}")
+
+
+def expect_error_sync(variant, fn):
+    async def run():
+        return fn()
+
+    return expect_error(variant, run())
+
+
+async def test_sign_in_request_and_restore(env):
+    store = MemoryStore()
+    c = env.client(store)
+    assert c.session() is None
+    info = await env.sign_in(c)
+    assert info.contractor_id == env.tech["contractor_id"], info
+    assert info.cell_id == env.tech["cell_id"], info
+    assert store.saves == 1 and store.blob is not None
+    assert json.loads(store.blob)["schema"] == 1
+    assert env.tech["password"] not in store.blob
+
+    r = await c.request("GET", ROUTES, None)
+    assert r.status == 200, r
+    route = json.loads(r.body)
+    assert route["contractor_id"] == env.tech["contractor_id"], route
+
+    # a new client object, restored from the foreign store (no sign-in)
+    c2 = env.client(store)
+    assert c2.session() is None
+    restored = c2.restore()
+    assert restored is not None and restored.session_id == info.session_id, restored
+    assert c2.session().cell_id == info.cell_id
+    r2 = await c2.request("GET", ROUTES, None)
+    assert r2.status == 200 and json.loads(r2.body)["contractor_id"] == env.tech["contractor_id"]
+
+    # a write goes through too
+    w = await c2.request("POST", "/api/jobs/j-py-1/complete", b"{}")
+    assert w.status == 200, (w.status, w.body)
+
+
+async def test_wrong_password_is_invalid_credentials(env):
+    c = env.client(MemoryStore())
+    await expect_error(cellbind.CellbindError.InvalidCredentials, env.sign_in(c, password="wrong-password"))
+    assert c.session() is None
+
+
+async def test_unknown_contractor(env):
+    c = env.client(MemoryStore())
+    await expect_error(
+        cellbind.CellbindError.UnknownContractor, env.sign_in(c, contractor=UNKNOWN_CONTRACTOR)
+    )
+
+
+async def test_cleared_session_then_request_is_not_signed_in(env):
+    store = MemoryStore()
+    c = env.client(store)
+    await env.sign_in(c)
+    assert await c.sign_out() is True
+    assert store.blob is None and store.clears >= 1
+    await expect_error(cellbind.CellbindError.NotSignedIn, c.request("GET", ROUTES, None))
+    # and a new client over the cleared store has nothing to restore
+    c2 = env.client(store)
+    assert c2.restore() is None
+    await expect_error(cellbind.CellbindError.NotSignedIn, c2.request("GET", ROUTES, None))
+
+
+async def test_bad_input_and_config_are_typed(env):
+    c = env.client(MemoryStore())
+    await expect_error(cellbind.CellbindError.InvalidInput, c.sign_in("not a contractor", "x", "y"))
+    await expect_error_sync(cellbind.CellbindError.Config, lambda: env.client(MemoryStore(), key="AAAA"))
+    tampered = env.map.replace(b'"version":', b'"version":9', 1)
+    await expect_error_sync(
+        cellbind.CellbindError.MapRefused, lambda: env.client(MemoryStore(), map_bytes=tampered)
+    )
+
+
+async def test_a_failing_foreign_store_is_a_store_error(env):
+    c = env.client(BrokenStore())
+    e = await expect_error(cellbind.CellbindError.Store, env.sign_in(c))
+    assert "keychain unavailable" in str(e) or e is not None
+    assert c.session() is None
+
+
+TESTS = [
+    test_sign_in_request_and_restore,
+    test_wrong_password_is_invalid_credentials,
+    test_unknown_contractor,
+    test_cleared_session_then_request_is_not_signed_in,
+    test_bad_input_and_config_are_typed,
+    test_a_failing_foreign_store_is_a_store_error,
+]
+
+
+async def main(path):
+    with open(path) as f:
+        env = Env(json.load(f))
+    failed = 0
+    for t in TESTS:
+        try:
+            await t(env)
+            print(f"PASS {t.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAIL {t.__name__}")
+            traceback.print_exc()
+    print(f"python bindings: {len(TESTS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: test_bindings.py FLEET_JSON", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(asyncio.run(main(sys.argv[1])))
