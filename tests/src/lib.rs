@@ -1,1 +1,248 @@
+//! Helpers of the end-to-end tests: start a real fleet (exactly what `cellctl dev` runs) in a
+//! temporary directory on a random port base, and talk to it over TLS trusting only its CA.
+//!
+//! The fleet's binaries must be built first: `cargo build --workspace --bins`.
 
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use control_plane::CpError;
+use control_plane::dev::{
+    DemoUser, Fleet, FleetCell, FleetFile, FleetOptions, client_trusting_file,
+};
+use protocol::map::SignedMap;
+use rand::Rng as _;
+use serde_json::Value;
+
+/// Lowest random port base.
+pub const PORT_BASE_MIN: u16 = 20_000;
+/// Highest random port base.
+pub const PORT_BASE_MAX: u16 = 60_000;
+/// Attempts at finding free ports.
+pub const PORT_ATTEMPTS: usize = 8;
+
+/// The directory holding the workspace's binaries (the target profile directory).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test binary>
+    let dir = exe
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    for bin in [
+        "cellctl",
+        "cellbind-control-plane",
+        "cellbind-auth-service",
+        "cellbind-cell-endpoint",
+        "cellbind-demo-app",
+    ] {
+        assert!(
+            dir.join(bin).is_file(),
+            "{bin} is not built in {}: run `cargo build --workspace --bins` first",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// A random port base in [`PORT_BASE_MIN`], [`PORT_BASE_MAX`].
+pub fn random_port_base() -> u16 {
+    rand::rng().random_range(PORT_BASE_MIN..PORT_BASE_MAX)
+}
+
+/// A running fleet in its own temporary directory.
+#[derive(Debug)]
+pub struct TestFleet {
+    pub fleet: Fleet,
+    pub dir: tempfile::TempDir,
+    pub client: reqwest::Client,
+}
+
+impl TestFleet {
+    /// Starts a fleet; retries with another port base when an address is taken.
+    pub async fn start() -> TestFleet {
+        let bins = bin_dir();
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let opts =
+                FleetOptions::new(dir.path().join("fleet"), &bins).port_base(random_port_base());
+            match Fleet::start(opts).await {
+                Ok(fleet) => {
+                    let client = client_trusting_file(&fleet.file().ca_cert).expect("CA client");
+                    return TestFleet { fleet, dir, client };
+                }
+                Err(CpError::AddrInUse(a)) => last = Some(a),
+                Err(e) => panic!("the fleet did not start: {e}"),
+            }
+        }
+        panic!("no free port base found (last taken: {last:?})");
+    }
+
+    pub fn file(&self) -> &FleetFile {
+        self.fleet.file()
+    }
+
+    pub fn cell(&self, id: &protocol::CellId) -> &FleetCell {
+        self.file().cell(id).expect("cell in fleet.json")
+    }
+
+    /// `n` technicians of each cell, the map's override contractors first.
+    pub fn sample_per_cell(&self, n: usize, overrides: &[String]) -> Vec<DemoUser> {
+        let mut out = Vec::new();
+        for cell in &self.file().cells {
+            let mut mine: Vec<&DemoUser> = self
+                .file()
+                .demo
+                .technicians
+                .iter()
+                .filter(|u| u.cell_id == cell.id && u.login == "tech-1")
+                .collect();
+            mine.sort_by_key(|u| !overrides.contains(&u.contractor_id.to_string()));
+            out.extend(mine.into_iter().take(n).cloned());
+        }
+        out
+    }
+
+    /// The signed map held by a cell (through its public endpoint), verified.
+    pub async fn map_at(&self, endpoint: &str) -> SignedMap {
+        let bytes = self
+            .client
+            .get(format!("{endpoint}/v1/placement-map"))
+            .send()
+            .await
+            .expect("map request")
+            .bytes()
+            .await
+            .expect("map body");
+        let key =
+            protocol::jwks::PublicKey::from_b64(&self.file().map_public_key).expect("map key");
+        SignedMap::verify_bytes(&bytes, &key).expect("the served map verifies")
+    }
+}
+
+/// `POST /v1/sessions` at `endpoint`: (status, body).
+pub async fn sign_in(client: &reqwest::Client, endpoint: &str, user: &DemoUser) -> (u16, Value) {
+    sign_in_as(
+        client,
+        endpoint,
+        user.contractor_id.as_str(),
+        &user.login,
+        &user.password,
+    )
+    .await
+}
+
+pub async fn sign_in_as(
+    client: &reqwest::Client,
+    endpoint: &str,
+    contractor: &str,
+    login: &str,
+    password: &str,
+) -> (u16, Value) {
+    let r = client
+        .post(format!("{endpoint}/v1/sessions"))
+        .json(&serde_json::json!({
+            "contractor_id": contractor, "login": login, "password": password, "client": "field"
+        }))
+        .send()
+        .await
+        .expect("sign-in request");
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+/// A signed-in technician.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub user: DemoUser,
+    pub endpoint: String,
+    pub token: String,
+}
+
+/// Signs in at the user's own cell and returns the session (panics otherwise).
+pub async fn session_for(t: &TestFleet, user: &DemoUser) -> Session {
+    let endpoint = t.cell(&user.cell_id).endpoint.clone();
+    let (s, v) = sign_in(&t.client, &endpoint, user).await;
+    assert_eq!(
+        s, 201,
+        "sign-in of {}/{} at its owner: {v}",
+        user.contractor_id, user.login
+    );
+    Session {
+        user: user.clone(),
+        endpoint,
+        token: v["session"]
+            .as_str()
+            .expect("session in the answer")
+            .to_owned(),
+    }
+}
+
+/// `GET {endpoint}/api/routes/today` with a session: the status.
+pub async fn route_load(client: &reqwest::Client, endpoint: &str, token: &str) -> u16 {
+    match client
+        .get(format!("{endpoint}/api/routes/today"))
+        .bearer_auth(token)
+        .send()
+        .await
+    {
+        Ok(r) => r.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// `POST {endpoint}/api/jobs/{job}/complete` with a session and an idempotency key.
+pub async fn complete(
+    client: &reqwest::Client,
+    endpoint: &str,
+    token: &str,
+    job: &str,
+    key: &str,
+) -> (u16, Value) {
+    match client
+        .post(format!("{endpoint}/api/jobs/{job}/complete"))
+        .bearer_auth(token)
+        .header("idempotency-key", key)
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let s = r.status().as_u16();
+            (s, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(e) => (0, Value::String(e.to_string())),
+    }
+}
+
+/// Whether a process is gone (no such pid, or a zombie nobody has reaped yet).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+    }
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub async fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Sends a signal to a pid.
+pub fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    let pid = i32::try_from(pid).expect("pid fits i32");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
