@@ -129,6 +129,8 @@ impl std::fmt::Debug for KeyRow {
 /// One durable state change.
 #[derive(Debug, Clone)]
 pub enum Write {
+    /// Insert or update a key; an update without a seed keeps the stored seed, and a revoked
+    /// or expired key loses it.
     Key(KeyRow),
     Ownership {
         contractor: ContractorId,

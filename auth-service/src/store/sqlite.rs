@@ -250,7 +250,9 @@ impl Store for SqliteStore {
                     tx.execute(
                         "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                         ON CONFLICT(kid) DO UPDATE SET state = ?2, sealed_seed = ?4, state_at = ?6",
+                         ON CONFLICT(kid) DO UPDATE SET state = ?2, state_at = ?6,
+                           sealed_seed = CASE WHEN ?2 IN ('revoked', 'expired') THEN NULL
+                                              ELSE COALESCE(?4, sealed_seed) END",
                         params![
                             k.kid.as_str(),
                             k.state.as_str(),

@@ -1,0 +1,290 @@
+//! Test fixtures: a throwaway CA and certificate, token files, a config, and a oneshot driver.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use cellbind_auth_service::{AppState, Config};
+use http_body_util::BodyExt as _;
+use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap};
+use protocol::time::FakeClock;
+use protocol::token::SigningKey;
+use protocol::{CellId, ContractorId, Kid};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+pub const ADMIN: &str = "admin-token-for-tests-0123456789";
+pub const FEED: &str = "feed-token-for-tests-0123456789";
+pub const CELL: &str = "cell-01";
+pub const ISSUER: &str = "https://127.0.0.1:8443";
+/// Start of the fake clock (2026-01-01).
+pub const T0: u64 = 1_767_225_600;
+
+pub struct Tls {
+    pub ca_pem: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// A CA and a leaf for 127.0.0.1, written into `dir`.
+pub fn make_tls(dir: &Path) -> Tls {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "cellbind test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let tls = Tls {
+        ca_pem: ca_cert.pem(),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+        ca: dir.join("ca.pem"),
+    };
+    std::fs::write(&tls.cert, leaf.pem()).unwrap();
+    std::fs::write(&tls.key, leaf_key.serialize_pem()).unwrap();
+    std::fs::write(&tls.ca, &tls.ca_pem).unwrap();
+    tls
+}
+
+/// The control plane's map key used in tests.
+pub fn map_key() -> SigningKey {
+    SigningKey::from_seed(Kid::new("map-1").unwrap(), &[42; 32]).unwrap()
+}
+
+pub fn map_key_b64() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(map_key().public_bytes())
+}
+
+/// A signed map with cells 01..=03; every bucket on cell-02 except overrides.
+pub fn signed_map(version: u64, overrides: &[(&str, &str)]) -> SignedMap {
+    PlacementMap {
+        schema: MAP_SCHEMA,
+        version,
+        issued_at: T0,
+        cells: (1..=3)
+            .map(|n| CellEntry {
+                id: CellId::new(format!("cell-0{n}")).unwrap(),
+                endpoint: format!("https://127.0.0.{n}:8443"),
+            })
+            .collect(),
+        buckets: vec![1; 16],
+        overrides: overrides
+            .iter()
+            .map(|(c, cell)| (ContractorId::new(*c).unwrap(), CellId::new(*cell).unwrap()))
+            .collect(),
+    }
+    .sign(&map_key())
+    .unwrap()
+}
+
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub tls: Tls,
+    pub config: Config,
+    pub clock: FakeClock,
+    pub state: AppState,
+}
+
+pub fn config_toml(dir: &Path, tls: &Tls, listen: &str, extra: &str) -> String {
+    format!(
+        r#"
+cell_id = "{CELL}"
+listen = "{listen}"
+issuer = "{ISSUER}"
+data_dir = "{data}"
+kek_file = "{data}/kek.bin"
+admin_token_file = "{dir}/admin.token"
+feed_token_file = "{dir}/feed.token"
+tls_cert = "{cert}"
+tls_key = "{key}"
+ca_cert = "{ca}"
+map_public_key = "{mk}"
+{extra}
+"#,
+        data = dir.join("data").display(),
+        dir = dir.display(),
+        cert = tls.cert.display(),
+        key = tls.key.display(),
+        ca = tls.ca.display(),
+        mk = map_key_b64(),
+    )
+}
+
+impl Fixture {
+    pub async fn new() -> Fixture {
+        Self::with_extra("").await
+    }
+
+    pub async fn with_extra(extra: &str) -> Fixture {
+        cellbind_auth_service::tls::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = make_tls(dir.path());
+        std::fs::write(dir.path().join("admin.token"), format!("{ADMIN}\n")).unwrap();
+        std::fs::write(dir.path().join("feed.token"), FEED).unwrap();
+        let config =
+            Config::from_toml(&config_toml(dir.path(), &tls, "127.0.0.1:0", extra)).unwrap();
+        let clock = FakeClock::at(T0);
+        let state = cellbind_auth_service::open_with_clock(config.clone(), Arc::new(clock.clone()))
+            .await
+            .unwrap();
+        Fixture {
+            dir,
+            tls,
+            config,
+            clock,
+            state,
+        }
+    }
+
+    /// Reopens the same data directory (a restart in-process).
+    pub async fn reopen(&self) -> AppState {
+        cellbind_auth_service::open_with_clock(self.config.clone(), Arc::new(self.clock.clone()))
+            .await
+            .unwrap()
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Body,
+    ) -> Resp {
+        call(&self.state, method, path, headers, body).await
+    }
+
+    pub async fn admin(&self, method: Method, path: &str, body: Value) -> Resp {
+        let auth = format!("Bearer {ADMIN}");
+        let body = if body.is_null() {
+            Body::empty()
+        } else {
+            Body::from(body.to_string())
+        };
+        self.call(
+            method,
+            path,
+            &[
+                ("authorization", &auth),
+                ("content-type", "application/json"),
+            ],
+            body,
+        )
+        .await
+    }
+
+    pub async fn feed(&self, since: u64) -> Value {
+        let auth = format!("Bearer {FEED}");
+        let r = self
+            .call(
+                Method::GET,
+                &format!("/internal/v1/feed?since={since}&instance=test-1"),
+                &[("authorization", &auth)],
+                Body::empty(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        r.json
+    }
+
+    pub async fn head(&self) -> u64 {
+        self.feed(0).await["head"].as_u64().unwrap()
+    }
+
+    /// Adds a user with a password and makes its contractor active at `gen`.
+    pub async fn seed(&self, ctr: &str, login: &str, password: &str, generation: u64) {
+        let r = self
+            .admin(
+                Method::POST,
+                "/admin/v1/users",
+                json!({"contractor_id": ctr, "login": login, "role": "technician", "password": password}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+        let r = self
+            .admin(
+                Method::PUT,
+                &format!("/admin/v1/ownership/{ctr}"),
+                json!({"state": "active", "gen": generation}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    }
+
+    pub async fn sign_in(&self, ctr: &str, login: &str, password: &str, client: &str) -> Resp {
+        self.call(
+            Method::POST,
+            "/v1/sessions",
+            &[("content-type", "application/json")],
+            Body::from(
+                json!({"contractor_id": ctr, "login": login, "password": password, "client": client})
+                    .to_string(),
+            ),
+        )
+        .await
+    }
+
+    pub async fn with_session(&self, method: Method, path: &str, token: &str) -> Resp {
+        let auth = format!("Bearer {token}");
+        self.call(method, path, &[("authorization", &auth)], Body::empty())
+            .await
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub json: Value,
+    pub text: String,
+}
+
+pub async fn call(
+    state: &AppState,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Body,
+) -> Resp {
+    let mut req = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = cellbind_auth_service::router(state.clone())
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Resp {
+        status,
+        headers,
+        json,
+        text,
+    }
+}
+
+/// Decodes one base64url JWS segment as JSON.
+pub fn segment(token: &str, i: usize) -> Value {
+    use base64::Engine as _;
+    let part = token.split('.').nth(i).unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .unwrap(),
+    )
+    .unwrap()
+}

@@ -1,0 +1,246 @@
+//! The real binary over real TLS: restart after SIGKILL keeps users, keys, ownership and the
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! feed sequence; stdin EOF stops it when asked.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Service {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+}
+
+fn start(config: &std::path::Path, base: &str, ca_pem: &str, log: &std::path::Path) -> Service {
+    let child = Command::new(env!("CARGO_BIN_EXE_cellbind-auth-service"))
+        .arg("--config")
+        .arg(config)
+        .env("CELLBIND_EXIT_ON_STDIN_EOF", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    cellbind_auth_service::tls::install_crypto_provider();
+    let client = cellbind_auth_service::tls::client_trusting(ca_pem.as_bytes()).unwrap();
+    Service {
+        child,
+        base: base.to_owned(),
+        client,
+    }
+}
+
+impl Service {
+    async fn wait_healthy(&mut self, log: &std::path::Path) {
+        let until = Instant::now() + DEADLINE;
+        loop {
+            if let Ok(r) = self
+                .client
+                .get(format!("{}/healthz", self.base))
+                .send()
+                .await
+                && r.status() == 200
+            {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "exited with {status}: {}",
+                    std::fs::read_to_string(log).unwrap()
+                );
+            }
+            assert!(Instant::now() < until, "never became healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn sign_in(&self) -> (u16, Value) {
+        self.send(
+            reqwest::Method::POST,
+            "/v1/sessions",
+            None,
+            Some(json!({"contractor_id":"c-40711","login":"ana","password":"pw-restart-1","client":"field"})),
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+async fn restart_after_sigkill_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = make_tls(dir.path());
+    std::fs::write(dir.path().join("admin.token"), ADMIN).unwrap();
+    std::fs::write(dir.path().join("feed.token"), FEED).unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("auth.toml");
+    std::fs::write(
+        &cfg,
+        config_toml(dir.path(), &tls, &format!("127.0.0.1:{port}"), ""),
+    )
+    .unwrap();
+    let base = format!("https://127.0.0.1:{port}");
+    let log = dir.path().join("auth.log");
+
+    let mut svc = start(&cfg, &base, &tls.ca_pem, &log);
+    svc.wait_healthy(&log).await;
+    use reqwest::Method as M;
+    let (s, _) = svc
+        .send(M::POST, "/admin/v1/users", Some(ADMIN), Some(json!({"contractor_id":"c-40711","login":"ana","role":"technician","password":"pw-restart-1"})))
+        .await;
+    assert_eq!(s, 201);
+    let (s, _) = svc
+        .send(
+            M::PUT,
+            "/admin/v1/ownership/c-40711",
+            Some(ADMIN),
+            Some(json!({"state":"active","gen":7})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (s, _) = svc
+        .send(M::POST, "/admin/v1/keys/rotate", Some(ADMIN), None)
+        .await;
+    assert_eq!(s, 200);
+    let (s, first) = svc.sign_in().await;
+    assert_eq!(s, 201, "{first}");
+    let token = first["session"].as_str().unwrap().to_owned();
+    let (_, keys_before) = svc.send(M::GET, "/admin/v1/keys", Some(ADMIN), None).await;
+    let (_, status_before) = svc
+        .send(M::GET, "/admin/v1/status", Some(ADMIN), None)
+        .await;
+    let seq_before = status_before["seq"].as_u64().unwrap();
+    assert!(seq_before >= 6, "{status_before}");
+    // The key-encryption key was created 0600 and the database holds no raw seeds in the clear.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(dir.path().join("data/kek.bin"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    svc.child.kill().unwrap(); // SIGKILL
+    svc.child.wait().unwrap();
+
+    let mut svc = start(&cfg, &base, &tls.ca_pem, &log);
+    svc.wait_healthy(&log).await;
+    let (_, keys_after) = svc.send(M::GET, "/admin/v1/keys", Some(ADMIN), None).await;
+    assert_eq!(keys_after, keys_before, "same kids and statuses");
+    let (_, status_after) = svc
+        .send(M::GET, "/admin/v1/status", Some(ADMIN), None)
+        .await;
+    assert_eq!(status_after["seq"], seq_before, "feed sequence kept");
+    assert_eq!(status_after["users"], 1);
+    let (s, rec) = svc
+        .send(M::GET, "/admin/v1/ownership/c-40711", Some(ADMIN), None)
+        .await;
+    assert_eq!((s, rec), (200, json!({"state":"active","gen":7})));
+    let (s, cur) = svc
+        .send(M::GET, "/v1/sessions/current", Some(&token), None)
+        .await;
+    assert_eq!(
+        s, 200,
+        "a session minted before the crash still verifies: {cur}"
+    );
+    let (s, again) = svc.sign_in().await;
+    assert_eq!(s, 201);
+    assert_eq!(again["generation"], 7);
+    assert_eq!(
+        segment(again["session"].as_str().unwrap(), 0)["kid"],
+        segment(&token, 0)["kid"],
+        "the same current key signs after the restart"
+    );
+    let (_, feed) = svc
+        .send(
+            M::GET,
+            &format!("/internal/v1/feed?since={seq_before}&instance=e1"),
+            Some(FEED),
+            None,
+        )
+        .await;
+    assert_eq!(feed["body"]["kind"], "delta");
+    assert_eq!(feed["head"], seq_before);
+
+    // Closing stdin stops it.
+    drop(svc.child.stdin.take());
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = svc.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < until, "did not exit on stdin EOF");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn in_process_tls_server_sees_the_peer_and_serves_jwks() {
+    let f = Fixture::new().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(cellbind_auth_service::serve(f.state.clone(), listener));
+    let client = cellbind_auth_service::tls::client_trusting(f.tls.ca_pem.as_bytes()).unwrap();
+    let until = Instant::now() + DEADLINE;
+    let resp = loop {
+        match client
+            .get(format!("https://{addr}/.well-known/jwks.json"))
+            .send()
+            .await
+        {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(Instant::now() < until, "{e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["cache-control"], "public, max-age=60");
+    let jwks: Value = resp.json().await.unwrap();
+    assert_eq!(jwks["keys"].as_array().unwrap().len(), 2);
+    // A client that does not trust this CA is refused at the handshake.
+    let other = make_tls(tempfile::tempdir().unwrap().path());
+    let stranger = cellbind_auth_service::tls::client_trusting(other.ca_pem.as_bytes()).unwrap();
+    assert!(
+        stranger
+            .get(format!("https://{addr}/healthz"))
+            .send()
+            .await
+            .is_err()
+    );
+    server.abort();
+}
