@@ -93,8 +93,18 @@ fn backoff() -> impl Iterator<Item = Duration> {
         .build()
 }
 
+/// The long-poll wait actually asked for: at most half the write lease, so a healthy feed
+/// renews the lease before it lapses even when nothing changes.
+pub fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
+    if lease.is_zero() {
+        return wait_ms;
+    }
+    wait_ms.min(lease.as_millis() as u64 / 2)
+}
+
 /// The sync loop. Never returns.
 pub async fn run(edge: Edge, wait_ms: u64) {
+    let wait_ms = effective_wait_ms(wait_ms, edge.settings().write_lease);
     let mut delays = backoff();
     let mut want_snapshot = false;
     loop {
