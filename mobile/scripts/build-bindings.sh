@@ -45,7 +45,9 @@ cp "$lib" "$out/python/"
 
 echo "== checking the Swift bindings statically"
 header="$out/swift/cellbindFFI.h"
-gcc -std=c11 -D_Nonnull= -D_Nullable= -fsyntax-only "$header"
+# included from a translation unit, as a Swift module map would (no "#pragma once in main file")
+printf '#include "cellbindFFI.h"\n' |
+    gcc -x c -std=c11 -Wall -Werror -D_Nonnull= -D_Nullable= -I "$out/swift" -fsyntax-only -
 nm -D --defined-only "$lib" | awk '{print $NF}' | sort -u > "$out/exported.txt"
 grep -oE '\b(uniffi|ffi)_cellbind_mobile_[A-Za-z0-9_]+ *\(' "$header" | tr -d ' (' | sort -u > "$out/named.txt"
 if [ ! -s "$out/named.txt" ]; then
