@@ -2,6 +2,7 @@
 //! temporary directory on a random port base, and talk to it over TLS trusting only its CA.
 //!
 //! The fleet's binaries must be built first: `cargo build --workspace --bins`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support: failing loudly is its job
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
