@@ -1,0 +1,198 @@
+//! The real `cellctl` binary: `dev` refuses a second run in the same directory and a taken
+//! port, `status` and `keys rotate` work against it, and neither SIGINT nor SIGKILL leaves a
+//! process behind.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use cellbind_tests::{bin_dir, eventually, process_gone, random_port_base, signal};
+use control_plane::dev::{FleetFile, Ports, check_ports_free};
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn free_port_base() -> u16 {
+    for _ in 0..20 {
+        let b = random_port_base();
+        if check_ports_free(&Ports { base: b }.all(5).unwrap()).is_ok() {
+            return b;
+        }
+    }
+    panic!("no free port base");
+}
+
+fn cellctl() -> Command {
+    let mut c = Command::new(bin_dir().join("cellctl"));
+    c.kill_on_drop(true);
+    c
+}
+
+/// Starts `cellctl dev` and returns once it printed that the fleet is up.
+async fn start_dev(dir: &Path, base: u16) -> Child {
+    let mut child = cellctl()
+        .args(["dev", "--dir"])
+        .arg(dir)
+        .args(["--port-base", &base.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(READY_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            println!("cellctl dev: {line}");
+            if line.contains("Press Ctrl-C") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "cellctl dev did not come up");
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
+async fn run_to_end(cmd: &mut Command) -> (bool, String, String) {
+    let out = tokio::time::timeout(EXIT_TIMEOUT, cmd.output())
+        .await
+        .expect("the command ended in time")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn all_gone(pids: &[u32]) -> bool {
+    eventually(EXIT_TIMEOUT, || pids.iter().all(|p| process_gone(*p))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let base = free_port_base();
+    let mut first = start_dev(&dir, base).await;
+    let fleet = FleetFile::load(&dir.join("fleet.json")).unwrap();
+    let pids = fleet.pids();
+    assert_eq!(pids.len(), 16);
+    assert!(pids.iter().all(|p| !process_gone(*p)));
+
+    // Twice in the same directory: refused, one clear line.
+    let (ok, _, err) = run_to_end(
+        cellctl()
+            .args(["dev", "--dir"])
+            .arg(&dir)
+            .args(["--port-base", &free_port_base().to_string()]),
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "cellctl: another `cellctl dev` is already running in {}",
+            std::fs::canonicalize(&dir).unwrap().display()
+        )
+    );
+    assert_eq!(err.trim().lines().count(), 1);
+
+    // A port in use (here: cell 3's edge port) is named.
+    let base2 = free_port_base();
+    let taken = Ports { base: base2 }.edge(3).unwrap();
+    let _holder = std::net::TcpListener::bind(taken).unwrap();
+    let (ok, _, err) = run_to_end(
+        cellctl()
+            .args(["dev", "--dir"])
+            .arg(tmp.path().join("other"))
+            .args(["--port-base", &base2.to_string()]),
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(
+        err.trim(),
+        format!("cellctl: address {taken} is already in use")
+    );
+
+    // status and keys rotate against the running fleet.
+    let fleet_path = dir.join("fleet.json");
+    let (ok, out, err) = run_to_end(
+        cellctl()
+            .arg("status")
+            .arg("--fleet")
+            .arg(&fleet_path)
+            .arg("--json"),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["control_plane"]["reachable"], true);
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 5);
+    for c in cells {
+        assert_eq!(c["reachable"], true, "{c}");
+        assert_eq!(c["endpoint_ready"], true, "{c}");
+        assert_eq!(c["map_version"], 1, "{c}");
+        assert!(!c["kids"].as_array().unwrap().is_empty(), "{c}");
+    }
+    let (ok, out, err) = run_to_end(
+        cellctl()
+            .args(["keys", "rotate", "--cell", "cell-02", "--json", "--fleet"])
+            .arg(&fleet_path),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let rotated: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let before: Vec<String> = cells[1]["kids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["status"] == "current")
+        .map(|k| k["kid"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        rotated["retired"].as_array().unwrap()[0],
+        before[0].as_str()
+    );
+    assert_ne!(rotated["current"], before[0].as_str());
+    let (ok, _, err) = run_to_end(
+        cellctl()
+            .args(["keys", "rotate", "--cell", "cell-09", "--fleet"])
+            .arg(&fleet_path),
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // SIGINT: cellctl stops every process it started and exits 0.
+    signal(first.id().unwrap(), Signal::SIGINT);
+    let status = tokio::time::timeout(EXIT_TIMEOUT, first.wait())
+        .await
+        .expect("cellctl exited in time")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(all_gone(&pids).await, "a process outlived cellctl dev");
+    // A stopped fleet leaves the directory free for the next run.
+    assert!(control_plane::dev::lock_dir(&dir).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_never_outlive_a_sigkilled_cellctl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let mut cellctl = start_dev(&dir, free_port_base()).await;
+    let pids = FleetFile::load(&dir.join("fleet.json")).unwrap().pids();
+    signal(cellctl.id().unwrap(), Signal::SIGKILL);
+    let _ = cellctl.wait().await;
+    assert!(
+        all_gone(&pids).await,
+        "a child outlived a SIGKILLed cellctl dev"
+    );
+}
