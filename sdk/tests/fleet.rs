@@ -5,6 +5,9 @@
 //! builds them). One fleet serves every scenario, in order; the port base can be moved with
 //! `CELLBIND_SDK_FLEET_PORT_BASE`.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
