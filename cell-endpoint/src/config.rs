@@ -187,3 +187,45 @@ impl Settings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge.toml");
+        std::fs::write(
+            &path,
+            r#"cell_id = "cell-03"
+instance_id = "edge-1"
+listen = "127.0.0.1:8443"
+public_url = "https://127.0.0.3:8443"
+auth_service_url = "https://127.0.0.3:8444"
+app_url = "https://127.0.0.3:8445"
+feed_token_file = "feed.token"
+app_token_file = "app.token"
+state_dir = "state"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+ca_cert = "ca.pem"
+"#,
+        )
+        .unwrap();
+        // SAFETY-free: this test is the only one in the crate touching this variable.
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.write_lease_ms, DEFAULT_WRITE_LEASE_MS);
+        assert_eq!(c.feed_wait_ms, DEFAULT_FEED_WAIT_MS);
+        assert_eq!(c.rate_per_ip_per_s, DEFAULT_RATE_PER_IP_PER_S);
+        let figment =
+            Figment::new()
+                .merge(Toml::file(&path))
+                .merge(figment::providers::Serialized::default(
+                    "rate_per_ip_per_s",
+                    7u32,
+                ));
+        let c: Config = figment.extract().unwrap();
+        assert_eq!(c.rate_per_ip_per_s, 7);
+    }
+}

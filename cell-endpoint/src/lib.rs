@@ -285,6 +285,15 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), EdgeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing::info!(
+        cell = %config.cell_id,
+        instance = %config.instance_id,
+        write_lease_ms = config.write_lease_ms,
+        feed_wait_ms = config.feed_wait_ms,
+        rate_per_ip_per_s = config.rate_per_ip_per_s,
+        rate_per_subject_per_s = config.rate_per_subject_per_s,
+        "cell-endpoint starting"
+    );
     let upstreams = Upstreams::from_config(&config)?;
     let edge = Edge::new(config.settings(), protocol::time::system_clock(), upstreams)
         .with_state_dir(config.state_dir.clone());

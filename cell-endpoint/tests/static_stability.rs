@@ -202,6 +202,17 @@ ca_cert = "{ca}"
 
     /// Starts an edge instance on a fresh port with `state_dir`.
     async fn start_edge(&self, name: &str, state_dir: &Path, expect_ready: bool) -> EdgeProc {
+        self.start_edge_with(name, state_dir, expect_ready, &[])
+            .await
+    }
+
+    async fn start_edge_with(
+        &self,
+        name: &str,
+        state_dir: &Path,
+        expect_ready: bool,
+        env: &[(&str, &str)],
+    ) -> EdgeProc {
         let port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
         std::fs::write(
@@ -234,7 +245,7 @@ feed_wait_ms = {FEED_WAIT_MS}
         )
         .unwrap();
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_cellbind-cell-endpoint"));
-        let proc = Proc::spawn(name, &bin, &config, &self.dir, &[]);
+        let proc = Proc::spawn(name, &bin, &config, &self.dir, env);
         let url = format!("https://127.0.0.1:{port}");
         if expect_ready {
             let ready = format!("{url}/readyz");
@@ -423,19 +434,21 @@ async fn edges_keep_serving_while_the_auth_service_is_down() {
         .await;
         assert_eq!(body["error"], "CELL_STATE_STALE");
     }
-    assert!(killed_at.elapsed() >= Duration::from_millis(LEASE_MS));
-
-    // 1,000 reads through the edges, all served, the outage now older than the lease.
+    // At least 1,000 reads through the edges, all served, going on until the outage is older
+    // than the lease.
     let mut served = 0;
-    for i in 0..1000 {
+    let mut i = 0;
+    while i < 1000 || killed_at.elapsed() <= Duration::from_millis(LEASE_MS) {
+        i += 1;
         let e = if i % 2 == 0 { &edge1 } else { &edge2 };
         let s = if i % 3 == 0 { &s2 } else { &s1 };
         let (st, body) = fleet.call(e, reqwest::Method::GET, s).await;
         assert_eq!(st, StatusCode::OK, "read {i} during the outage: {body}");
         served += 1;
     }
+    assert_eq!(served, i);
     println!(
-        "static stability: {served}/1000 reads served with the auth-service down for {:.1} s (lease {LEASE_MS} ms)",
+        "static stability: {served}/{i} reads served with the auth-service down for {:.1} s (lease {LEASE_MS} ms)",
         killed_at.elapsed().as_secs_f64()
     );
 
@@ -499,8 +512,17 @@ async fn rotation_is_picked_up_and_an_unknown_kid_flood_costs_one_fetch() {
     let dir = tmp.path();
     let fleet = Fleet::start(dir).await;
     fleet.seed().await;
+    // The per-IP limit is raised so every flood request reaches validation (from one IP).
     let edge = fleet
-        .start_edge("edge-r", &dir.join("edge-r-state"), true)
+        .start_edge_with(
+            "edge-r",
+            &dir.join("edge-r-state"),
+            true,
+            &[
+                ("CELLBIND_RATE_PER_IP_PER_S", "1000000"),
+                ("CELLBIND_BURST_PER_IP", "1000000"),
+            ],
+        )
         .await;
     let before = fleet.sign_in(&edge, "tech1").await;
     let kid_of = |t: &str| {
@@ -580,7 +602,13 @@ async fn rotation_is_picked_up_and_an_unknown_kid_flood_costs_one_fetch() {
         "unknown-kid flood over TLS: 10000 requests in {:.1} s, {refused} refused with 401, {fetches} key fetches (allowed {allowed})",
         elapsed.as_secs_f64()
     );
-    assert_eq!(refused, 10_000);
+    if refused != 10_000 {
+        let log = std::fs::read_to_string(dir.join("edge-r.log")).unwrap_or_default();
+        panic!(
+            "{refused} of 10000 refused with 401; edge log:\n{}",
+            &log[..log.len().min(3000)]
+        );
+    }
     assert!(fetches >= 1.0 && fetches <= allowed, "{fetches} fetches");
     // Genuine sessions are unaffected.
     assert_eq!(
