@@ -40,6 +40,29 @@ pub enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The client SDK from the command line; the session is kept in a file.
+    Client {
+        /// Where the session is kept (default: `client-session.json` beside the fleet file).
+        #[arg(long, global = true)]
+        session_file: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ClientCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Sign in (the password is read from stdin) at the contractor's cell.
+    SignIn { contractor: String, login: String },
+    /// GET a path at the session's cell.
+    Get { path: String },
+    /// POST to a path at the session's cell (with an idempotency key).
+    Post {
+        path: String,
+        /// JSON body.
+        #[arg(long)]
+        body: Option<String>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -69,6 +92,74 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Keys {
             command: KeysCommand::Rotate { cell },
         } => run_rotate(&cli.fleet, &cell, cli.json).await,
+        Command::Client {
+            session_file,
+            command,
+        } => run_client(&cli.fleet, session_file, command, cli.json).await,
+    }
+}
+
+/// Longest password read from stdin, in bytes.
+pub const MAX_PASSWORD_BYTES: usize = protocol::ids::PASSWORD_MAX_BYTES;
+
+fn read_password_from_stdin() -> Result<zeroize::Zeroizing<String>> {
+    use std::io::BufRead as _;
+    let mut line = zeroize::Zeroizing::new(String::new());
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| CpError::io("reading the password from stdin", e))?;
+    let pw = zeroize::Zeroizing::new(line.trim_end_matches(['\r', '\n']).to_owned());
+    if pw.is_empty() {
+        return Err(CpError::Client("no password on stdin".into()));
+    }
+    if pw.len() > MAX_PASSWORD_BYTES {
+        return Err(CpError::Client("the password is too long".into()));
+    }
+    Ok(pw)
+}
+
+async fn run_client(
+    fleet: &Path,
+    session_file: Option<PathBuf>,
+    command: ClientCommand,
+    json: bool,
+) -> Result<()> {
+    let client_err = |e: sdk::Error| CpError::Client(e.to_string());
+    let mut cfg = sdk::cli::CliConfig::from_fleet(fleet)
+        .await
+        .map_err(client_err)?;
+    if let Some(p) = session_file {
+        cfg.session_file = p;
+    }
+    let out = match command {
+        ClientCommand::SignIn { contractor, login } => {
+            let pw = read_password_from_stdin()?;
+            sdk::cli::sign_in(&cfg, &contractor, &login, &pw).await
+        }
+        ClientCommand::Get { path } => sdk::cli::get(&cfg, &path).await,
+        ClientCommand::Post { path, body } => sdk::cli::post(&cfg, &path, body.as_deref()).await,
+    }
+    .map_err(client_err)?;
+    if json {
+        println!("{}", out.json);
+    } else {
+        println!("{}", out.human);
+    }
+    if out.success {
+        Ok(())
+    } else {
+        let status = out.json.get("status").cloned().unwrap_or_default();
+        let code = out
+            .json
+            .pointer("/body/error")
+            .and_then(|v| v.as_str())
+            .unwrap_or("");
+        Err(CpError::Client(
+            format!("the cell answered {status} {code}")
+                .trim_end()
+                .to_owned(),
+        ))
     }
 }
 

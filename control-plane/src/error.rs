@@ -34,6 +34,8 @@ pub enum CpError {
     Http(String),
     #[error("{0}")]
     Fleet(String),
+    #[error("{0}")]
+    Client(String),
     #[error("bad request: {0}")]
     BadRequest(String),
     #[error("a valid admin token is required")]

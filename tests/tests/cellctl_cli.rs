@@ -1,6 +1,6 @@
 //! The real `cellctl` binary: `dev` refuses a second run in the same directory and a taken
-//! port, `status` and `keys rotate` work against it, and neither SIGINT nor SIGKILL leaves a
-//! process behind.
+//! port; `status`, `keys rotate` and `client` work against it; neither SIGINT nor SIGKILL
+//! leaves a process behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::path::Path;
@@ -170,6 +170,77 @@ async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
     .await;
     assert!(!ok);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // The client SDK from the command line: sign in (password on stdin), read, write.
+    let user = &fleet.demo.technicians[0];
+    let session_file = tmp.path().join("session.json");
+    let mut signin = cellctl()
+        .args([
+            "client",
+            "sign-in",
+            user.contractor_id.as_str(),
+            &user.login,
+            "--json",
+        ])
+        .arg("--fleet")
+        .arg(&fleet_path)
+        .arg("--session-file")
+        .arg(&session_file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stdin = signin.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{}\n", user.password).as_bytes())
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(EXIT_TIMEOUT, signin.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cell_id"], user.cell_id.as_str());
+    let (ok, out, err) = run_to_end(
+        cellctl()
+            .args(["client", "get", "/api/routes/today", "--json", "--fleet"])
+            .arg(&fleet_path)
+            .arg("--session-file")
+            .arg(&session_file),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["body"]["contractor_id"], user.contractor_id.as_str());
+    let (ok, out, err) = run_to_end(
+        cellctl()
+            .args([
+                "client",
+                "post",
+                "/api/jobs/cli-1/complete",
+                "--body",
+                "{}",
+                "--json",
+            ])
+            .arg("--fleet")
+            .arg(&fleet_path)
+            .arg("--session-file")
+            .arg(&session_file),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["body"]["status"], "completed");
 
     // SIGINT: cellctl stops every process it started and exits 0.
     signal(first.id().unwrap(), Signal::SIGINT);

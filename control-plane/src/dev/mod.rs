@@ -375,7 +375,20 @@ impl Fleet {
                     .map_err(|e| CpError::io(format!("removing {}", p.display()), e))?;
             }
         }
-        let _ = std::fs::remove_file(layout.p(FLEET_FILE));
+        // Also the map key: a fresh fleet's map versions start again at 1, so a map signed for
+        // an earlier run must not verify against this one (no replay of an old, "newer" map).
+        for f in [
+            FLEET_FILE,
+            "map-key",
+            sdk::cli::SESSION_FILE,
+            sdk::cli::MAP_FILE,
+        ] {
+            let p = layout.p(f);
+            if p.exists() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| CpError::io(format!("removing {}", p.display()), e))?;
+            }
+        }
         for sub in ["tls", "config", "data", "publish"] {
             mkdir(&layout.p(sub))?;
         }
