@@ -318,3 +318,111 @@ fn http_method(m: &str) -> Result<http::Method, CellbindError> {
         detail: format!("{m:?} is not an HTTP method"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use protocol::CellId;
+
+    use super::*;
+
+    /// Every SDK error lands on its own foreign variant (a swapped row fails here, and in the
+    /// Python and Kotlin binding tests).
+    #[test]
+    fn the_error_table() {
+        let cell = || CellId::new("cell-02").unwrap();
+        let rejected = |code| sdk::Error::Rejected {
+            code,
+            status: code.status(),
+            message: "m".into(),
+        };
+        let cases: Vec<(sdk::Error, &str)> = vec![
+            (sdk::Error::NotSignedIn, "NotSignedIn"),
+            (sdk::Error::InvalidCredentials, "InvalidCredentials"),
+            (sdk::Error::UnknownContractor, "UnknownContractor"),
+            (sdk::Error::SessionExpired, "SessionExpired"),
+            (sdk::Error::SessionRevoked, "SessionRevoked"),
+            (sdk::Error::SessionInvalid, "SessionInvalid"),
+            (
+                sdk::Error::WrongCell {
+                    owner_cell: Some(cell()),
+                    owner_endpoint: Some("https://127.0.0.2:8443".into()),
+                },
+                "WrongCell",
+            ),
+            (
+                sdk::Error::CellsDisagree {
+                    first: cell(),
+                    second: cell(),
+                    named_owner: None,
+                },
+                "CellsDisagree",
+            ),
+            (
+                sdk::Error::UntrustedRedirect {
+                    owner_cell: None,
+                    owner_endpoint: None,
+                },
+                "UntrustedRedirect",
+            ),
+            (
+                sdk::Error::HandoffInProgress {
+                    retry_after: Some(Duration::from_secs(3)),
+                },
+                "HandoffInProgress",
+            ),
+            (sdk::Error::RateLimited { retry_after: None }, "RateLimited"),
+            (sdk::Error::CellStateStale, "CellStateStale"),
+            (
+                sdk::Error::Upstream {
+                    status: 502,
+                    code: None,
+                },
+                "UpstreamUnavailable",
+            ),
+            (rejected(ErrorCode::InvalidRequest), "InvalidRequest"),
+            (rejected(ErrorCode::SessionMissing), "SessionMissing"),
+            (rejected(ErrorCode::Forbidden), "Forbidden"),
+            (rejected(ErrorCode::PayloadTooLarge), "PayloadTooLarge"),
+            (rejected(ErrorCode::NotReady), "NotReady"),
+            (rejected(ErrorCode::NotFound), "NotFound"),
+            (rejected(ErrorCode::Internal), "Internal"),
+            (sdk::Error::Network("x".into()), "Network"),
+            (sdk::Error::InvalidResponse("x".into()), "InvalidResponse"),
+            (
+                sdk::Error::MapRefused(protocol::map::MapError::BadSignature),
+                "MapRefused",
+            ),
+            (sdk::Error::Store("x".into()), "Store"),
+            (sdk::Error::Config("x".into()), "Config"),
+            (sdk::Error::InvalidInput("x".into()), "InvalidInput"),
+        ];
+        for (e, want) in cases {
+            let shown = format!("{e:?}");
+            let got = CellbindError::from(e);
+            let name = format!("{got:?}");
+            assert!(
+                name.starts_with(&format!("{want} ")) || name == want,
+                "{shown} mapped to {name}, want {want}"
+            );
+        }
+        match CellbindError::from(sdk::Error::HandoffInProgress {
+            retry_after: Some(Duration::from_secs(3)),
+        }) {
+            CellbindError::HandoffInProgress { retry_after_s, .. } => {
+                assert_eq!(retry_after_s, Some(3))
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn methods_parse_case_insensitively() {
+        assert_eq!(http_method("get").unwrap(), http::Method::GET);
+        assert!(matches!(
+            http_method("GE T"),
+            Err(CellbindError::InvalidInput { .. })
+        ));
+    }
+}
