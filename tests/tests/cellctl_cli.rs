@@ -32,14 +32,15 @@ fn cellctl() -> Command {
     c
 }
 
-/// Starts `cellctl dev` and returns once it printed that the fleet is up.
-async fn start_dev(dir: &Path, base: u16) -> Child {
+/// Starts `cellctl dev` (its stderr into `stderr_file`) and returns once it printed that the
+/// fleet is up.
+async fn start_dev(dir: &Path, base: u16, stderr_file: &Path) -> Child {
     let mut child = cellctl()
         .args(["dev", "--dir"])
         .arg(dir)
         .args(["--port-base", &base.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(std::fs::File::create(stderr_file).unwrap())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -80,7 +81,8 @@ async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     let base = free_port_base();
-    let mut first = start_dev(&dir, base).await;
+    let stderr_file = tmp.path().join("cellctl.stderr");
+    let mut first = start_dev(&dir, base, &stderr_file).await;
     let fleet = FleetFile::load(&dir.join("fleet.json")).unwrap();
     let pids = fleet.pids();
     assert_eq!(pids.len(), 16);
@@ -242,6 +244,28 @@ async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["body"]["status"], "completed");
 
+    // A child that dies is reported on stderr and left dead; the rest keep running.
+    let app = fleet.cells[4].app_pid;
+    signal(app, Signal::SIGKILL);
+    let expected = format!("cell-05-app (pid {app}) exited: signal: 9 (SIGKILL)");
+    assert!(
+        eventually(EXIT_TIMEOUT, || std::fs::read_to_string(&stderr_file)
+            .unwrap_or_default()
+            .contains(&expected))
+        .await,
+        "no report of the dead child on stderr"
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "cellctl dev keeps running"
+    );
+    let others: Vec<u32> = pids.iter().copied().filter(|p| *p != app).collect();
+    assert!(others.iter().all(|p| !process_gone(*p)));
+    assert!(
+        process_gone(app),
+        "a dead child is not restarted behind our back"
+    );
+
     // SIGINT: cellctl stops every process it started and exits 0.
     signal(first.id().unwrap(), Signal::SIGINT);
     let status = tokio::time::timeout(EXIT_TIMEOUT, first.wait())
@@ -258,7 +282,7 @@ async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
 async fn children_never_outlive_a_sigkilled_cellctl() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
-    let mut cellctl = start_dev(&dir, free_port_base()).await;
+    let mut cellctl = start_dev(&dir, free_port_base(), &tmp.path().join("stderr")).await;
     let pids = FleetFile::load(&dir.join("fleet.json")).unwrap().pids();
     signal(cellctl.id().unwrap(), Signal::SIGKILL);
     let _ = cellctl.wait().await;

@@ -46,8 +46,8 @@ pub const AUTH_PORT_OFFSET: u16 = 4;
 pub const APP_PORT_OFFSET: u16 = 5;
 /// Cells of a dev fleet.
 pub const DEFAULT_CELLS: u8 = 5;
-/// Longest a fleet may take to start, in milliseconds (it normally takes a few seconds).
-pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+/// Longest a fleet may take to start once built, in milliseconds (it normally takes 1–3 s).
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 15_000;
 /// Interval between two readiness probes, in milliseconds.
 pub const PROBE_INTERVAL_MS: u64 = 50;
 /// How long children get to exit after stdin EOF and SIGTERM before SIGKILL, in milliseconds.
