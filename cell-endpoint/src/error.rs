@@ -61,6 +61,8 @@ pub enum EdgeError {
     AppTimeout,
     #[error("not found")]
     NotFound,
+    #[error("a cookie session's unsafe request did not come from this cell's origin")]
+    CrossSite,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
 }
@@ -167,6 +169,13 @@ pub fn rescue(err: &EdgeError) -> Response {
         EdgeError::AppTimeout => (
             504,
             ErrorBody::new(ErrorCode::UpstreamUnavailable, "the cell's app timed out"),
+        ),
+        EdgeError::CrossSite => (
+            403,
+            ErrorBody::new(
+                ErrorCode::Forbidden,
+                "a cookie session's unsafe request must come from this cell's own origin",
+            ),
         ),
         EdgeError::NotFound => (404, ErrorBody::new(ErrorCode::NotFound, "no such route")),
         EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),

@@ -206,8 +206,14 @@ impl Edge {
         headers: &HeaderMap,
         access: Access,
     ) -> Result<Validated, EdgeError> {
-        let mut state = self.current().ok_or(EdgeError::NotReady)?;
+        let mut state = self
+            .current()
+            .filter(|s| !s.keyset.is_empty())
+            .ok_or(EdgeError::NotReady)?;
         let (token, cap) = extract_token(headers)?;
+        if cap == MAX_TOKEN_COOKIE_BYTES && access == Access::Write {
+            check_same_origin(headers, &self.settings().public_url)?;
+        }
         let now = self.clock().now();
         let settings = self.settings();
         let expect = Expectations {
@@ -277,6 +283,23 @@ impl Edge {
             kid: verified.kid,
             claims: verified.claims,
         })
+    }
+}
+
+/// CSRF defence for cookie sessions (DESIGN §4): an unsafe method must come from this cell's
+/// own origin (`Origin`, or `Sec-Fetch-Site: same-origin` when a browser sends no Origin).
+fn check_same_origin(headers: &HeaderMap, public_url: &str) -> Result<(), EdgeError> {
+    let origin_ok = headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(|o| o == public_url.trim_end_matches('/'));
+    let fetch_site_ok = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v == "same-origin");
+    match (origin_ok, fetch_site_ok) {
+        (Some(true), _) | (None, Some(true)) => Ok(()),
+        _ => Err(EdgeError::CrossSite),
     }
 }
 

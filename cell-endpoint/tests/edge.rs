@@ -692,3 +692,49 @@ fn a_snapshot_builds_the_whole_view() {
     );
     assert_eq!(s.head - s.seq, 2);
 }
+
+#[tokio::test]
+async fn cookie_sessions_need_the_cells_own_origin_for_writes() {
+    let (edge, seen, _c) = edge();
+    let token = session();
+    let post = |extra: Option<(&str, &str)>| {
+        let mut b = Request::builder()
+            .method("POST")
+            .uri("/api/jobs/j-1/complete")
+            .header("cookie", format!("__Host-cellbind_session={token}"));
+        if let Some((k, v)) = extra {
+            b = b.header(k, v);
+        }
+        b.body(Body::empty()).unwrap()
+    };
+    let (status, _, body) = send(&edge, post(None)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(code(&body), "FORBIDDEN");
+    let (status, _, _) = send(&edge, post(Some(("origin", "https://evil.example")))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(seen.count(), 0);
+    assert_eq!(
+        send(&edge, post(Some(("origin", ISSUER)))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&edge, post(Some(("sec-fetch-site", "same-origin"))))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(seen.count(), 2);
+}
+
+#[tokio::test]
+async fn a_state_without_keys_is_not_ready_rather_than_401() {
+    let (app, _seen) = recording_app();
+    let (shared, _fake) = clock();
+    let edge = Edge::new(settings(), shared, Upstreams::local(None, Some(app)));
+    let mut snap = snapshot();
+    snap.keys.clear();
+    edge.install(CellState::from_snapshot(cell(), 1, 1, NOW, snap).unwrap());
+    let (status, _, body) = send(&edge, get("/api/x", Some(&session()))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(code(&body), "NOT_READY");
+}
