@@ -206,7 +206,7 @@ async fn map_is_signed_and_a_move_publishes_a_new_version_with_an_override() {
 }
 
 #[tokio::test]
-async fn serves_the_signed_map_over_tls_with_a_private_key_file() {
+async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
     control_plane::server::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -214,7 +214,8 @@ async fn serves_the_signed_map_over_tls_with_a_private_key_file() {
         .local_addr()
         .unwrap()
         .port();
-    let cfg = config(dir.path(), port);
+    let mut cfg = config(dir.path(), port);
+    cfg.publish_interval_ms = 100;
     let ca = LocalCa::generate("test CA").unwrap();
     ca.issue_to(
         "cp",
@@ -246,5 +247,15 @@ async fn serves_the_signed_map_over_tls_with_a_private_key_file() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+    // Published to the directory again on the interval, without any change.
+    let file = cfg.publish_dir.join(MAP_FILE);
+    std::fs::remove_file(&file).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "not republished on the interval");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = SignedMap::verify_bytes(&std::fs::read(&file).unwrap(), &key.public_key()).unwrap();
+    assert_eq!(again, m, "same content, same version");
     server.abort();
 }
