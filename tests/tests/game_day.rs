@@ -44,7 +44,12 @@ async fn serving_survives_the_control_plane_and_an_auth_service_dying() {
     signal(cp, Signal::SIGKILL);
     assert!(eventually(Duration::from_secs(5), || process_gone(cp)).await);
     assert!(
-        t.fleet.exited().iter().any(|(id, _)| id == "control-plane"),
+        eventually(Duration::from_secs(5), || t
+            .fleet
+            .exited()
+            .iter()
+            .any(|(id, _)| id == "control-plane"))
+        .await,
         "the supervisor saw the control plane die"
     );
 
@@ -192,7 +197,22 @@ async fn serving_survives_the_control_plane_and_an_auth_service_dying() {
     assert!(failed.is_empty(), "failed route loads: {failed:?}");
 
     // The other children are untouched.
+    assert!(
+        eventually(Duration::from_secs(5), || t.fleet.exited().len() == 2).await,
+        "{:?}",
+        t.fleet.exited()
+    );
     let dead: Vec<String> = t.fleet.exited().into_iter().map(|(id, _)| id).collect();
     assert_eq!(dead.len(), 2, "{dead:?}");
+    let alive: Vec<u32> = t
+        .file()
+        .pids()
+        .into_iter()
+        .filter(|p| *p != cp && *p != auth)
+        .collect();
+    assert!(
+        alive.iter().all(|p| !process_gone(*p)),
+        "only the two victims died"
+    );
     t.fleet.stop().await;
 }

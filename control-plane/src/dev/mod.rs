@@ -723,6 +723,14 @@ impl Fleet {
     }
 }
 
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // Dropping the stdin handles (below) makes the children exit: that is not a death to
+        // report.
+        self.sup.stopping.store(true, Ordering::SeqCst);
+    }
+}
+
 async fn stop_children(sup: &Supervision, children: &mut Vec<ChildProc>) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
