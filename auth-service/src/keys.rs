@@ -305,3 +305,52 @@ impl KeyRing {
         self.set.get(kid.as_str()).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_seeds_open_only_under_their_kid_and_key() {
+        let rng = SystemRandom::new();
+        let kek = Kek::from_bytes(&[3; 32]).unwrap();
+        let (signer, row) = generate(&rng, &kek, KeyState::Current, 1).unwrap();
+        let sealed = row.sealed_seed.clone().unwrap();
+        assert!(!sealed.windows(32).any(|w| w == signer.seed().as_slice()));
+        assert_eq!(*kek.open(&row.kid, &sealed).unwrap(), *signer.seed());
+        let other_kid = Kid::new("k-other").unwrap();
+        assert!(kek.open(&other_kid, &sealed).is_err());
+        assert!(
+            Kek::from_bytes(&[4; 32])
+                .unwrap()
+                .open(&row.kid, &sealed)
+                .is_err()
+        );
+        let mut flipped = sealed.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(kek.open(&row.kid, &flipped).is_err());
+        let ring = KeyRing::from_rows(std::slice::from_ref(&row), &kek).unwrap();
+        assert_eq!(ring.current().unwrap().row.kid, row.kid);
+        assert!(KeyRing::from_rows(&[row], &Kek::from_bytes(&[4; 32]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn kek_file_is_created_0600_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kek");
+        let rng = SystemRandom::new();
+        let a = Kek::load_or_create(&path, &rng).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap().len(), KEK_BYTES);
+        let (_, row) = generate(&rng, &a, KeyState::Next, 1).unwrap();
+        let b = Kek::load_or_create(&path, &rng).unwrap();
+        assert!(
+            b.open(&row.kid, row.sealed_seed.as_deref().unwrap())
+                .is_ok()
+        );
+        std::fs::write(&path, [1u8; 5]).unwrap();
+        assert!(Kek::load_or_create(&path, &rng).is_err());
+    }
+}

@@ -818,3 +818,50 @@ async fn bulk_import_of_precomputed_hashes_and_state_survives_reopen() {
     );
     assert_eq!(again.user_count(), 7000);
 }
+
+#[tokio::test]
+async fn admin_revocations_of_a_subject_reach_the_feed_and_the_session_check() {
+    let f = Fixture::new().await;
+    f.seed("c-8", "t", "pw-revoke-1", 1).await;
+    let token = f.sign_in("c-8", "t", "pw-revoke-1", "field").await.json["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    f.clock.advance(10);
+    let head = f.head().await;
+    let r = f
+        .admin(
+            Method::POST,
+            "/admin/v1/revocations",
+            json!({"kind": "subject", "sub": "c-8.t", "before": T0 + 5, "reason": "lost phone", "by": "dispatch"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json["seq"], head + 1);
+    let cur = f
+        .with_session(Method::GET, "/v1/sessions/current", &token)
+        .await;
+    assert_eq!(cur.json["error"], "SESSION_REVOKED");
+    let again = f.sign_in("c-8", "t", "pw-revoke-1", "field").await;
+    let fresh = again.json["session"].as_str().unwrap();
+    assert_eq!(
+        f.with_session(Method::GET, "/v1/sessions/current", fresh)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let delta = f.feed(head).await;
+    let c = &delta["body"]["entries"][0]["change"];
+    assert_eq!(
+        (c["type"].as_str(), c["kind"].as_str(), c["reason"].as_str()),
+        (Some("revocation"), Some("subject"), Some("lost phone"))
+    );
+    let snap = f.feed(0).await;
+    assert_eq!(
+        snap["body"]["snapshot"]["revocations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -208,7 +208,7 @@ async fn restart_after_sigkill_keeps_everything() {
 }
 
 #[tokio::test]
-async fn in_process_tls_server_sees_the_peer_and_serves_jwks() {
+async fn in_process_tls_server_serves_jwks_and_refuses_untrusting_clients() {
     let f = Fixture::new().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -243,4 +243,109 @@ async fn in_process_tls_server_sees_the_peer_and_serves_jwks() {
             .is_err()
     );
     server.abort();
+}
+
+#[tokio::test]
+async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
+    use axum::http::StatusCode;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let f = Fixture::with_extra(&format!("control_plane_url = \"https://{addr}\"")).await;
+    let served = std::sync::Arc::new(std::sync::Mutex::new(
+        serde_json::to_value(signed_map(5, &[])).unwrap(),
+    ));
+    let s2 = served.clone();
+    let app = axum::Router::new().route(
+        "/v1/placement-map",
+        axum::routing::get(move || {
+            let v = s2.lock().unwrap().clone();
+            async move { axum::Json(v) }
+        }),
+    );
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(&f.tls.cert, &f.tls.key)
+        .await
+        .unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let cp = tokio::spawn(
+        axum_server::from_tcp_rustls(listener, tls)
+            .unwrap()
+            .serve(app.into_make_service()),
+    );
+    let ready = f
+        .call(
+            axum::http::Method::GET,
+            "/readyz",
+            &[],
+            axum::body::Body::empty(),
+        )
+        .await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+
+    let until = Instant::now() + DEADLINE;
+    while let Err(e) = cellbind_auth_service::map::poll_once(&f.state).await {
+        assert!(Instant::now() < until, "{e}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.state.read().map.as_ref().unwrap().map.version, 5);
+    let ready = f
+        .call(
+            axum::http::Method::GET,
+            "/readyz",
+            &[],
+            axum::body::Body::empty(),
+        )
+        .await;
+    assert_eq!(ready.status, StatusCode::OK);
+    let head = f.head().await;
+    // polling the same map again changes nothing
+    cellbind_auth_service::map::poll_once(&f.state)
+        .await
+        .unwrap();
+    assert_eq!(f.head().await, head);
+    // an older map and a tampered one are refused and counted
+    *served.lock().unwrap() = serde_json::to_value(signed_map(4, &[])).unwrap();
+    assert!(
+        cellbind_auth_service::map::poll_once(&f.state)
+            .await
+            .is_err()
+    );
+    let mut tampered = serde_json::to_value(signed_map(9, &[])).unwrap();
+    tampered["map"]["version"] = json!(10);
+    *served.lock().unwrap() = tampered;
+    assert!(
+        cellbind_auth_service::map::poll_once(&f.state)
+            .await
+            .is_err()
+    );
+    assert_eq!(f.state.read().map.as_ref().unwrap().map.version, 5);
+    assert_eq!(f.head().await, head);
+    let m = f
+        .call(
+            axum::http::Method::GET,
+            "/metrics",
+            &[],
+            axum::body::Body::empty(),
+        )
+        .await;
+    assert!(
+        m.text
+            .contains("cellbind_auth_map_refused_total{reason=\"not_newer\"} 1"),
+        "{}",
+        m.text
+    );
+    assert!(
+        m.text
+            .contains("cellbind_auth_map_refused_total{reason=\"bad_signature\"} 1"),
+        "{}",
+        m.text
+    );
+    // a newer one is accepted and enters the feed
+    *served.lock().unwrap() = serde_json::to_value(signed_map(6, &[])).unwrap();
+    cellbind_auth_service::map::poll_once(&f.state)
+        .await
+        .unwrap();
+    let delta = f.feed(head).await;
+    assert_eq!(delta["body"]["entries"][0]["change"]["type"], "map");
+    assert_eq!(delta["body"]["entries"][0]["change"]["map"]["version"], 6);
+    cp.abort();
 }

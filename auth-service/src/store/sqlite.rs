@@ -352,3 +352,61 @@ impl Store for SqliteStore {
         .transpose()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_schema_is_refused_and_the_version_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.db");
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        conn.execute_batch("PRAGMA user_version = 99").unwrap();
+        drop(conn);
+        assert!(SqliteStore::open(&path).is_err());
+    }
+
+    #[test]
+    fn revoked_keys_lose_their_seed_and_updates_keep_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        let row = KeyRow {
+            kid: Kid::new("k-1").unwrap(),
+            state: KeyState::Next,
+            public: [1; 32],
+            sealed_seed: Some(vec![9; 61]),
+            created_at: 1,
+            state_at: 1,
+        };
+        let commit = |rows: Vec<KeyRow>, head| Commit {
+            writes: rows.into_iter().map(Write::Key).collect(),
+            entries: vec![],
+            head,
+        };
+        store.commit(&commit(vec![row.clone()], 1), 10).unwrap();
+        let promoted = KeyRow {
+            state: KeyState::Current,
+            sealed_seed: None,
+            ..row.clone()
+        };
+        store.commit(&commit(vec![promoted], 2), 10).unwrap();
+        let loaded = store.load(10).unwrap();
+        assert_eq!(loaded.keys[0].sealed_seed, Some(vec![9; 61]));
+        assert_eq!(loaded.head, 2);
+        let revoked = KeyRow {
+            state: KeyState::Revoked,
+            ..row
+        };
+        store.commit(&commit(vec![revoked], 3), 10).unwrap();
+        assert_eq!(store.load(10).unwrap().keys[0].sealed_seed, None);
+    }
+}
