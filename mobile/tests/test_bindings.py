@@ -11,6 +11,7 @@ where DIR holds the generated `cellbind.py` next to `libcellbind_mobile.so`
 
 import asyncio
 import json
+import os
 import ssl
 import sys
 import traceback
@@ -205,4 +206,12 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: test_bindings.py FLEET_JSON", file=sys.stderr)
         sys.exit(2)
-    sys.exit(asyncio.run(main(sys.argv[1])))
+    code = asyncio.run(main(sys.argv[1]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without interpreter finalization: the Rust runtime thread that delivered the last
+    # async result may still be returning from the generated continuation callback (it wakes
+    # the event loop, releasing the GIL to write its self-pipe); a thread that wants the GIL
+    # back during finalization is terminated by CPython with a forced unwind, which aborts the
+    # process from inside Rust. Apps never finalize the interpreter mid-flight like this.
+    os._exit(code)
