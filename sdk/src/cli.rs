@@ -171,7 +171,23 @@ fn info_json(i: &SessionInfo) -> serde_json::Value {
     })
 }
 
-/// `cellctl client sign-in CONTRACTOR LOGIN` (password read from stdin by the caller).
+/// Reads a password as `cellctl client sign-in` takes it: the first line of `input` (stdin),
+/// without its line ending.
+pub fn read_password(mut input: impl std::io::BufRead) -> Result<String, Error> {
+    let mut line = String::new();
+    input
+        .read_line(&mut line)
+        .map_err(|e| Error::InvalidInput(format!("cannot read the password: {e}")))?;
+    let pw = line.strip_suffix('\n').unwrap_or(&line);
+    let pw = pw.strip_suffix('\r').unwrap_or(pw);
+    if pw.is_empty() {
+        return Err(Error::InvalidInput("no password on standard input".into()));
+    }
+    Ok(pw.to_owned())
+}
+
+/// `cellctl client sign-in CONTRACTOR LOGIN` (password read from stdin by the caller, e.g.
+/// with [`read_password`]).
 pub async fn sign_in(
     cfg: &CliConfig,
     contractor: &str,
@@ -317,6 +333,23 @@ mod tests {
         let hit = &f.cells[0].hits("POST /api/jobs/j-1/complete")[0];
         assert!(hit.idempotency_key().is_some());
         assert_eq!(hit.bearer().as_deref(), Some("tok.sign.in"));
+    }
+
+    #[test]
+    fn password_is_the_first_line() {
+        assert_eq!(
+            read_password(&b"s3cret pass\r\nmore"[..]).unwrap(),
+            "s3cret pass"
+        );
+        assert_eq!(read_password(&b"x"[..]).unwrap(), "x");
+        assert!(matches!(
+            read_password(&b"\n"[..]),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            read_password(&b""[..]),
+            Err(Error::InvalidInput(_))
+        ));
     }
 
     #[tokio::test]
