@@ -16,6 +16,8 @@ use tower::ServiceExt as _;
 
 const ROUNDS_SLOW: usize = 21;
 const ROUNDS_FAST: usize = 2001;
+const IMPORT_USERS: usize = 7000;
+const IMPORT_ROUNDS: usize = 5;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -147,6 +149,23 @@ signin_ip_per_minute = 1000000
         protocol::token::verify::<SessionClaims>(&token, &keys, &expect, now, 8192).unwrap()
     });
 
+    let mut imports = Vec::new();
+    for round in 0..IMPORT_ROUNDS {
+        let users: Vec<serde_json::Value> = (0..IMPORT_USERS)
+            .map(|i| serde_json::json!({"contractor_id": format!("c-{round}-{}", i / 3), "login": format!("tech{i}"), "role": "technician", "password_hash": phc}))
+            .collect();
+        let req = admin(
+            "POST",
+            "/admin/v1/users/import",
+            serde_json::json!({ "users": users }),
+        );
+        let t = Instant::now();
+        let r = app.clone().oneshot(req).await.unwrap();
+        imports.push(t.elapsed());
+        assert_eq!(r.status(), 200);
+    }
+    let import = median(imports);
+
     let per_s = |d: Duration| 1.0 / d.as_secs_f64();
     println!(
         "argon2id m={ARGON2_MEMORY_KIB} KiB, t={ARGON2_ITERATIONS}, p={ARGON2_LANES}; one thread; medians"
@@ -172,5 +191,9 @@ signin_ip_per_minute = 1000000
         "| verify session ({ROUNDS_FAST} runs) | {:.1} µs | {:.0} |",
         check.as_secs_f64() * 1e6,
         per_s(check)
+    );
+    println!(
+        "| import {IMPORT_USERS} users with a precomputed hash ({IMPORT_ROUNDS} runs) | {:.1} ms | |",
+        import.as_secs_f64() * 1e3
     );
 }
