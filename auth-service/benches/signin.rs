@@ -126,6 +126,38 @@ signin_ip_per_minute = 1000000
     }
     let signin = median(samples);
 
+    let failed = |login: &'static str, password: &'static str| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/sessions")
+            .header("content-type", "application/json")
+            .body(Body::from(format!(
+                r#"{{"contractor_id":"c-1","login":"{login}","password":"{password}","client":"field"}}"#
+            )))
+            .unwrap()
+    };
+    let mut unknown = Vec::new();
+    let mut wrong = Vec::new();
+    for _ in 0..ROUNDS_SLOW {
+        let t = Instant::now();
+        let r = app
+            .clone()
+            .oneshot(failed("nobody", "bench-password-1"))
+            .await
+            .unwrap();
+        unknown.push(t.elapsed());
+        assert_eq!(r.status(), 401);
+        let t = Instant::now();
+        let r = app
+            .clone()
+            .oneshot(failed("t", "not-the-password"))
+            .await
+            .unwrap();
+        wrong.push(t.elapsed());
+        assert_eq!(r.status(), 401);
+    }
+    let (unknown, wrong) = (median(unknown), median(wrong));
+
     let signer = state.read().ring.current().unwrap().signer.clone();
     let claims: SessionClaims = serde_json::from_slice(
         &base64::Engine::decode(
@@ -181,6 +213,14 @@ signin_ip_per_minute = 1000000
         "| sign-in through the router ({ROUNDS_SLOW} runs) | {:.2} ms | {:.1} |",
         signin.as_secs_f64() * 1e3,
         per_s(signin)
+    );
+    println!(
+        "| failed sign-in, unknown user ({ROUNDS_SLOW} runs) | {:.2} ms | |",
+        unknown.as_secs_f64() * 1e3
+    );
+    println!(
+        "| failed sign-in, wrong password ({ROUNDS_SLOW} runs) | {:.2} ms | |",
+        wrong.as_secs_f64() * 1e3
     );
     println!(
         "| mint session, EdDSA ({ROUNDS_FAST} runs) | {:.1} µs | {:.0} |",

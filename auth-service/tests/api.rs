@@ -865,3 +865,34 @@ async fn admin_revocations_of_a_subject_reach_the_feed_and_the_session_check() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_session_from_another_key_set_is_invalid_here() {
+    let a = Fixture::new().await;
+    let b = Fixture::new().await;
+    b.seed("c-9", "t", "pw-other-cell", 1).await;
+    let foreign = b.sign_in("c-9", "t", "pw-other-cell", "field").await.json["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Same issuer and cell id in the claims, but signed by keys this service never published.
+    let r = a
+        .with_session(Method::GET, "/v1/sessions/current", &foreign)
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.json["error"], "SESSION_INVALID");
+    let r = a
+        .with_session(Method::POST, "/v1/sessions/renew", &foreign)
+        .await;
+    assert_eq!(r.json["error"], "SESSION_INVALID");
+    // A token with one altered claim fails the signature.
+    let mut parts: Vec<String> = foreign.split('.').map(String::from).collect();
+    let mut claims = segment(&foreign, 1);
+    claims["gen"] = json!(99);
+    use base64::Engine as _;
+    parts[1] = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string());
+    let r = b
+        .with_session(Method::GET, "/v1/sessions/current", &parts.join("."))
+        .await;
+    assert_eq!(r.json["error"], "SESSION_INVALID");
+}
