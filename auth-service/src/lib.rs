@@ -193,6 +193,9 @@ pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
             if let Err(e) = s.tick_keys().await {
                 tracing::error!(error = %e, "key schedule failed");
             }
+            if let Err(e) = s.prune_revocations().await {
+                tracing::error!(error = %e, "dropping expired revocations failed");
+            }
         }
     }));
     if state.config.control_plane_url.is_some() {

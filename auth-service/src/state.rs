@@ -518,6 +518,46 @@ impl AppState {
         Ok(changed)
     }
 
+    /// Drops revocations that can no longer match an unexpired session (DESIGN §6: kept until
+    /// every session they could match has expired): a session revocation after its `exp`, the
+    /// "before" kinds and key revocations one session lifetime after their time, each plus the
+    /// clock leeway. This does not move the feed head: a snapshot at the same head differs only
+    /// by revocations that match nothing. Answers how many were dropped.
+    pub async fn prune_revocations(&self) -> Result<usize> {
+        let _writer = self.writer.lock().await;
+        let now = self.now();
+        let life = self.config.session_lifetime_s;
+        let leeway = protocol::token::LEEWAY_S;
+        let expired = |r: &Revocation| {
+            let until = match &r.kind {
+                RevocationKind::Session { exp, .. } => *exp,
+                RevocationKind::Subject { before, .. }
+                | RevocationKind::Contractor { before, .. }
+                | RevocationKind::Cell { before } => before.saturating_add(life),
+                RevocationKind::Key { .. } => r.at.saturating_add(life),
+            };
+            until.saturating_add(leeway) <= now
+        };
+        let seqs: std::collections::HashSet<u64> = self
+            .read()
+            .revocations
+            .iter()
+            .filter(|r| expired(r))
+            .map(|r| r.seq)
+            .collect();
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let store = self.store.clone();
+        let gone: Vec<u64> = seqs.iter().copied().collect();
+        blocking(move || store.delete_revocations(&gone)).await?;
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        inner.revocations.retain(|r| !seqs.contains(&r.seq));
+        inner.revoked = inner.revocations.iter().map(|r| &r.kind).collect();
+        tracing::info!(dropped = seqs.len(), "dropped expired revocations");
+        Ok(seqs.len())
+    }
+
     /// Records that an edge instance asked for the feed with `since`.
     pub fn saw_instance(&self, id: &str, since: u64) {
         let now = self.now();

@@ -896,3 +896,55 @@ async fn a_session_from_another_key_set_is_invalid_here() {
         .await;
     assert_eq!(r.json["error"], "SESSION_INVALID");
 }
+
+#[tokio::test]
+async fn revocations_are_dropped_once_nothing_they_match_can_be_valid() {
+    let f = Fixture::with_extra("session_lifetime_s = 86400").await;
+    f.seed("c-11", "t", "pw-prune-1", 1).await;
+    let token = f.sign_in("c-11", "t", "pw-prune-1", "field").await.json["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        f.with_session(Method::DELETE, "/v1/sessions/current", &token)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    f.clock.advance(3600);
+    let r = f
+        .admin(
+            Method::POST,
+            "/admin/v1/revocations",
+            json!({"kind": "contractor", "ctr": "c-11", "before": T0 + 3600, "reason": "reset", "by": "ops"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let count = |v: &Value| {
+        v["body"]["snapshot"]["revocations"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(
+        f.state.prune_revocations().await.unwrap(),
+        0,
+        "still matching live sessions"
+    );
+    assert_eq!(count(&f.feed(0).await), 2);
+    // the signed-out session expired at T0 + 1 day: its revocation goes after the leeway
+    f.clock.set(T0 + 86_400 + 60);
+    assert_eq!(f.state.prune_revocations().await.unwrap(), 1);
+    let snap = f.feed(0).await;
+    assert_eq!(count(&snap), 1);
+    assert_eq!(
+        snap["body"]["snapshot"]["revocations"][0]["kind"],
+        "contractor"
+    );
+    // the contractor revocation goes one lifetime after its "before"
+    f.clock.set(T0 + 3600 + 86_400 + 60);
+    assert_eq!(f.state.prune_revocations().await.unwrap(), 1);
+    assert_eq!(count(&f.feed(0).await), 0);
+    // and it stays gone after a restart
+    assert!(f.reopen().await.read().revocations.is_empty());
+}

@@ -167,6 +167,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn load(&self, retain: u64) -> Result<Loaded>;
     /// Writes a commit atomically and drops feed entries older than the newest `retain`.
     fn commit(&self, commit: &Commit, retain: u64) -> Result<()>;
+    /// Deletes revocations (by feed sequence) that can no longer match an unexpired session.
+    fn delete_revocations(&self, seqs: &[u64]) -> Result<()>;
     /// Inserts or replaces users in one transaction; answers the total number of users.
     fn upsert_users(&self, users: &[UserRecord]) -> Result<u64>;
     /// One user by contractor and login.

@@ -303,6 +303,19 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn delete_revocations(&self, seqs: &[u64]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        {
+            let mut st = tx.prepare("DELETE FROM revocations WHERE seq = ?1")?;
+            for seq in seqs {
+                st.execute(params![i(*seq)])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     fn upsert_users(&self, users: &[UserRecord]) -> Result<u64> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
