@@ -95,6 +95,18 @@ val tests = linkedMapOf<String, () -> Unit>(
             runBlocking { c2.request("GET", "/api/routes/today", null) }
         }
     },
+    "a failing foreign store is Store" to {
+        val broken = object : SessionStore {
+            override fun load(): String? = null
+            override fun save(blob: String) { throw IllegalStateException("keystore unavailable") }
+            override fun clear() {}
+        }
+        val c = client(broken)
+        expectError<CellbindException.Store> {
+            runBlocking { c.signIn(contractor, login, password) }
+        }
+        check(c.session() == null) { "session kept although it could not be saved" }
+    },
     "bad configuration is Config" to {
         expectError<CellbindException.Config> { client(MemoryStore(), key = "AAAA") }
     },

@@ -171,8 +171,7 @@ async def test_bad_input_and_config_are_typed(env):
 
 async def test_a_failing_foreign_store_is_a_store_error(env):
     c = env.client(BrokenStore())
-    e = await expect_error(cellbind.CellbindError.Store, env.sign_in(c))
-    assert "keychain unavailable" in str(e) or e is not None
+    await expect_error(cellbind.CellbindError.Store, env.sign_in(c))
     assert c.session() is None
 
 
