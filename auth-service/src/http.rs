@@ -1,4 +1,4 @@
-//! Request helpers shared by the handlers: the JSON body extractor (typed 400/413 errors),
+//! Request plumbing shared by the handlers: the JSON body extractor (typed 400/413 errors),
 //! bearer and cookie token extraction, the client IP, and the admin/feed token guards.
 
 use std::net::{IpAddr, SocketAddr};
