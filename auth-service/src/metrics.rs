@@ -17,6 +17,7 @@ pub struct Metrics {
     feed_head: Gauge,
     map_version: Gauge,
     map_refused: Family<Labels, Counter>,
+    password_checks: Counter,
 }
 
 impl Default for Metrics {
@@ -26,6 +27,7 @@ impl Default for Metrics {
         let feed_head = Gauge::default();
         let map_version = Gauge::default();
         let map_refused = Family::<Labels, Counter>::default();
+        let password_checks = Counter::default();
         registry.register("signins", "Sign-in attempts by outcome", signins.clone());
         registry.register(
             "feed_head_seq",
@@ -42,7 +44,13 @@ impl Default for Metrics {
             "Placement maps refused, by reason",
             map_refused.clone(),
         );
+        registry.register(
+            "password_verifications",
+            "argon2id verifications run by sign-in (one per attempt that reaches credentials)",
+            password_checks.clone(),
+        );
         Metrics {
+            password_checks,
             registry,
             signins,
             feed_head,
@@ -61,6 +69,9 @@ impl Metrics {
         self.signins
             .get_or_create(&vec![("outcome", outcome)])
             .inc();
+    }
+    pub fn password_checked(&self) {
+        self.password_checks.inc();
     }
     pub fn feed_head(&self, seq: u64) {
         self.feed_head.set(gauge_value(seq));

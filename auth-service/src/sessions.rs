@@ -102,6 +102,7 @@ async fn sign_in_inner(
     };
     let password = req.password.clone();
     let verified = blocking(move || Ok(crate::passwords::verify(&phc, &password))).await?;
+    state.metrics.password_checked();
     let user = match user {
         Some(u) if verified && usable => u,
         _ => return Err(Error::InvalidCredentials),

@@ -195,6 +195,13 @@ async fn same_answer_for_unknown_user_wrong_password_and_disabled_user() {
         "{}",
         m.text
     );
+    // each failure cost exactly one argon2 verification, the unknown user included
+    assert!(
+        m.text
+            .contains("cellbind_auth_password_verifications_total 3"),
+        "{}",
+        m.text
+    );
 }
 
 #[tokio::test]
