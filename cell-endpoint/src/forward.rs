@@ -139,6 +139,8 @@ pub struct Upstreams {
     pub auth: Target,
     pub app: Target,
     pub app_token: Secret,
+    /// `app_token` as a header value, marked sensitive (never logged by hyper/h2).
+    pub app_key_header: HeaderValue,
     pub feed_token: Secret,
     pub auth_timeout: Duration,
     pub app_timeout: Duration,
@@ -151,6 +153,7 @@ impl Upstreams {
             auth: auth.map_or(Target::None, Target::Local),
             app: app.map_or(Target::None, Target::Local),
             app_token: Secret::new("edge-key-for-tests"),
+            app_key_header: sensitive("edge-key-for-tests").unwrap_or(HeaderValue::from_static("")),
             feed_token: Secret::new("feed-token-for-tests"),
             auth_timeout: Duration::from_millis(crate::config::DEFAULT_AUTH_TIMEOUT_MS),
             app_timeout: Duration::from_millis(crate::config::DEFAULT_APP_TIMEOUT_MS),
@@ -160,6 +163,8 @@ impl Upstreams {
     /// Real HTTPS upstreams trusting only `ca_cert`.
     pub fn from_config(c: &Config) -> Result<Self, EdgeError> {
         let client = https_client(&c.ca_cert, Duration::from_millis(c.connect_timeout_ms))?;
+        let app_token = Secret::from_file(&c.app_token_file)?;
+        let app_key_header = sensitive(app_token.expose())?;
         Ok(Self {
             auth: Target::Http {
                 client: client.clone(),
@@ -169,12 +174,20 @@ impl Upstreams {
                 client,
                 base: c.app_url.trim_end_matches('/').to_owned(),
             },
-            app_token: Secret::from_file(&c.app_token_file)?,
+            app_token,
+            app_key_header,
             feed_token: Secret::from_file(&c.feed_token_file)?,
             auth_timeout: Duration::from_millis(c.auth_timeout_ms),
             app_timeout: Duration::from_millis(c.app_timeout_ms),
         })
     }
+}
+
+fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
+    let mut v = HeaderValue::from_str(s)
+        .map_err(|_| EdgeError::Config("the app token is not a valid header value".into()))?;
+    v.set_sensitive(true);
+    Ok(v)
 }
 
 /// A reqwest client that trusts only the PEM CA bundle at `ca`.
@@ -213,7 +226,7 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 /// The client's headers minus hop-by-hop, `Host`, `Content-Length` (recomputed) and every
 /// `X-Cellbind-*` (only the edge sets those).
 fn outbound_headers(incoming: &HeaderMap) -> HeaderMap {
-    let mut h = HeaderMap::with_capacity(incoming.len() + 6);
+    let mut h = HeaderMap::with_capacity(incoming.len() + 8);
     for (name, value) in incoming {
         if HOP_BY_HOP.contains(name)
             || name == header::HOST
@@ -329,7 +342,7 @@ pub async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
 }
 
 async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
-    let Some(v) = req.extensions().get::<Validated>().cloned() else {
+    let Some(v) = req.extensions().get::<std::sync::Arc<Validated>>().cloned() else {
         return Err(EdgeError::SessionMissing);
     };
     let (parts, body) = read_body(edge, req).await?;
@@ -339,21 +352,14 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     if let Some(c) = cookies_without_session(&parts.headers) {
         headers.insert(header::COOKIE, c);
     }
-    let c = &v.claims;
     let up = edge.upstreams();
-    let pairs = [
-        (X_SUBJECT, c.sub.as_str().to_owned()),
-        (X_CONTRACTOR, c.ctr.as_str().to_owned()),
-        (X_GENERATION, c.r#gen.to_string()),
-        (X_SESSION, c.jti.as_str().to_owned()),
-        (X_EDGE_KEY, up.app_token.expose().to_owned()),
-    ];
-    for (name, value) in pairs {
-        let mut value = HeaderValue::from_str(&value)
-            .map_err(|_| EdgeError::Upstream("header value".into()))?;
-        value.set_sensitive(name == X_EDGE_KEY);
-        headers.insert(name, value);
+    for (name, value) in &v.identity_headers {
+        headers.insert(name.clone(), value.clone());
     }
+    headers.insert(
+        HeaderName::from_static(X_EDGE_KEY),
+        up.app_key_header.clone(),
+    );
     let out = build(parts.method.clone(), path_and_query(&parts), headers, body)?;
     up.app.send(out, up.app_timeout).await.map_err(|e| match e {
         SendError::Timeout => EdgeError::AppTimeout,

@@ -31,6 +31,9 @@ pub const OUTCOMES: [&str; 10] = [
 pub struct Metrics {
     registry: Registry,
     requests: Family<Labels, Counter>,
+    /// The series of `requests`, resolved once (index = position in [`OUTCOMES`]), so counting
+    /// is one atomic add.
+    by_outcome: Vec<Counter>,
     validation: Histogram,
     state_age: Family<Labels, Gauge>,
     feed_lag: Gauge,
@@ -49,10 +52,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("cellbind_edge");
         let requests = Family::<Labels, Counter>::default();
-        for o in OUTCOMES {
-            // Pre-create every series so a dashboard sees zeros, not gaps.
-            let _ = requests.get_or_create(&[("outcome", o)]);
-        }
+        // Every series exists from the start, so a dashboard sees zeros, not gaps.
+        let by_outcome = OUTCOMES
+            .iter()
+            .map(|o| requests.get_or_create_owned(&[("outcome", *o)]))
+            .collect();
         registry.register(
             "requests",
             "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited)",
@@ -94,6 +98,7 @@ impl Metrics {
         Self {
             registry,
             requests,
+            by_outcome,
             validation,
             state_age,
             feed_lag,
@@ -104,7 +109,14 @@ impl Metrics {
     }
 
     pub fn outcome(&self, outcome: &'static str) {
-        self.requests.get_or_create(&[("outcome", outcome)]).inc();
+        match OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => {
+                self.by_outcome[i].inc();
+            }
+            None => {
+                self.requests.get_or_create(&[("outcome", outcome)]).inc();
+            }
+        }
     }
 
     /// Count of requests with an outcome (for tests and status).

@@ -23,19 +23,18 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 use axum::response::Response;
 use protocol::Kid;
 use protocol::ids::{MAX_TOKEN_COOKIE_BYTES, MAX_TOKEN_HEADER_BYTES};
 use protocol::ownership::{Access, Decision, decide};
-use protocol::token::{
-    Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, Verified, parse,
-};
+use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, parse};
 use subtle::ConstantTimeEq as _;
 use tower::{Layer, Service};
 
 use crate::Edge;
 use crate::error::{EdgeError, rescue};
+use crate::forward::{X_CONTRACTOR, X_GENERATION, X_SESSION, X_SUBJECT};
 use crate::state::CellState;
 
 /// Name of the browser session cookie (DESIGN §4).
@@ -46,18 +45,76 @@ pub const TOKEN_CACHE_CAPACITY: usize = 100_000;
 pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
 const BEARER: &str = "Bearer ";
 
-/// What the validation layer proved about a request; the forwarder reads it.
+/// What the validation layer proved about a request; the forwarder reads it (as
+/// `Arc<Validated>` in the request extensions).
 #[derive(Debug, Clone)]
 pub struct Validated {
     pub kid: Kid,
     pub claims: SessionClaims,
+    /// `X-Cellbind-Subject`, `-Contractor`, `-Generation`, `-Session`, rendered once when the
+    /// token was verified (a cached token reuses them).
+    pub identity_headers: [(HeaderName, HeaderValue); 4],
+}
+
+impl Validated {
+    /// Builds the forwarded identity headers from verified claims. Every id type is
+    /// restricted to header-safe ASCII, so this cannot fail for a verified token.
+    pub fn new(kid: Kid, claims: SessionClaims) -> Result<Self, EdgeError> {
+        let value = |s: &str| {
+            HeaderValue::from_str(s).map_err(|_| EdgeError::Upstream("identity header".into()))
+        };
+        let identity_headers = [
+            (
+                HeaderName::from_static(X_SUBJECT),
+                value(claims.sub.as_str())?,
+            ),
+            (
+                HeaderName::from_static(X_CONTRACTOR),
+                value(claims.ctr.as_str())?,
+            ),
+            (
+                HeaderName::from_static(X_GENERATION),
+                HeaderValue::from(claims.r#gen.get()),
+            ),
+            (
+                HeaderName::from_static(X_SESSION),
+                value(claims.jti.as_str())?,
+            ),
+        ];
+        Ok(Self {
+            kid,
+            claims,
+            identity_headers,
+        })
+    }
 }
 
 #[derive(Debug)]
 struct CachedToken {
     token: Box<[u8]>,
-    kid: Kid,
-    claims: SessionClaims,
+    verified: Arc<Validated>,
+}
+
+/// Constant-time equality of two byte strings, eight bytes at a time. Unequal lengths return
+/// early: a length is not a secret.
+fn ct_eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    // OR of the XORs of every word: zero exactly when all bytes are equal, computed without a
+    // data-dependent branch; `subtle` makes the final test constant-time.
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    let mut diff = 0u64;
+    for (x, y) in ac.zip(bc) {
+        let x = u64::from_le_bytes(x.try_into().unwrap_or([0; 8]));
+        let y = u64::from_le_bytes(y.try_into().unwrap_or([0; 8]));
+        diff |= x ^ y;
+    }
+    for (x, y) in ar.iter().zip(br) {
+        diff |= u64::from(x ^ y);
+    }
+    bool::from(diff.ct_eq(&0))
 }
 
 /// The verified-token cache: a repeat token skips the signature, nothing else.
@@ -86,34 +143,36 @@ impl TokenCache {
     }
 
     /// A verified token still inside its lifetime whose key is still held.
-    fn get(&self, token: &str, state: &CellState, now: u64) -> Option<Verified<SessionClaims>> {
+    fn get(&self, token: &str, state: &CellState, now: u64) -> Option<Arc<Validated>> {
         let k = self.key(token);
         let hit = self.cache.get(&k)?;
-        if !bool::from(hit.token.ct_eq(token.as_bytes())) {
+        if !ct_eq_bytes(&hit.token, token.as_bytes()) {
             return None;
         }
-        if now >= hit.claims.exp.saturating_add(LEEWAY_S) {
+        if now >= hit.verified.claims.exp.saturating_add(LEEWAY_S) {
             self.cache.remove(&k);
             return None;
         }
-        if !state.has_kid(&hit.kid) {
+        if !state.has_kid(&hit.verified.kid) {
             return None;
         }
-        Some(Verified {
-            kid: hit.kid.clone(),
-            claims: hit.claims.clone(),
-        })
+        Some(hit.verified.clone())
     }
 
-    fn insert(&self, token: &str, v: &Verified<SessionClaims>) {
+    fn insert(
+        &self,
+        token: &str,
+        v: protocol::token::Verified<SessionClaims>,
+    ) -> Result<Arc<Validated>, EdgeError> {
+        let verified = Arc::new(Validated::new(v.kid, v.claims)?);
         self.cache.insert(
             self.key(token),
             Arc::new(CachedToken {
                 token: token.as_bytes().into(),
-                kid: v.kid.clone(),
-                claims: v.claims.clone(),
+                verified: verified.clone(),
             }),
         );
+        Ok(verified)
     }
 
     pub fn len(&self) -> usize {
@@ -193,7 +252,7 @@ impl Edge {
         &self,
         headers: &HeaderMap,
         access: Access,
-    ) -> Result<Validated, EdgeError> {
+    ) -> Result<Arc<Validated>, EdgeError> {
         let started = Instant::now();
         let result = self.validate_inner(headers, access).await;
         self.metrics()
@@ -205,7 +264,7 @@ impl Edge {
         &self,
         headers: &HeaderMap,
         access: Access,
-    ) -> Result<Validated, EdgeError> {
+    ) -> Result<Arc<Validated>, EdgeError> {
         let mut state = self
             .current()
             .filter(|s| !s.keyset.is_empty())
@@ -227,7 +286,8 @@ impl Edge {
             None => {
                 let parsed = parse(token, SESSION_TYP, cap)?;
                 if !state.has_kid(&parsed.kid) {
-                    match self.refetch_for(&parsed.kid).await {
+                    // Boxed: the rare refetch path must not bloat every request's future.
+                    match Box::pin(self.refetch_for(&parsed.kid)).await {
                         Some(s) => state = s,
                         None => return Err(TokenError::UnknownKid(parsed.kid).into()),
                     }
@@ -236,8 +296,7 @@ impl Edge {
                     return Err(TokenError::UnknownKid(parsed.kid).into());
                 };
                 let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;
-                self.cache.insert(token, &v);
-                v
+                self.cache.insert(token, v)?
             }
         };
         if state
@@ -279,10 +338,7 @@ impl Edge {
         if access == Access::Write && !self.lease_current() {
             return Err(EdgeError::LeaseLapsed);
         }
-        Ok(Validated {
-            kid: verified.kid,
-            claims: verified.claims,
-        })
+        Ok(verified)
     }
 }
 
