@@ -19,6 +19,8 @@ pub enum IdError {
         kind: &'static str,
         allowed: &'static str,
     },
+    #[error("{kind} must be exactly {len} bytes")]
+    WrongLength { kind: &'static str, len: usize },
     #[error("{kind} must start with {prefix:?}")]
     BadPrefix {
         kind: &'static str,
@@ -167,7 +169,7 @@ string_id!(
     SessionId, "SessionId", |s| {
         check("session id", s, SESSION_ID_CHARS, "[A-Za-z0-9_-]", is_b64url)?;
         if s.len() != SESSION_ID_CHARS {
-            return Err(IdError::TooLong { kind: "session id", max: SESSION_ID_CHARS });
+            return Err(IdError::WrongLength { kind: "session id", len: SESSION_ID_CHARS });
         }
         Ok(())
     }

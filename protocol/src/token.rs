@@ -257,8 +257,9 @@ pub fn parse<'t>(
     expected_typ: &'static str,
     max_bytes: usize,
 ) -> Result<Parsed<'t>, TokenError> {
-    if token.len() > max_bytes.min(MAX_TOKEN_HEADER_BYTES) {
-        return Err(TokenError::TooLarge { max: max_bytes });
+    let cap = max_bytes.min(MAX_TOKEN_HEADER_BYTES);
+    if token.len() > cap {
+        return Err(TokenError::TooLarge { max: cap });
     }
     let ok = |s: &str| {
         !s.is_empty()
