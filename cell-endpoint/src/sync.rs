@@ -20,11 +20,24 @@ pub const FEED_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 /// Largest feed answer read, in bytes.
 pub const MAX_FEED_BYTES: usize = 64 * 1024 * 1024;
 
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// One feed request.
 pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse, EdgeError> {
     let path = format!(
         "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}",
-        edge.settings().instance_id
+        query_escape(&edge.settings().instance_id)
     );
     let bearer = format!("Bearer {}", edge.upstreams().feed_token.expose());
     let mut auth = http::HeaderValue::from_str(&bearer)
@@ -137,5 +150,23 @@ pub async fn run(edge: Edge, wait_ms: u64) {
                 tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_ids_are_escaped_in_the_query() {
+        assert_eq!(query_escape("edge-1"), "edge-1");
+        assert_eq!(query_escape("edge 1&since=0"), "edge%201%26since%3D0");
+    }
+
+    #[test]
+    fn the_long_poll_never_outlasts_half_the_lease() {
+        assert_eq!(effective_wait_ms(20_000, Duration::from_secs(30)), 15_000);
+        assert_eq!(effective_wait_ms(20_000, Duration::ZERO), 20_000);
+        assert_eq!(effective_wait_ms(300, Duration::from_secs(2)), 300);
     }
 }

@@ -1,0 +1,483 @@
+//! Browser rules of the edge (DESIGN §4): CORS only for the fleet's own origins, and a CSRF
+//! proof plus an `Origin` check on every unsafe request that rides on the session cookie.
+//!
+//! One tower layer, one decision per request ([`decide`]), taken before anything else runs:
+//!
+//! ```text
+//!                    request
+//!                       │
+//!   OPTIONS + Origin + Access-Control-Request-Method?
+//!        ├─ yes ─▶ Origin is a fleet cell's ─▶ Preflight(origin): 204 + CORS headers
+//!        │                     └─ not ────────▶ Refuse: 403 FORBIDDEN, no CORS headers
+//!        └─ no ──▶ unsafe method and an Origin that is neither this cell's nor a fleet cell's
+//!                     └─ yes ─▶ Refuse: 403
+//!                  unsafe method on the session cookie (no Authorization), not a sign-in
+//!                     └─ yes, without Origin/Sec-Fetch-Site proof or without a CSRF proof
+//!                                         ─▶ Refuse: 403
+//!                  otherwise ─▶ Pass { cors }: the inner service answers; a fleet origin gets
+//!                                `Access-Control-Allow-Origin` + credentials on the answer
+//! ```
+//!
+//! The CSRF proof is a double-submit token: the readable `__Host-cellbind_csrf` cookie, set
+//! beside every session cookie the edge lets through (sign-in, renewal, rebind, desk adoption)
+//! and cleared with it, echoed in the `X-Cellbind-Csrf` header and compared in constant time.
+//! A `__Host-` cookie can only be set by this exact origin over HTTPS, so a cross-site page can
+//! neither read nor plant it. Bearer requests carry no ambient credential and need no proof.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use rand::RngCore as _;
+use subtle::ConstantTimeEq as _;
+use tower::{Layer, Service};
+
+use crate::Edge;
+use crate::error::{EdgeError, rescue};
+use crate::state::CellState;
+use crate::validate::SESSION_COOKIE;
+
+/// The readable CSRF cookie (double submit).
+pub const CSRF_COOKIE: &str = "__Host-cellbind_csrf";
+/// The header that echoes [`CSRF_COOKIE`] on unsafe requests.
+pub const CSRF_HEADER: &str = "x-cellbind-csrf";
+/// Random bytes in a CSRF token (base64url, 22 characters).
+pub const CSRF_TOKEN_BYTES: usize = 16;
+/// How long a browser may cache a preflight answer, in seconds.
+pub const PREFLIGHT_MAX_AGE_S: u64 = 600;
+/// Methods a fleet origin may use cross-origin.
+pub const CORS_METHODS: &str = "GET, POST, DELETE";
+/// Request headers a fleet origin may send cross-origin.
+pub const CORS_HEADERS: &str = "content-type, idempotency-key, x-cellbind-csrf, authorization";
+/// Response headers a fleet origin's script may read.
+pub const CORS_EXPOSE: &str = "retry-after";
+
+/// Unsafe requests that need no session (and so no CSRF proof): sign-in, rebind (a ticket in
+/// the body) and the desk's adoption of a session it was just given. They still need an
+/// allowed `Origin` when a browser sends one (login CSRF).
+const NO_SESSION_PATHS: [&str; 3] = ["/v1/sessions", "/v1/sessions/rebind", "/desk/session"];
+
+/// The one decision of this layer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A preflight from a fleet origin: answered here.
+    Preflight(HeaderValue),
+    /// Refused here with 403.
+    Refuse(&'static str),
+    /// Served by the inner service; `cors` is the fleet origin to allow on the answer.
+    Pass { cors: Option<HeaderValue> },
+}
+
+/// The origin (`scheme://host[:port]`) of an endpoint URL, lower-cased, default port dropped.
+pub fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if scheme.is_empty() || authority.is_empty() {
+        return None;
+    }
+    let scheme = scheme.to_ascii_lowercase();
+    let mut authority = authority.to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "https" => Some(":443"),
+        "http" => Some(":80"),
+        _ => None,
+    };
+    if let Some(d) = default
+        && authority.ends_with(d)
+    {
+        authority.truncate(authority.len() - d.len());
+    }
+    Some(format!("{scheme}://{authority}"))
+}
+
+fn same_origin(candidate: &str, url: &str) -> bool {
+    origin_of(url).is_some_and(|o| o == candidate)
+}
+
+/// Whether `origin` is one of the fleet's cells in the signed placement map this edge holds.
+pub fn is_fleet_origin(origin: &str, state: Option<&CellState>) -> bool {
+    state
+        .and_then(CellState::map)
+        .is_some_and(|m| m.map.cells.iter().any(|c| same_origin(origin, &c.endpoint)))
+}
+
+/// Whether `origin` is this cell's own origin or a fleet cell's.
+pub fn origin_allowed(origin: &str, public_url: &str, state: Option<&CellState>) -> bool {
+    same_origin(origin, public_url) || is_fleet_origin(origin, state)
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The value of cookie `name`, when the request carries exactly one.
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut found = None;
+    for value in headers.get_all(header::COOKIE) {
+        let Ok(value) = value.to_str() else { continue };
+        for pair in value.split(';') {
+            if let Some(v) = pair
+                .trim_start_matches(' ')
+                .strip_prefix(name)
+                .and_then(|r| r.strip_prefix('='))
+            {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(v);
+            }
+        }
+    }
+    found
+}
+
+/// Whether the request rides on the session cookie (no `Authorization`, which wins when both
+/// are sent and which a cross-site page cannot attach).
+pub fn uses_session_cookie(headers: &HeaderMap) -> bool {
+    !headers.contains_key(header::AUTHORIZATION)
+        && headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .any(|p| {
+                p.trim_start_matches(' ')
+                    .strip_prefix(SESSION_COOKIE)
+                    .is_some_and(|r| r.starts_with('='))
+            })
+}
+
+/// The CSRF proof of an unsafe cookie-session request: an allowed `Origin` (or, from a browser
+/// that sends none, `Sec-Fetch-Site: same-origin`) and the header equal to the cookie.
+pub fn check_csrf_proof(
+    headers: &HeaderMap,
+    public_url: &str,
+    state: Option<&CellState>,
+) -> Result<(), EdgeError> {
+    match header_str(headers, header::ORIGIN) {
+        Some(o) if origin_allowed(o, public_url, state) => {}
+        Some(_) => return Err(EdgeError::Csrf("this origin is not a cell of the fleet")),
+        None if header_str(headers, "sec-fetch-site") == Some("same-origin") => {}
+        None => return Err(EdgeError::Csrf("a cookie session's unsafe request needs an Origin")),
+    }
+    let sent = header_str(headers, CSRF_HEADER).unwrap_or("");
+    let held = cookie(headers, CSRF_COOKIE).unwrap_or("");
+    if sent.is_empty() || held.is_empty() {
+        return Err(EdgeError::Csrf("missing CSRF proof"));
+    }
+    if !bool::from(sent.as_bytes().ct_eq(held.as_bytes())) {
+        return Err(EdgeError::Csrf("CSRF proof does not match"));
+    }
+    Ok(())
+}
+
+fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The decision for one request (the diagram of the module doc).
+pub fn decide(
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    public_url: &str,
+    state: Option<&CellState>,
+) -> Verdict {
+    let origin = header_str(headers, header::ORIGIN);
+    let own = origin.is_some_and(|o| same_origin(o, public_url));
+    let fleet = origin.filter(|o| !own && is_fleet_origin(o, state));
+    let cors = fleet.and_then(|o| HeaderValue::from_str(o).ok());
+    let preflight =
+        *method == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    match (preflight, origin, cors) {
+        (true, Some(_), Some(allowed)) => Verdict::Preflight(allowed),
+        (true, Some(_), None) if own => Verdict::Pass { cors: None },
+        (true, Some(_), None) => Verdict::Refuse("this origin is not a cell of the fleet"),
+        (_, Some(_), None) if !own && !is_safe(method) => {
+            Verdict::Refuse("this origin is not a cell of the fleet")
+        }
+        (_, _, cors) => {
+            if !is_safe(method)
+                && !NO_SESSION_PATHS.contains(&path)
+                && uses_session_cookie(headers)
+                && let Err(EdgeError::Csrf(why)) = check_csrf_proof(headers, public_url, state)
+            {
+                return Verdict::Refuse(why);
+            }
+            Verdict::Pass { cors }
+        }
+    }
+}
+
+/// A fresh CSRF token.
+pub fn new_csrf_token() -> String {
+    let mut bytes = [0u8; CSRF_TOKEN_BYTES];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// `Set-Cookie` for the CSRF cookie (readable by the page's script: no `HttpOnly`).
+pub fn csrf_cookie(value: &str, max_age_s: u64) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!(
+        "{CSRF_COOKIE}={value}; Secure; SameSite=Strict; Path=/; Max-Age={max_age_s}"
+    ))
+    .ok()
+}
+
+/// What a response's `Set-Cookie` does to the session cookie: `Some(max_age)` when it sets
+/// one (the CSRF cookie must follow with the same lifetime), `Some(0)` when it clears it.
+fn session_cookie_change(resp: &Response) -> Option<u64> {
+    let mut out = None;
+    for v in resp.headers().get_all(header::SET_COOKIE) {
+        let Some(rest) = v
+            .to_str()
+            .ok()
+            .and_then(|s| s.strip_prefix(SESSION_COOKIE))
+            .and_then(|r| r.strip_prefix('='))
+        else {
+            continue;
+        };
+        let mut parts = rest.split(';');
+        let value = parts.next().unwrap_or("");
+        let max_age = parts
+            .filter_map(|p| p.trim().strip_prefix("Max-Age="))
+            .find_map(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        out = Some(if value.is_empty() { 0 } else { max_age });
+    }
+    out
+}
+
+/// Adds the CORS headers for a fleet origin and keeps the CSRF cookie beside the session one.
+fn finish(mut resp: Response, cors: Option<HeaderValue>) -> Response {
+    match session_cookie_change(&resp) {
+        Some(0) => {
+            if let Some(c) = csrf_cookie("", 0) {
+                resp.headers_mut().append(header::SET_COOKIE, c);
+            }
+        }
+        Some(max_age) => {
+            if let Some(c) = csrf_cookie(&new_csrf_token(), max_age) {
+                resp.headers_mut().append(header::SET_COOKIE, c);
+            }
+        }
+        None => {}
+    }
+    if let Some(origin) = cors {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(CORS_EXPOSE),
+        );
+        h.append(header::VARY, HeaderValue::from_static("origin"));
+    }
+    resp
+}
+
+fn preflight(origin: HeaderValue) -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(CORS_METHODS),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(CORS_HEADERS),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from(PREFLIGHT_MAX_AGE_S),
+    );
+    h.insert(header::VARY, HeaderValue::from_static("origin"));
+    resp
+}
+
+/// The browser layer.
+#[derive(Debug, Clone)]
+pub struct BrowserLayer {
+    edge: Edge,
+}
+
+impl BrowserLayer {
+    pub fn new(edge: Edge) -> Self {
+        Self { edge }
+    }
+}
+
+impl<S> Layer<S> for BrowserLayer {
+    type Service = BrowserService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        BrowserService {
+            edge: self.edge.clone(),
+            inner,
+        }
+    }
+}
+
+/// The browser service: answers preflights, refuses cross-site unsafe requests, decorates
+/// answers (see the module doc).
+#[derive(Debug, Clone)]
+pub struct BrowserService<S> {
+    edge: Edge,
+    inner: S,
+}
+
+impl<S> Service<Request<Body>> for BrowserService<S>
+where
+    S: Service<Request<Body>, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let clone = self.inner.clone();
+        // The ready service is the one we were polled for; keep the clone for next time.
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let state = self.edge.current();
+        let verdict = decide(
+            req.method(),
+            req.uri().path(),
+            req.headers(),
+            &self.edge.settings().public_url,
+            state.as_deref(),
+        );
+        let edge = self.edge.clone();
+        Box::pin(async move {
+            match verdict {
+                Verdict::Preflight(origin) => Ok(preflight(origin)),
+                Verdict::Refuse(why) => {
+                    edge.metrics().outcome("forbidden");
+                    Ok(rescue(&EdgeError::Csrf(why)))
+                }
+                Verdict::Pass { cors } => Ok(finish(inner.call(req).await?, cors)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_normalised() {
+        assert_eq!(
+            origin_of("https://127.0.0.4:8443/").as_deref(),
+            Some("https://127.0.0.4:8443")
+        );
+        assert_eq!(
+            origin_of("HTTPS://Cell.Example:443/x").as_deref(),
+            Some("https://cell.example")
+        );
+        assert_eq!(origin_of("no scheme"), None);
+        assert_eq!(origin_of("https://"), None);
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static("")));
+        }
+        h
+    }
+
+    const ME: &str = "https://127.0.0.4:8443";
+
+    #[test]
+    fn cookie_writes_need_a_matching_proof() {
+        let ok = headers(&[
+            ("origin", ME),
+            ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+            ("x-cellbind-csrf", "abc"),
+        ]);
+        assert_eq!(
+            decide(&Method::POST, "/api/jobs/j/complete", &ok, ME, None),
+            Verdict::Pass { cors: None }
+        );
+        for bad in [
+            headers(&[
+                ("origin", ME),
+                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+            ]),
+            headers(&[
+                ("origin", ME),
+                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                ("x-cellbind-csrf", "abd"),
+            ]),
+            headers(&[
+                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                ("x-cellbind-csrf", "abc"),
+            ]),
+            headers(&[
+                ("origin", "https://evil.example"),
+                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                ("x-cellbind-csrf", "abc"),
+            ]),
+        ] {
+            assert!(matches!(
+                decide(&Method::POST, "/api/jobs/j/complete", &bad, ME, None),
+                Verdict::Refuse(_)
+            ));
+        }
+        // Reads and bearer requests need no proof.
+        let read = headers(&[("cookie", "__Host-cellbind_session=t")]);
+        assert_eq!(
+            decide(&Method::GET, "/api/routes/today", &read, ME, None),
+            Verdict::Pass { cors: None }
+        );
+        let bearer = headers(&[
+            ("authorization", "Bearer t"),
+            ("cookie", "__Host-cellbind_session=t"),
+        ]);
+        assert_eq!(
+            decide(&Method::POST, "/api/jobs/j/complete", &bearer, ME, None),
+            Verdict::Pass { cors: None }
+        );
+    }
+
+    #[test]
+    fn foreign_preflights_and_writes_are_refused() {
+        let pre = headers(&[
+            ("origin", "https://evil.example"),
+            ("access-control-request-method", "POST"),
+        ]);
+        assert!(matches!(
+            decide(&Method::OPTIONS, "/v1/sessions", &pre, ME, None),
+            Verdict::Refuse(_)
+        ));
+        let sign_in = headers(&[("origin", "https://evil.example")]);
+        assert!(matches!(
+            decide(&Method::POST, "/v1/sessions", &sign_in, ME, None),
+            Verdict::Refuse(_)
+        ));
+        // Without an Origin (not a browser), sign-in is not this layer's business.
+        assert_eq!(
+            decide(&Method::POST, "/v1/sessions", &HeaderMap::new(), ME, None),
+            Verdict::Pass { cors: None }
+        );
+    }
+}
