@@ -39,8 +39,10 @@ use crate::state::CellState;
 
 /// Name of the browser session cookie (DESIGN §4).
 pub const SESSION_COOKIE: &str = "__Host-cellbind_session";
-/// Most verified tokens kept in the cache.
-pub const TOKEN_CACHE_CAPACITY: usize = 100_000;
+/// Most verified tokens kept in the cache (about 1 KiB each: the token, its claims and the
+/// rendered identity headers, so at most ~32 MiB). More active sessions than this per
+/// instance only cost signature checks, never a wrong verdict.
+pub const TOKEN_CACHE_CAPACITY: usize = 32_768;
 /// Longest a request waits for an unknown-kid key refetch, in milliseconds.
 pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
 const BEARER: &str = "Bearer ";
