@@ -399,15 +399,17 @@ impl Client {
         self.renew_if_due().await?;
         let session = self.current().ok_or(Error::NotSignedIn)?;
         let write = !method.is_safe();
+        let body = body.map(Bytes::from);
+        let key = write.then(idempotency_key);
         let result = self
             .inner
             .transport
             .send(Call {
-                method,
+                method: method.clone(),
                 url: url(&session.endpoint, path),
                 token: Some(&session.token),
-                body: body.map(Bytes::from),
-                idempotency_key: write.then(idempotency_key),
+                body: body.clone(),
+                idempotency_key: key.clone(),
                 replay_safe: false,
             })
             .await;
@@ -420,13 +422,28 @@ impl Client {
                 owner_cell,
                 owner_endpoint,
             }) => {
-                // HOOK(transfer): DESIGN §7 "WRONG_CELL with a session: transfer + rebind, then
-                // retry the request once" goes here. Until then the error surfaces and the
-                // session is kept; the request is never re-sent to another cell.
-                Err(Error::WrongCell {
-                    owner_cell,
-                    owner_endpoint,
-                })
+                // DESIGN §7: transfer + rebind (see `transfer`), then retry the request once,
+                // at the new session's cell, with the same idempotency key.
+                let fresh = self.transfer(&session, owner_cell, owner_endpoint).await?;
+                let retried = self
+                    .inner
+                    .transport
+                    .send(Call {
+                        method,
+                        url: url(&fresh.endpoint, path),
+                        token: Some(&fresh.token),
+                        body,
+                        idempotency_key: key,
+                        replay_safe: false,
+                    })
+                    .await;
+                match retried {
+                    Err(e) if e.ends_session() => {
+                        self.end(&fresh, &e)?;
+                        Err(e)
+                    }
+                    other => other,
+                }
             }
             other => other,
         }
@@ -646,6 +663,8 @@ fn check_path(path: &str) -> Result<(), Error> {
         ))
     }
 }
+
+mod transfer;
 
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,11 @@ pub enum Error {
         owner_cell: Option<CellId>,
         owner_endpoint: Option<String>,
     },
+    /// The contractor moved and the session could not follow it (a transfer or rebind was
+    /// refused, e.g. it moved twice while the device was away). The stored session was
+    /// cleared: sign in again.
+    #[error("the session cannot follow the contractor to its new cell; sign in again")]
+    SignInRequired,
     /// Sign-in was redirected once and the second cell disagreed too.
     #[error("cells disagree about the owner: {first} named {second}, which named {named_owner:?}")]
     CellsDisagree {
@@ -140,7 +145,10 @@ impl Error {
     pub fn ends_session(&self) -> bool {
         matches!(
             self,
-            Error::SessionExpired | Error::SessionRevoked | Error::SessionInvalid
+            Error::SessionExpired
+                | Error::SessionRevoked
+                | Error::SessionInvalid
+                | Error::SignInRequired
         )
     }
 }

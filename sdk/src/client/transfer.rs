@@ -1,0 +1,177 @@
+//! DESIGN §7 "`WRONG_CELL` with a session: transfer + rebind, then retry the request once".
+//!
+//! The session's own cell signs a one-use ticket for the owner it released the contractor to
+//! (`POST /v1/sessions/transfer`); the owner, reached only if the signed map lists it at the
+//! endpoint it was named with, trades the ticket for a session at the new generation
+//! (`POST /v1/sessions/rebind`). The new session replaces the old one in the store. A refused
+//! transfer or rebind (the contractor moved again, the ticket was refused) ends the session:
+//! [`Error::SignInRequired`]. Single flight: concurrent requests that hit the same
+//! `WRONG_CELL` wait for one transfer and use its session.
+
+use bytes::Bytes;
+use http::Method;
+use protocol::map::CellEntry;
+use protocol::{CellId, ErrorCode, SessionToken};
+use serde::{Deserialize, Serialize};
+
+use super::{Client, same_endpoint, session_from, url};
+use crate::Error;
+use crate::session::{Event, Session};
+use crate::store;
+use crate::transport::Call;
+
+/// The `200` answer of `POST /v1/sessions/transfer`.
+#[derive(Deserialize)]
+struct TransferAnswer {
+    ticket: SessionToken,
+    target_cell: CellId,
+    #[allow(dead_code)]
+    target_endpoint: String,
+}
+
+#[derive(Serialize)]
+struct RebindBody<'a> {
+    ticket: &'a str,
+}
+
+/// Whether a refusal of the transfer or rebind means "this session cannot follow".
+fn cannot_follow(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Rejected {
+            code: ErrorCode::Forbidden | ErrorCode::InvalidRequest | ErrorCode::NotFound,
+            ..
+        } | Error::WrongCell { .. }
+            | Error::UnknownContractor
+            | Error::SessionInvalid
+    )
+}
+
+impl Client {
+    /// Moves `session` to the owner named by a `WRONG_CELL` answer and returns the new session
+    /// (already stored and active).
+    pub(super) async fn transfer(
+        &self,
+        session: &Session,
+        owner_cell: Option<CellId>,
+        owner_endpoint: Option<String>,
+    ) -> Result<Session, Error> {
+        let _one = self.inner.sign_in_lock.lock().await;
+        if let Some(now) = self.current()
+            && now.session_id != session.session_id
+            && now.contractor_id == session.contractor_id
+        {
+            // Another request transferred (or the user signed in again) while we waited.
+            return Ok(now);
+        }
+        let map = self.map();
+        let untrusted = || Error::UntrustedRedirect {
+            owner_cell: owner_cell.clone(),
+            owner_endpoint: owner_endpoint.clone(),
+        };
+        let owner: CellEntry = owner_cell
+            .as_ref()
+            .and_then(|id| map.map.cell(id))
+            .cloned()
+            .ok_or_else(untrusted)?;
+        if owner.id == session.cell_id
+            || owner_endpoint
+                .as_deref()
+                .is_some_and(|e| !same_endpoint(e, &owner.endpoint))
+        {
+            // Named back to its own cell: the cell knows a newer generation of this
+            // contractor here (moved away and back) — only a new sign-in helps.
+            if owner.id == session.cell_id {
+                return self.cannot_follow(session).await;
+            }
+            return Err(untrusted());
+        }
+        self.transition(Event::SignInStarted)?;
+        let result = self.transfer_to(session, &owner).await;
+        match result {
+            Ok(fresh) => {
+                let saved = store::encode(&fresh).and_then(|blob| {
+                    self.inner
+                        .store
+                        .save(&blob)
+                        .map_err(|e| Error::Store(e.to_string()))
+                });
+                self.transition(Event::SignedIn(fresh.clone()))?;
+                saved?;
+                tracing::info!(from = %session.cell_id, to = %fresh.cell_id, "session transferred");
+                Ok(fresh)
+            }
+            Err(e) => {
+                self.transition(Event::SignInFailed)?;
+                if e.ends_session() {
+                    self.end(session, &e)?;
+                    return Err(e);
+                }
+                if cannot_follow(&e) {
+                    tracing::info!(error = %e, "transfer refused; the user must sign in again");
+                    return self.cannot_follow(session).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn cannot_follow(&self, session: &Session) -> Result<Session, Error> {
+        self.end(session, &Error::SignInRequired)?;
+        Err(Error::SignInRequired)
+    }
+
+    async fn transfer_to(&self, session: &Session, owner: &CellEntry) -> Result<Session, Error> {
+        let resp = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::POST,
+                url: url(&session.endpoint, "/v1/sessions/transfer"),
+                token: Some(&session.token),
+                body: None,
+                idempotency_key: None,
+                replay_safe: true,
+            })
+            .await?;
+        if resp.status != 200 {
+            return Err(Error::InvalidResponse(format!(
+                "transfer answered HTTP {}",
+                resp.status
+            )));
+        }
+        let t: TransferAnswer = serde_json::from_slice(&resp.body)
+            .map_err(|e| Error::InvalidResponse(format!("transfer answer: {e}")))?;
+        if t.target_cell != owner.id {
+            return Err(Error::CellsDisagree {
+                first: session.cell_id.clone(),
+                second: owner.id.clone(),
+                named_owner: Some(t.target_cell),
+            });
+        }
+        let body = serde_json::to_vec(&RebindBody {
+            ticket: t.ticket.expose(),
+        })
+        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
+        let resp = self
+            .inner
+            .transport
+            .send(Call {
+                method: Method::POST,
+                url: url(&owner.endpoint, "/v1/sessions/rebind"),
+                token: None,
+                body: Some(Bytes::from(body)),
+                idempotency_key: None,
+                replay_safe: false,
+            })
+            .await?;
+        let fresh = session_from(&resp, owner, &session.contractor_id)?;
+        if fresh.generation <= session.generation || fresh.subject != session.subject {
+            return Err(Error::InvalidResponse(
+                "the rebound session is not a newer session of the same user".into(),
+            ));
+        }
+        Ok(fresh)
+    }
+}
