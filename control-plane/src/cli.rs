@@ -48,6 +48,8 @@ pub enum Command {
         #[command(subcommand)]
         command: ClientCommand,
     },
+    /// Move a contractor to another cell (resumes an interrupted migration).
+    Migrate(crate::migrate::MigrateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,6 +98,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             session_file,
             command,
         } => run_client(&cli.fleet, session_file, command, cli.json).await,
+        Command::Migrate(args) => crate::migrate::run_cli(&cli.fleet, args, cli.json).await,
     }
 }
 

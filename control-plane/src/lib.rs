@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod dev;
 pub mod error;
+pub mod migrate;
 pub mod publish;
 pub mod secrets;
 pub mod server;

@@ -64,6 +64,8 @@ pub const SESSION_LIFETIME_S: u64 = protocol::token::DEFAULT_SESSION_LIFETIME_S;
 pub const KEY_ROTATION_INTERVAL_S: u64 = 30 * 24 * 3600;
 /// How often the dev auth-services poll the control plane's map, in milliseconds.
 pub const MAP_POLL_INTERVAL_MS: u64 = 5_000;
+/// Map poll interval of a cell whose map refresh is stalled on purpose (tests): one day.
+pub const STALLED_MAP_POLL_INTERVAL_MS: u64 = 24 * 3600 * 1000;
 /// Edge write lease, in milliseconds.
 pub const WRITE_LEASE_MS: u64 = 30_000;
 /// Edge feed long-poll, in milliseconds.
@@ -90,6 +92,9 @@ pub struct FleetOptions {
     pub contractors: u32,
     pub bucket_count: usize,
     pub startup_timeout: Duration,
+    /// Tests: this cell's auth-service (by number, 1-based) polls the control plane's map only
+    /// every [`STALLED_MAP_POLL_INTERVAL_MS`], so its map stays at the first one it took.
+    pub stalled_map_cell: Option<u8>,
 }
 
 impl FleetOptions {
@@ -103,6 +108,7 @@ impl FleetOptions {
             contractors: seed::DEFAULT_CONTRACTORS,
             bucket_count: DEFAULT_BUCKET_COUNT,
             startup_timeout: Duration::from_millis(DEFAULT_STARTUP_TIMEOUT_MS),
+            stalled_map_cell: None,
         }
     }
 
@@ -518,7 +524,11 @@ impl Fleet {
                     ca_cert: layout.ca(),
                     control_plane_url: &cp_url,
                     map_public_key: &map_public_key,
-                    map_poll_interval_ms: MAP_POLL_INTERVAL_MS,
+                    map_poll_interval_ms: if opts.stalled_map_cell == Some(c.n) {
+                        STALLED_MAP_POLL_INTERVAL_MS
+                    } else {
+                        MAP_POLL_INTERVAL_MS
+                    },
                     session_lifetime_s: SESSION_LIFETIME_S,
                     key_rotation_interval_s: KEY_ROTATION_INTERVAL_S,
                 },

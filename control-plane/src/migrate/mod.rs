@@ -1,0 +1,672 @@
+//! `cellctl migrate CONTRACTOR --to CELL`: moves a contractor between cells (DESIGN §5).
+//!
+//! The orchestrator runs inside `cellctl` and talks to the control plane's, the auth-services'
+//! and the apps' admin APIs with the fleet's admin token. Its state is a journal
+//! (`migrations.db`, beside `fleet.json`) that records the next step of each migration
+//! before it is taken, so a rerun of the same command resumes a migration that a crash (of
+//! `cellctl`, or of the machine) interrupted. Running it here rather than in the control-plane
+//! server keeps the control plane a placement store and publisher only, lets an operator
+//! watch each step as it happens, and makes "crash at any step" testable by killing one
+//! process; every step is idempotent, so redoing the step that was running is always safe.
+//!
+//! ```text
+//!   copy ──▶ handoff ──▶ drain ──▶ sync ──▶ placement ──▶ activate ──▶ release ──▶ done
+//!   │        │           │         │        │              │             │
+//!   │        │           │         │        │              │             └ source released(g, T, g+1)
+//!   │        │           │         │        │              │               + source app released;
+//!   │        │           │         │        │              │               only with both the ack and
+//!   │        │           │         │        │              │               the published map in hand
+//!   │        │           │         │        │              └ target active(g+1) + target app
+//!   │        │           │         │        │                activated; ack = the target's record
+//!   │        │           │         │        │                reads back active(g+1) and its edges
+//!   │        │           │         │        │                applied it
+//!   │        │           │         │        └ placement (T, g+1) at the control plane; wait until
+//!   │        │           │         │          the published (signed) map names T
+//!   │        │           │         └ source app frozen, its data exported and imported at T;
+//!   │        │           │           credentials and revocations copied again (final copy)
+//!   │        │           └ every live source edge applied the handoff and has no write in flight
+//!   │        └ source record handoff(g): reads served, writes refused (read-only from here)
+//!   └ credentials (hashes), revocations and app data copied to T (pre-copy, source still active)
+//! ```
+//!
+//! A crash anywhere leaves the contractor either active at the source (before `handoff`) or
+//! read-only at the source (from `handoff` until `release`), never owned by two cells: the
+//! target takes writes only once the control plane names it, and sessions reach it only after
+//! the source released. Waits are bounded by `--step-timeout-s`; a step that times out (e.g.
+//! the control plane cannot publish) stops the run before `release` with a non-zero exit, and
+//! a rerun finishes it.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use protocol::jwks::PublicKey;
+use protocol::map::SignedMap;
+use protocol::ownership::OwnershipRecord;
+use protocol::{CellId, ContractorId, Generation};
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::dev::{FleetFile, admin_call, client_trusting_file};
+use crate::error::{CpError, Result};
+use crate::secrets::Secret;
+
+pub mod journal;
+
+pub use journal::{JOURNAL_FILE, Journal, Record};
+
+/// Default bound of one step's waiting and retrying, in seconds.
+pub const DEFAULT_STEP_TIMEOUT_S: u64 = 60;
+/// Interval between two polls of a condition (drain, publication), in milliseconds.
+pub const POLL_INTERVAL_MS: u64 = 25;
+/// Longest a single admin request may take, in milliseconds.
+pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Delay before retrying a failed request within a step, in milliseconds.
+pub const RETRY_DELAY_MS: u64 = 200;
+/// Exit code of `--stop-after` (a deliberate crash, for tests).
+pub const STOP_AFTER_EXIT_CODE: i32 = 86;
+
+/// The steps, in order (see the module diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Copy,
+    Handoff,
+    Drain,
+    Sync,
+    Placement,
+    Activate,
+    Release,
+    Done,
+}
+
+impl Step {
+    pub const FIRST: Step = Step::Copy;
+    pub const ALL: [Step; 8] = [
+        Step::Copy,
+        Step::Handoff,
+        Step::Drain,
+        Step::Sync,
+        Step::Placement,
+        Step::Activate,
+        Step::Release,
+        Step::Done,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Copy => "copy",
+            Step::Handoff => "handoff",
+            Step::Drain => "drain",
+            Step::Sync => "sync",
+            Step::Placement => "placement",
+            Step::Activate => "activate",
+            Step::Release => "release",
+            Step::Done => "done",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Step> {
+        Step::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What to migrate and how.
+#[derive(Debug, Clone)]
+pub struct MigrateOptions {
+    pub contractor: ContractorId,
+    pub target: CellId,
+    /// Bound of each step's waits and retries.
+    pub step_timeout: Duration,
+    /// Exit the process (code [`STOP_AFTER_EXIT_CODE`]) right after this step's effects,
+    /// before the journal records it: a crash for tests.
+    pub stop_after: Option<Step>,
+}
+
+impl MigrateOptions {
+    pub fn new(contractor: ContractorId, target: CellId) -> Self {
+        MigrateOptions {
+            contractor,
+            target,
+            step_timeout: Duration::from_secs(DEFAULT_STEP_TIMEOUT_S),
+            stop_after: None,
+        }
+    }
+}
+
+/// One completed step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepReport {
+    pub step: Step,
+    pub duration_ms: u64,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MigrationReport {
+    pub contractor_id: ContractorId,
+    pub source: CellId,
+    pub target: CellId,
+    pub from_generation: Generation,
+    pub to_generation: Generation,
+    /// Whether this run resumed an interrupted migration.
+    pub resumed: bool,
+    /// Whether the contractor was already at the target (nothing to do).
+    pub already_there: bool,
+    pub steps: Vec<StepReport>,
+    /// From the source's handoff to its release, when this run saw both (milliseconds).
+    pub read_only_ms: Option<u64>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The journal beside a fleet file.
+pub fn journal_path(fleet: &Path) -> std::path::PathBuf {
+    fleet
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join(JOURNAL_FILE)
+}
+
+/// Everything a run talks to.
+struct Ctx {
+    fleet: FleetFile,
+    client: reqwest::Client,
+    admin: Secret,
+    map_key: PublicKey,
+    step_timeout: Duration,
+}
+
+/// Where a cell's services are.
+struct CellUrls {
+    auth: String,
+    app: String,
+}
+
+impl Ctx {
+    fn cell(&self, id: &CellId) -> Result<CellUrls> {
+        let c = self
+            .fleet
+            .cell(id)
+            .ok_or_else(|| CpError::BadRequest(format!("{id} is not a cell of this fleet")))?;
+        Ok(CellUrls {
+            auth: c.auth_service.url.trim_end_matches('/').to_owned(),
+            app: c.app_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn cp(&self) -> String {
+        self.fleet
+            .control_plane
+            .url
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
+    /// One admin request, retried until it succeeds or the step's deadline passes.
+    async fn call(
+        &self,
+        deadline: Instant,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        let body = body
+            .map(|b| serde_json::to_vec(&b))
+            .transpose()
+            .map_err(|e| CpError::Internal(e.to_string()))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let limit = left.min(Duration::from_millis(REQUEST_TIMEOUT_MS));
+            let attempt = tokio::time::timeout(
+                limit,
+                admin_call(&self.client, method.clone(), url, &self.admin, body.clone()),
+            )
+            .await
+            .unwrap_or_else(|_| Err(CpError::Http(format!("{method} {url}: timed out"))));
+            match attempt {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() + Duration::from_millis(RETRY_DELAY_MS) >= deadline => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "retrying");
+                    tokio::time::sleep(Duration::from_millis(RETRY_DELAY_MS)).await;
+                }
+            }
+        }
+    }
+
+    async fn ownership(
+        &self,
+        deadline: Instant,
+        cell: &CellId,
+        c: &ContractorId,
+    ) -> Result<Option<OwnershipRecord>> {
+        let url = format!("{}/admin/v1/ownership/{c}", self.cell(cell)?.auth);
+        match self.call(deadline, Method::GET, &url, None).await {
+            Ok(v) => serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| CpError::Http(format!("{url}: {e}"))),
+            Err(CpError::Http(m)) if m.contains("404") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn set_ownership(
+        &self,
+        deadline: Instant,
+        cell: &CellId,
+        c: &ContractorId,
+        rec: &OwnershipRecord,
+    ) -> Result<u64> {
+        let url = format!("{}/admin/v1/ownership/{c}", self.cell(cell)?.auth);
+        let body = serde_json::to_value(rec).map_err(|e| CpError::Internal(e.to_string()))?;
+        let v = self.call(deadline, Method::PUT, &url, Some(body)).await?;
+        v.get("seq")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| CpError::Http(format!("{url}: no seq in the answer")))
+    }
+
+    /// Polls `GET /admin/v1/drain/{c}?seq=S` at a cell until it reports drained.
+    async fn wait_drained(
+        &self,
+        deadline: Instant,
+        cell: &CellId,
+        c: &ContractorId,
+        seq: u64,
+    ) -> Result<()> {
+        let url = format!("{}/admin/v1/drain/{c}?seq={seq}", self.cell(cell)?.auth);
+        loop {
+            let v = self.call(deadline, Method::GET, &url, None).await?;
+            if v.get("drained").and_then(serde_json::Value::as_bool) == Some(true) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(CpError::Fleet(format!(
+                    "{cell} did not drain {c} at seq {seq} in time: {v}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+    }
+
+    /// Whether the control plane's published, signed map places `c` at `target`.
+    async fn published_at(
+        &self,
+        deadline: Instant,
+        c: &ContractorId,
+        target: &CellId,
+    ) -> Result<bool> {
+        let url = format!("{}/v1/placement-map", self.cp());
+        let v = self.call(deadline, Method::GET, &url, None).await?;
+        let signed: SignedMap =
+            serde_json::from_value(v).map_err(|e| CpError::Http(format!("{url}: {e}")))?;
+        signed.verify(&self.map_key)?;
+        Ok(signed.map.cell_for(c).is_some_and(|e| &e.id == target))
+    }
+
+    /// Copies users (hashes) and the revocations that concern `c` from one auth-service to
+    /// another.
+    async fn copy_credentials(
+        &self,
+        deadline: Instant,
+        from: &CellId,
+        to: &CellId,
+        c: &ContractorId,
+    ) -> Result<()> {
+        let doc = self
+            .call(
+                deadline,
+                Method::GET,
+                &format!("{}/admin/v1/contractors/{c}/export", self.cell(from)?.auth),
+                None,
+            )
+            .await?;
+        self.call(
+            deadline,
+            Method::POST,
+            &format!("{}/admin/v1/contractors/{c}/import", self.cell(to)?.auth),
+            Some(doc),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Copies the app's data of `c` (the app's migration interface: export → import).
+    async fn copy_app_data(
+        &self,
+        deadline: Instant,
+        from: &CellId,
+        to: &CellId,
+        c: &ContractorId,
+    ) -> Result<()> {
+        let doc = self
+            .call(
+                deadline,
+                Method::GET,
+                &format!(
+                    "{}/internal/v1/contractors/{c}/export",
+                    self.cell(from)?.app
+                ),
+                None,
+            )
+            .await?;
+        self.call(
+            deadline,
+            Method::POST,
+            &format!("{}/internal/v1/contractors/{c}/import", self.cell(to)?.app),
+            Some(doc),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Runs one step's effects (each is idempotent). The one match of the state machine.
+    async fn run_step(&self, rec: &mut Record) -> Result<Step> {
+        let deadline = Instant::now() + self.step_timeout;
+        let (c, src, dst) = (&rec.contractor, &rec.source, &rec.target);
+        let g = rec.generation;
+        let new_gen = g.next();
+        match rec.step {
+            Step::Copy => {
+                self.copy_credentials(deadline, src, dst, c).await?;
+                self.copy_app_data(deadline, src, dst, c).await?;
+                Ok(Step::Handoff)
+            }
+            Step::Handoff => {
+                let seq = self
+                    .set_ownership(deadline, src, c, &OwnershipRecord::Handoff { r#gen: g })
+                    .await?;
+                rec.handoff_seq = Some(seq);
+                rec.handoff_at_ms = Some(now_ms());
+                Ok(Step::Drain)
+            }
+            Step::Drain => {
+                let seq = match rec.handoff_seq {
+                    Some(s) => s,
+                    None => {
+                        self.set_ownership(deadline, src, c, &OwnershipRecord::Handoff { r#gen: g })
+                            .await?
+                    }
+                };
+                self.wait_drained(deadline, src, c, seq).await?;
+                Ok(Step::Sync)
+            }
+            Step::Sync => {
+                let app = self.cell(src)?.app;
+                self.call(
+                    deadline,
+                    Method::POST,
+                    &format!("{app}/internal/v1/contractors/{c}/freeze"),
+                    None,
+                )
+                .await?;
+                self.copy_app_data(deadline, src, dst, c).await?;
+                self.copy_credentials(deadline, src, dst, c).await?;
+                Ok(Step::Placement)
+            }
+            Step::Placement => {
+                self.call(
+                    deadline,
+                    Method::PUT,
+                    &format!("{}/admin/v1/placements/{c}", self.cp()),
+                    Some(json!({ "cell": dst, "generation": new_gen })),
+                )
+                .await?;
+                loop {
+                    if self.published_at(deadline, c, dst).await? {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(CpError::Fleet(format!(
+                            "the published map does not place {c} at {dst} yet"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                }
+                Ok(Step::Activate)
+            }
+            Step::Activate => {
+                let active = OwnershipRecord::Active { r#gen: new_gen };
+                let seq = self.set_ownership(deadline, dst, c, &active).await?;
+                self.call(
+                    deadline,
+                    Method::POST,
+                    &format!(
+                        "{}/internal/v1/contractors/{c}/activate",
+                        self.cell(dst)?.app
+                    ),
+                    Some(json!({ "generation": new_gen })),
+                )
+                .await?;
+                if self.ownership(deadline, dst, c).await?.as_ref() != Some(&active) {
+                    return Err(CpError::Fleet(format!(
+                        "{dst} does not acknowledge active({new_gen}) for {c}"
+                    )));
+                }
+                self.wait_drained(deadline, dst, c, seq).await?;
+                Ok(Step::Release)
+            }
+            Step::Release => {
+                // Both proofs, read again now: the target's durable acknowledgement and the
+                // published map. Never on a timer alone.
+                let active = OwnershipRecord::Active { r#gen: new_gen };
+                let acked = self.ownership(deadline, dst, c).await?.as_ref() == Some(&active);
+                let published = self.published_at(deadline, c, dst).await?;
+                if !(acked && published) {
+                    return Err(CpError::Fleet(format!(
+                        "not releasing {c}: target acknowledged = {acked}, map published = {published}"
+                    )));
+                }
+                let released = OwnershipRecord::Released {
+                    r#gen: g,
+                    successor: dst.clone(),
+                    successor_gen: new_gen,
+                };
+                self.set_ownership(deadline, src, c, &released).await?;
+                self.call(
+                    deadline,
+                    Method::POST,
+                    &format!(
+                        "{}/internal/v1/contractors/{c}/release",
+                        self.cell(src)?.app
+                    ),
+                    None,
+                )
+                .await?;
+                Ok(Step::Done)
+            }
+            Step::Done => Ok(Step::Done),
+        }
+    }
+}
+
+/// Finds or starts the migration of `opts.contractor` to `opts.target`.
+async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(Record, bool)> {
+    let c = &opts.contractor;
+    if let Some(rec) = journal.open_migration(c)? {
+        if rec.target != opts.target {
+            return Err(CpError::BadRequest(format!(
+                "{c} is being migrated to {}; finish that first (cellctl migrate {c} --to {})",
+                rec.target, rec.target
+            )));
+        }
+        return Ok((rec, true));
+    }
+    ctx.cell(&opts.target)?;
+    let deadline = Instant::now() + ctx.step_timeout;
+    let placed = ctx
+        .call(
+            deadline,
+            Method::GET,
+            &format!("{}/admin/v1/placements/{c}", ctx.cp()),
+            None,
+        )
+        .await?;
+    let placement: crate::store::Placement =
+        serde_json::from_value(placed).map_err(|e| CpError::Http(format!("placement: {e}")))?;
+    let source = placement.cell;
+    let g = placement.generation;
+    if source == opts.target {
+        let rec = Record {
+            id: 0,
+            contractor: c.clone(),
+            source: source.clone(),
+            target: source,
+            generation: g,
+            step: Step::Done,
+            handoff_seq: None,
+            handoff_at_ms: None,
+        };
+        return Ok((rec, false));
+    }
+    match ctx.ownership(deadline, &source, c).await? {
+        Some(OwnershipRecord::Active { r#gen } | OwnershipRecord::Handoff { r#gen })
+            if r#gen == g => {}
+        other => {
+            return Err(CpError::Fleet(format!(
+                "{source} does not own {c} at generation {g} (its record: {other:?})"
+            )));
+        }
+    }
+    let rec = journal.begin(c, &source, &opts.target, g, now_ms())?;
+    Ok((rec, false))
+}
+
+/// Runs (or resumes) a migration; `on_step` sees each step as it completes.
+pub async fn migrate(
+    fleet_path: &Path,
+    opts: &MigrateOptions,
+    mut on_step: impl FnMut(&StepReport),
+) -> Result<MigrationReport> {
+    let fleet = FleetFile::load(fleet_path)?;
+    let client = client_trusting_file(&fleet.ca_cert)?;
+    let admin = Secret::new(fleet.admin_token.clone());
+    let map_key = PublicKey::from_b64(&fleet.map_public_key)
+        .map_err(|e| CpError::Config(format!("map_public_key: {e}")))?;
+    let ctx = Ctx {
+        fleet,
+        client,
+        admin,
+        map_key,
+        step_timeout: opts.step_timeout,
+    };
+    let journal = Journal::open(&journal_path(fleet_path))?;
+    let (mut rec, resumed) = start(&ctx, &journal, opts).await?;
+    let already_there = rec.step == Step::Done && rec.id == 0;
+    let mut steps = Vec::new();
+    let mut read_only_ms = None;
+    while rec.step != Step::Done {
+        let t0 = Instant::now();
+        let step = rec.step;
+        let next = ctx.run_step(&mut rec).await.map_err(|e| {
+            CpError::Fleet(format!(
+                "migration of {} stopped at step {step} (rerun to finish): {e}",
+                rec.contractor
+            ))
+        })?;
+        if opts.stop_after == Some(step) {
+            eprintln!("stopping after {step} as asked (--stop-after)");
+            std::process::exit(STOP_AFTER_EXIT_CODE);
+        }
+        rec.step = next;
+        journal.save(&rec, now_ms())?;
+        if next == Step::Done {
+            read_only_ms = rec.handoff_at_ms.map(|at| now_ms().saturating_sub(at));
+        }
+        let report = StepReport {
+            step,
+            duration_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        on_step(&report);
+        steps.push(report);
+    }
+    Ok(MigrationReport {
+        contractor_id: rec.contractor,
+        source: rec.source,
+        target: rec.target,
+        from_generation: rec.generation,
+        to_generation: if already_there {
+            rec.generation
+        } else {
+            rec.generation.next()
+        },
+        resumed,
+        already_there,
+        steps,
+        read_only_ms,
+    })
+}
+
+/// `cellctl migrate CONTRACTOR --to CELL`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The contractor to move.
+    pub contractor: ContractorId,
+    /// The cell to move it to.
+    #[arg(long = "to")]
+    pub to: CellId,
+    /// Bound of each step's waits and retries, in seconds.
+    #[arg(long, default_value_t = DEFAULT_STEP_TIMEOUT_S)]
+    pub step_timeout_s: u64,
+    /// Tests only: exit abruptly right after this step's effects, before recording it.
+    #[arg(long, hide = true)]
+    pub stop_after: Option<Step>,
+}
+
+/// Runs `cellctl migrate`, printing each step with its duration (JSON lines with `--json`).
+pub async fn run_cli(fleet: &Path, args: MigrateArgs, json: bool) -> Result<()> {
+    let opts = MigrateOptions {
+        contractor: args.contractor,
+        target: args.to,
+        step_timeout: Duration::from_secs(args.step_timeout_s.max(1)),
+        stop_after: args.stop_after,
+    };
+    let report = migrate(fleet, &opts, |s| {
+        if json {
+            println!(
+                "{}",
+                json!({ "step": s.step, "duration_ms": s.duration_ms })
+            );
+        } else {
+            println!("{:<10} {:>6} ms", s.step.as_str(), s.duration_ms);
+        }
+    })
+    .await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| CpError::Internal(e.to_string()))?
+        );
+    } else if report.already_there {
+        println!(
+            "{} is already at {} (generation {})",
+            report.contractor_id, report.target, report.from_generation
+        );
+    } else {
+        let ro = report
+            .read_only_ms
+            .map_or_else(String::new, |ms| format!(", read-only for {ms} ms"));
+        println!(
+            "migrated {} from {} (generation {}) to {} (generation {}){}{ro}",
+            report.contractor_id,
+            report.source,
+            report.from_generation,
+            report.target,
+            report.to_generation,
+            if report.resumed { ", resumed" } else { "" },
+        );
+    }
+    Ok(())
+}
