@@ -220,17 +220,26 @@ pub fn new_csrf_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// `Set-Cookie` for the CSRF cookie (readable by the page's script: no `HttpOnly`).
-pub fn csrf_cookie(value: &str, max_age_s: u64) -> Option<HeaderValue> {
+/// `Set-Cookie` for the CSRF cookie (readable by the page's script: no `HttpOnly`); without
+/// a `Max-Age` it lasts as long as the browser session, like a session cookie without one.
+pub fn csrf_cookie(value: &str, max_age_s: Option<u64>) -> Option<HeaderValue> {
+    let max_age = max_age_s.map(|s| format!("; Max-Age={s}")).unwrap_or_default();
     HeaderValue::from_str(&format!(
-        "{CSRF_COOKIE}={value}; Secure; SameSite=Strict; Path=/; Max-Age={max_age_s}"
+        "{CSRF_COOKIE}={value}; Secure; SameSite=Strict; Path=/{max_age}"
     ))
     .ok()
 }
 
-/// What a response's `Set-Cookie` does to the session cookie: `Some(max_age)` when it sets
-/// one (the CSRF cookie must follow with the same lifetime), `Some(0)` when it clears it.
-fn session_cookie_change(resp: &Response) -> Option<u64> {
+/// What an answer's `Set-Cookie` does to the session cookie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionCookieChange {
+    /// Sets one (with its `Max-Age`, if any): the CSRF cookie follows with the same lifetime.
+    Set { max_age_s: Option<u64> },
+    /// Clears it (empty value or `Max-Age=0`): the CSRF cookie goes too.
+    Cleared,
+}
+
+fn session_cookie_change(resp: &Response) -> Option<SessionCookieChange> {
     let mut out = None;
     for v in resp.headers().get_all(header::SET_COOKIE) {
         let Some(rest) = v
@@ -243,29 +252,27 @@ fn session_cookie_change(resp: &Response) -> Option<u64> {
         };
         let mut parts = rest.split(';');
         let value = parts.next().unwrap_or("");
-        let max_age = parts
+        let max_age_s = parts
             .filter_map(|p| p.trim().strip_prefix("Max-Age="))
-            .find_map(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        out = Some(if value.is_empty() { 0 } else { max_age });
+            .find_map(|n| n.parse::<u64>().ok());
+        out = Some(if value.is_empty() || max_age_s == Some(0) {
+            SessionCookieChange::Cleared
+        } else {
+            SessionCookieChange::Set { max_age_s }
+        });
     }
     out
 }
 
 /// Adds the CORS headers for a fleet origin and keeps the CSRF cookie beside the session one.
 fn finish(mut resp: Response, cors: Option<HeaderValue>) -> Response {
-    match session_cookie_change(&resp) {
-        Some(0) => {
-            if let Some(c) = csrf_cookie("", 0) {
-                resp.headers_mut().append(header::SET_COOKIE, c);
-            }
-        }
-        Some(max_age) => {
-            if let Some(c) = csrf_cookie(&new_csrf_token(), max_age) {
-                resp.headers_mut().append(header::SET_COOKIE, c);
-            }
-        }
-        None => {}
+    let csrf = match session_cookie_change(&resp) {
+        Some(SessionCookieChange::Cleared) => csrf_cookie("", Some(0)),
+        Some(SessionCookieChange::Set { max_age_s }) => csrf_cookie(&new_csrf_token(), max_age_s),
+        None => None,
+    };
+    if let Some(c) = csrf {
+        resp.headers_mut().append(header::SET_COOKIE, c);
     }
     if let Some(origin) = cors {
         let h = resp.headers_mut();

@@ -22,6 +22,7 @@ use std::time::Instant;
 use arc_swap::ArcSwapOption;
 use axum::Router;
 use axum::extract::State;
+use axum::handler::Handler as _;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -199,15 +200,12 @@ impl Edge {
 pub fn app(edge: Edge) -> Router {
     // Only `/api/*` is validated: sign-in and renewal go to the auth-service, which checks
     // credentials and sessions itself; health, keys and the map are public.
-    let api = Router::new()
-        .route("/api/{*rest}", any(forward::to_app))
-        .route_layer(
-            ServiceBuilder::new()
-                // Session validation is the last layer before the app: everything it needs
-                // (state, cache, limits) is in `Edge`, and what it produces (the verified
-                // claims) is read by the forwarder from the request extensions.
-                .layer(ValidateLayer::new(edge.clone())),
-        );
+    let api = ServiceBuilder::new()
+        // Session validation wraps the forwarder directly (no extra router hop): everything it
+        // needs (state, cache, limits) is in `Edge`, and what it proves (the verified claims)
+        // travels to the forwarder in the request extensions.
+        .layer(ValidateLayer::new(edge.clone()))
+        .service(forward::to_app.with_state(edge.clone()));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -216,7 +214,7 @@ pub fn app(edge: Edge) -> Router {
         .route("/v1/placement-map", get(placement_map))
         .route("/v1/sessions", any(forward::to_auth))
         .route("/v1/sessions/{*rest}", any(forward::to_auth))
-        .merge(api)
+        .route_service("/api/{*rest}", api)
         .fallback(not_found)
         .layer(
             ServiceBuilder::new()
