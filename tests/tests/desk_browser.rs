@@ -1,0 +1,622 @@
+//! The desk app in a real Chromium, against a real fleet, over TLS the browser trusts through an
+//! NSS database in a throw-away `HOME` (never by ignoring certificate errors).
+//!
+//! Needs Debian's `chromium`, `chromium-driver` and `libnss3-tools` (`certutil`). Without them
+//! the test fails and says what to install; set `CELLBIND_SKIP_BROWSER_TESTS=1` to skip it on a
+//! machine that has no browser. `CELLBIND_CHROMIUM` / `CELLBIND_CHROMEDRIVER` override where
+//! the two binaries are looked up (default: `chromium` and `chromedriver` on `PATH`).
+//!
+//! The board's screenshot is written to `<target dir>/desk-screenshots/board.png`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cellbind_tests::{TestFleet, bin_dir};
+use control_plane::dev::DemoUser;
+use fantoccini::cookies::Cookie;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+/// Set to `1` to skip the browser tests on a machine without Chromium.
+const SKIP_ENV: &str = "CELLBIND_SKIP_BROWSER_TESTS";
+const CHROMIUM_ENV: &str = "CELLBIND_CHROMIUM";
+const CHROMEDRIVER_ENV: &str = "CELLBIND_CHROMEDRIVER";
+/// How long any one browser step may take before the test fails.
+const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long chromedriver may take to answer its status endpoint.
+const DRIVER_START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a revocation may take to send the open page back to sign-in.
+const REVOCATION_TIMEOUT: Duration = Duration::from_secs(15);
+const POLL: Duration = Duration::from_millis(100);
+const SESSION_COOKIE: &str = "__Host-cellbind_session";
+const CSRF_COOKIE: &str = "__Host-cellbind_csrf";
+/// The session lifetime of the dev fleet (DESIGN §3 default), in seconds.
+const SESSION_LIFETIME_S: u64 = 30 * 24 * 3600;
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+fn tool(env: &str, name: &str) -> PathBuf {
+    std::env::var_os(env)
+        .map(PathBuf::from)
+        .or_else(|| on_path(name))
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` was not found: install the browser test tools \
+                 (apt-get install -y chromium chromium-driver libnss3-tools), point {env} at it, \
+                 or set {SKIP_ENV}=1 to skip the browser tests on this machine"
+            )
+        })
+}
+
+fn skipped() -> bool {
+    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: {SKIP_ENV}=1, the desk browser test did not run");
+        return true;
+    }
+    false
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run a tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `HOME` whose NSS database trusts `ca` (or nothing, when `ca` is `None`).
+fn browser_home(ca: Option<&Path>) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("home dir");
+    let db = home.path().join(".pki").join("nssdb");
+    std::fs::create_dir_all(&db).expect("nssdb dir");
+    let certutil = tool("CELLBIND_CERTUTIL", "certutil");
+    let db_arg = format!("sql:{}", db.display());
+    run(Command::new(&certutil).args(["-d", &db_arg, "-N", "--empty-password"]));
+    if let Some(ca) = ca {
+        run(Command::new(&certutil)
+            .args(["-d", &db_arg, "-A", "-t", "C,,", "-n", "cellbind-dev", "-i"])
+            .arg(ca));
+    }
+    home
+}
+
+/// A chromedriver child process, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+    _home: tempfile::TempDir,
+    profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn start_driver(home: tempfile::TempDir) -> Driver {
+    let chromedriver = tool(CHROMEDRIVER_ENV, "chromedriver");
+    let port = free_port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let url = format!("http://127.0.0.1:{port}");
+    let driver = Driver {
+        child,
+        url,
+        _home: home,
+        profile: tempfile::tempdir().expect("profile dir"),
+    };
+    let probe = reqwest::Client::new();
+    let deadline = Instant::now() + DRIVER_START_TIMEOUT;
+    loop {
+        if let Ok(r) = probe.get(format!("{}/status", driver.url)).send().await
+            && r.status().is_success()
+        {
+            return driver;
+        }
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let chromium = tool(CHROMIUM_ENV, "chromium");
+    let args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-quic".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--no-first-run".to_owned(),
+        "--window-size=1200,900".to_owned(),
+        format!("--user-data-dir={}", driver.profile.path().display()),
+    ];
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({ "binary": chromium, "args": args }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a WebDriver session")
+}
+
+/// Waits until `selector` matches a displayed element.
+async fn displayed(c: &Client, selector: &str) -> fantoccini::elements::Element {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        if let Ok(e) = c.find(Locator::Css(selector)).await
+            && e.is_displayed().await.unwrap_or(false)
+        {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`{selector}` was not displayed within {STEP_TIMEOUT:?} at {:?}; page: {}",
+            c.current_url().await.map(|u| u.to_string()),
+            c.source().await.unwrap_or_default()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn text_of(c: &Client, selector: &str) -> String {
+    match c.find(Locator::Css(selector)).await {
+        Ok(e) => e.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+async fn page_json(c: &Client) -> Value {
+    let text = text_of(c, "body").await;
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+async fn sign_in_on_page(c: &Client, u: &DemoUser) {
+    displayed(c, "#sign-in-form").await;
+    for (id, v) in [
+        ("#contractor", u.contractor_id.as_str()),
+        ("#login", u.login.as_str()),
+        ("#password", u.password.as_str()),
+    ] {
+        let e = c.find(Locator::Css(id)).await.expect("field");
+        e.clear().await.expect("clear");
+        e.send_keys(v).await.expect("type");
+    }
+    c.find(Locator::Css("#sign-in-submit"))
+        .await
+        .expect("submit")
+        .click()
+        .await
+        .expect("click");
+}
+
+async fn cookies(c: &Client) -> Vec<Cookie<'static>> {
+    c.get_all_cookies().await.expect("cookies")
+}
+
+fn named<'a>(cs: &'a [Cookie<'static>], name: &str) -> Option<&'a Cookie<'static>> {
+    cs.iter().find(|c| c.name() == name)
+}
+
+/// Completions the app applied for a contractor (its admin listing).
+async fn completions(t: &TestFleet, u: &DemoUser) -> Vec<String> {
+    let app = &t.cell(&u.cell_id).app_url;
+    let v: Value = t
+        .client
+        .get(format!(
+            "{app}/internal/v1/contractors/{}/completions",
+            u.contractor_id
+        ))
+        .bearer_auth(&t.file().admin_token)
+        .send()
+        .await
+        .expect("completions")
+        .json()
+        .await
+        .expect("completions json");
+    v["completions"]
+        .as_array()
+        .expect("completions list")
+        .iter()
+        .filter_map(|c| c["job_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Revokes every session of `sub` at its cell: `cellctl revoke subject` when this build has
+/// it, else the auth-service's admin API (which is what the CLI drives).
+async fn revoke_subject(t: &TestFleet, u: &DemoUser, sub: &str) -> &'static str {
+    let cellctl = bin_dir().join("cellctl");
+    let out = Command::new(cellctl)
+        .args(["revoke", "subject", sub, "--reason", "desk browser test", "--fleet"])
+        .arg(t.fleet.fleet_file_path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cellctl");
+    if out.status.success() {
+        println!("cellctl revoke: {}", String::from_utf8_lossy(&out.stdout));
+        return "cellctl revoke subject";
+    }
+    let auth = &t.cell(&u.cell_id).auth_service.url;
+    let r = t
+        .client
+        .post(format!("{auth}/admin/v1/revocations"))
+        .bearer_auth(&t.file().admin_token)
+        .json(&json!({
+            "kind": "subject", "sub": sub, "before": now_s() + 1,
+            "reason": "desk browser test", "by": "desk-browser-test",
+        }))
+        .send()
+        .await
+        .expect("revoke");
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    "auth-service admin API"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_works_the_board_in_a_real_browser() {
+    if skipped() {
+        return;
+    }
+    let started = Instant::now();
+    let t = TestFleet::start().await;
+    let f = t.file();
+    let endpoint = |n: usize| f.cells[n - 1].endpoint.trim_end_matches('/').to_owned();
+    let (cell01, cell04) = (endpoint(1), endpoint(4));
+    let disp = f
+        .demo
+        .dispatchers
+        .iter()
+        .find(|u| u.cell_id.as_str() == "cell-04")
+        .expect("a dispatcher owned by cell-04")
+        .clone();
+    println!(
+        "fleet up in {:.1} s; dispatcher {}/{} (owner cell-04)",
+        started.elapsed().as_secs_f64(),
+        disp.contractor_id,
+        disp.login
+    );
+
+    let driver = start_driver(browser_home(Some(&f.ca_cert))).await;
+    let c = browser(&driver).await;
+
+    // 1. Sign in at cell-01; the page follows WRONG_CELL once and lands on cell-04's board.
+    let t0 = Instant::now();
+    c.goto(&format!("{cell01}/desk/")).await.expect("open cell-01");
+    sign_in_on_page(&c, &disp).await;
+    displayed(&c, "#jobs-body tr").await;
+    let landed = c.current_url().await.expect("url").to_string();
+    assert!(
+        landed.starts_with(&format!("{cell04}/desk/")),
+        "landed on {landed}"
+    );
+    println!(
+        "signed in from cell-01, on cell-04's board in {} ms",
+        t0.elapsed().as_millis()
+    );
+    assert_eq!(
+        text_of(&c, "#board-contractor").await,
+        disp.contractor_id.as_str()
+    );
+
+    // 2. The cookies: the session one has every attribute and scripts cannot read it.
+    let jar = cookies(&c).await;
+    let session = named(&jar, SESSION_COOKIE).expect("the session cookie at cell-04");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(session.secure(), Some(true));
+    assert_eq!(session.same_site(), Some(cookie::SameSite::Strict));
+    assert_eq!(session.path(), Some("/"));
+    assert!(
+        session.value().len() <= 4096,
+        "{} bytes",
+        session.value().len()
+    );
+    let expiry = session
+        .expires_datetime()
+        .map(|d| d.unix_timestamp() as u64)
+        .expect("a persistent cookie (Max-Age)");
+    let want = now_s() + SESSION_LIFETIME_S;
+    assert!(
+        expiry + 120 >= want && expiry <= want + 5,
+        "expires at {expiry}, want about {want}"
+    );
+    let csrf = named(&jar, CSRF_COOKIE).expect("the CSRF cookie at cell-04");
+    assert_eq!(csrf.http_only(), Some(false));
+    assert_eq!(csrf.secure(), Some(true));
+    assert_eq!(csrf.same_site(), Some(cookie::SameSite::Strict));
+    let script_view = c
+        .execute("return document.cookie;", vec![])
+        .await
+        .expect("document.cookie");
+    let script_view = script_view.as_str().unwrap_or_default().to_owned();
+    assert!(
+        script_view.contains(CSRF_COOKIE) && !script_view.contains(SESSION_COOKIE),
+        "document.cookie = {script_view:?}"
+    );
+    println!(
+        "session cookie: {} bytes, HttpOnly, Secure, SameSite=Strict, Path=/, expires in {} s; \
+         document.cookie shows only {CSRF_COOKIE}",
+        session.value().len(),
+        expiry.saturating_sub(now_s())
+    );
+    let token = session.value().to_owned();
+    let csrf_value = csrf.value().to_owned();
+
+    // 3. Complete a job: the board updates, and the app applied it once.
+    let row = c
+        .find(Locator::Css("#jobs-body tr.pending"))
+        .await
+        .expect("a pending job");
+    let job = row.attr("data-job").await.expect("attr").expect("job id");
+    let before = completions(&t, &disp).await;
+    row.find(Locator::Css("button.complete"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
+    let done = format!("#jobs-body tr.completed[data-job=\"{job}\"]");
+    displayed(&c, &done).await;
+    let status = text_of(&c, "#status").await;
+    assert!(status.contains(&job), "status line: {status}");
+    let after = completions(&t, &disp).await;
+    assert_eq!(
+        after.iter().filter(|j| **j == job).count(),
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.len(), before.len() + 1);
+    println!(
+        "completed {job}; board shows {} done",
+        text_of(&c, "#board-done").await
+    );
+
+    let shots = bin_dir()
+        .parent()
+        .map(|p| p.join("desk-screenshots"))
+        .expect("target dir");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(shots.join("board.png"), &png).expect("write screenshot");
+    println!(
+        "screenshot: {} ({} bytes)",
+        shots.join("board.png").display(),
+        png.len()
+    );
+
+    // 4. CSRF. A form posted from a page outside the fleet (Origin: null) is refused, and a
+    //    same-origin form (it carries the cookie) without the CSRF header is refused too.
+    let probe_from_outside = "csrf-probe-outside";
+    let probe_same_origin = "csrf-probe-same-origin";
+    let form = |action: String| {
+        format!(
+            "const f = document.createElement('form'); f.method = 'POST'; \
+             f.action = '{action}'; document.body.append(f); f.submit(); return true;"
+        )
+    };
+    c.goto("data:text/html,<title>elsewhere</title><body>elsewhere</body>")
+        .await
+        .expect("a page outside the fleet");
+    c.execute(
+        &form(format!("{cell04}/api/jobs/{probe_from_outside}/complete")),
+        vec![],
+    )
+    .await
+    .expect("submit");
+    let answer = wait_json(&c).await;
+    assert_eq!(answer["error"], "FORBIDDEN", "{answer}");
+    c.goto(&format!("{cell04}/desk/")).await.expect("back");
+    displayed(&c, "#jobs-body tr").await;
+    c.execute(
+        &form(format!("/api/jobs/{probe_same_origin}/complete")),
+        vec![],
+    )
+    .await
+    .expect("submit");
+    let answer = wait_json(&c).await;
+    assert_eq!(answer["error"], "FORBIDDEN", "{answer}");
+    let now_done = completions(&t, &disp).await;
+    assert_eq!(now_done, after, "a refused form changed nothing");
+    println!("cross-site and proof-less form POSTs: 403 FORBIDDEN, completions unchanged");
+
+    // The same checks without a browser: cookie + foreign Origin, cookie without the header.
+    let raw = |origin: &str, with_csrf: bool, job: &str| {
+        let mut r = t
+            .client
+            .post(format!("{cell04}/api/jobs/{job}/complete"))
+            .header("origin", origin)
+            .header(
+                "cookie",
+                format!("{SESSION_COOKIE}={token}; {CSRF_COOKIE}={csrf_value}"),
+            )
+            .header("idempotency-key", format!("raw-{job}"));
+        if with_csrf {
+            r = r.header("x-cellbind-csrf", csrf_value.clone());
+        }
+        r.send()
+    };
+    let evil = "https://evil.example";
+    for (origin, with_csrf) in [(evil, true), (evil, false), (cell04.as_str(), false)] {
+        let r = raw(origin, with_csrf, "raw-refused").await.expect("raw");
+        assert_eq!(r.status().as_u16(), 403, "origin {origin}, csrf {with_csrf}");
+    }
+    let r = raw(&cell04, true, "raw-allowed").await.expect("raw");
+    assert_eq!(r.status().as_u16(), 200, "the cookie with its proof works");
+    let listed = completions(&t, &disp).await;
+    assert!(listed.contains(&"raw-allowed".to_owned()));
+    assert!(!listed.iter().any(|j| j.starts_with("csrf-probe") || j == "raw-refused"));
+
+    // CORS: a preflight from outside the fleet is refused; one from a fleet cell is allowed.
+    let preflight = |origin: String| {
+        t.client
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("{cell04}/v1/sessions"),
+            )
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type")
+            .send()
+    };
+    let r = preflight(evil.to_owned()).await.expect("preflight");
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    let r = preflight(cell01.clone()).await.expect("preflight");
+    assert_eq!(r.status().as_u16(), 204);
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some(cell01.as_str())
+    );
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-credentials")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    println!("preflight from {evil}: 403 without CORS headers; from cell-01: 204 with credentials");
+
+    // 5. Cell-04's cookie is never sent to another cell.
+    for n in [1, 2] {
+        let other = endpoint(n);
+        c.goto(&format!("{other}/api/routes/today"))
+            .await
+            .expect("open another cell");
+        let answer = wait_json(&c).await;
+        assert_eq!(answer["error"], "SESSION_MISSING", "cell-0{n}: {answer}");
+        assert!(named(&cookies(&c).await, SESSION_COOKIE).is_none());
+    }
+    println!("cell-01 and cell-02 see no session from this browser: 401 SESSION_MISSING");
+
+    // 6. Sign-out clears both cookies and revokes the session.
+    c.goto(&format!("{cell04}/desk/")).await.expect("back");
+    displayed(&c, "#jobs-body tr").await;
+    displayed(&c, "#sign-out").await.click().await.expect("sign out");
+    displayed(&c, "#sign-in-form").await;
+    let jar = cookies(&c).await;
+    assert!(named(&jar, SESSION_COOKIE).is_none() && named(&jar, CSRF_COOKIE).is_none());
+    let r = t
+        .client
+        .get(format!("{cell04}/api/routes/today"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("old session");
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let mut status = r.status().as_u16();
+    while status != 401 && Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+        status = cellbind_tests::route_load(&t.client, &cell04, &token).await;
+    }
+    assert_eq!(status, 401, "the signed-out session is revoked");
+    println!("sign-out cleared both cookies; the old session answers 401");
+
+    // 7. Sign in again (same cell this time), then revoke the dispatcher: the open page goes
+    //    back to sign-in with a message at its next request.
+    sign_in_on_page(&c, &disp).await;
+    displayed(&c, "#jobs-body tr").await;
+    let sub = format!("{}.{}", disp.contractor_id, disp.login);
+    // `before` is compared with `iat` in whole seconds: let the new session's second pass.
+    let revoked_at = Instant::now();
+    let how = revoke_subject(&t, &disp, &sub).await;
+    let deadline = revoked_at + REVOCATION_TIMEOUT;
+    let mut requests = 0;
+    loop {
+        requests += 1;
+        c.find(Locator::Css("#refresh"))
+            .await
+            .expect("refresh")
+            .click()
+            .await
+            .expect("click refresh");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let signin = c.find(Locator::Css("#sign-in")).await.expect("section");
+        if signin.is_displayed().await.unwrap_or(false) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page still shows the board {REVOCATION_TIMEOUT:?} after the revocation"
+        );
+    }
+    let message = text_of(&c, "#sign-in-message").await;
+    assert!(message.contains("revoked"), "message: {message}");
+    println!(
+        "revoked via {how}: the page was back at sign-in {} ms later ({requests} refresh(es)): {message:?}",
+        revoked_at.elapsed().as_millis()
+    );
+    c.close().await.expect("close");
+
+    // 8. Negative: a browser that does not trust the fleet's CA refuses the page.
+    let untrusting = start_driver(browser_home(None)).await;
+    let c = browser(&untrusting).await;
+    let _ = c.goto(&format!("{cell01}/desk/")).await;
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    let mut page = String::new();
+    while Instant::now() < deadline {
+        page = c.source().await.unwrap_or_default();
+        if page.contains("ERR_CERT_AUTHORITY_INVALID") {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(
+        page.contains("ERR_CERT_AUTHORITY_INVALID"),
+        "an untrusted CA must fail the page"
+    );
+    assert!(c.find(Locator::Css("#sign-in-form")).await.is_err());
+    println!("without the CA in its NSS database the browser shows ERR_CERT_AUTHORITY_INVALID");
+    c.close().await.expect("close");
+    println!(
+        "desk browser test done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The JSON body of the page the browser is on (an API answer), once it has loaded.
+async fn wait_json(c: &Client) -> Value {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let v = page_json(c).await;
+        if v.is_object() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "no JSON answer: {v}");
+        tokio::time::sleep(POLL).await;
+    }
+}
