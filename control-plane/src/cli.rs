@@ -50,6 +50,11 @@ pub enum Command {
     },
     /// Move a contractor to another cell (resumes an interrupted migration).
     Migrate(crate::migrate::MigrateArgs),
+    /// Revoke sessions at every cell that matters; prints each cell's outcome.
+    Revoke {
+        #[command(subcommand)]
+        command: crate::revoke::RevokeCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +104,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             command,
         } => run_client(&cli.fleet, session_file, command, cli.json).await,
         Command::Migrate(args) => crate::migrate::run_cli(&cli.fleet, args, cli.json).await,
+        Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`server`]: the control plane's HTTPS service (`router()` for tests, `run()` for the binary).
 //! - [`dev`]: `cellctl dev`, a real local fleet, used by the end-to-end tests too.
 //! - [`cli`]: the `cellctl` command line.
+//! - [`revoke`]: `cellctl revoke …`, the per-cell revocation fan-out.
 
 pub mod cli;
 pub mod config;
@@ -13,6 +14,7 @@ pub mod dev;
 pub mod error;
 pub mod migrate;
 pub mod publish;
+pub mod revoke;
 pub mod secrets;
 pub mod server;
 pub mod store;

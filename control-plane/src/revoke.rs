@@ -1,0 +1,543 @@
+//! `cellctl revoke …` (DESIGN §6, §8): applies a revocation at every cell that matters and
+//! reports each cell's outcome; the command fails unless every one of them confirmed.
+//!
+//! Which cells matter:
+//! - `session JTI --cell C`, `key KID --cell C`, `cell C`: the named cell (a session and a key
+//!   belong to the one cell that minted or holds them);
+//! - `subject SUB` and `contractor CTR`: every cell whose auth-service holds an ownership record
+//!   of the contractor (a subject id is `{contractor}.{login}`): the owner (`active` or
+//!   `handoff`) and any previous owner (`released`), which may still hold sessions and must not
+//!   sign a transfer ticket for a revoked one. Every cell is asked; a cell that cannot be asked
+//!   is reported, and the command fails, because it might matter.
+//!
+//! Each cell is asked with bounded retries (transport errors, 5xx and 429 only). The
+//! auth-service answers a repeated request with the revocation already in force, so a retry
+//! after a lost answer records nothing twice.
+//!
+//! Per cell:
+//!
+//! ```text
+//!   resolve ──▶ asked ──┬─ 200 applied ─────────────▶ Applied  (confirmed)
+//!                       ├─ 200 already in force ────▶ Already  (confirmed)
+//!                       ├─ 4xx ─────────────────────▶ Failed   (not retried)
+//!                       └─ transport / 5xx / 429 ──▶ retry … ▶ Failed after the last attempt
+//!   resolve fails (cell unreachable) ───────────────▶ Unreachable
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable as _};
+use clap::Subcommand;
+use protocol::ownership::OwnershipRecord;
+use protocol::revocation::RevocationKind;
+use protocol::time::UnixSeconds;
+use protocol::{CellId, ContractorId, Kid, SessionId, SubjectId};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::dev::{FleetCell, FleetFile, client_trusting_file};
+use crate::error::{CpError, Result};
+use crate::secrets::Secret;
+
+/// Attempts per cell, the first included.
+pub const MAX_ATTEMPTS: usize = 5;
+/// First retry delay, in milliseconds.
+pub const RETRY_MIN_DELAY_MS: u64 = 100;
+/// Longest retry delay, in milliseconds.
+pub const RETRY_MAX_DELAY_MS: u64 = 2_000;
+/// Timeout of one request to an auth-service, in milliseconds.
+pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Who is recorded when `--by` is not given and `USER` is unset.
+pub const DEFAULT_BY: &str = "cellctl";
+
+/// `cellctl revoke …`.
+#[derive(Debug, Subcommand)]
+pub enum RevokeCommand {
+    /// One session (its `jti`) at the cell that minted it.
+    Session {
+        jti: SessionId,
+        #[arg(long)]
+        cell: CellId,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+    /// Every session of a subject (`{contractor}.{login}`) issued so far, at every cell that
+    /// holds a record of its contractor.
+    Subject {
+        sub: SubjectId,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+    /// Every session of a contractor issued so far, at every cell that holds a record of it.
+    Contractor {
+        ctr: ContractorId,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+    /// Every session signed by a key; the key leaves the cell's key set.
+    Key {
+        kid: Kid,
+        #[arg(long)]
+        cell: CellId,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+    /// Every session of a cell issued so far.
+    Cell {
+        cell: CellId,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+}
+
+/// Audit fields of every revocation.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// Why (recorded in the cell's audit log).
+    #[arg(long)]
+    pub reason: String,
+    /// Who (default: `$USER`, else `cellctl`).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// For subject, contractor and cell revocations: revoke sessions issued before this Unix
+    /// time (default: now + 1 s, i.e. up to and including the current second).
+    #[arg(long)]
+    pub before: Option<UnixSeconds>,
+}
+
+impl AuditArgs {
+    fn by(&self) -> String {
+        self.by
+            .clone()
+            .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
+            .unwrap_or_else(|| DEFAULT_BY.to_owned())
+    }
+}
+
+/// Why a cell is part of a revocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Named on the command line.
+    Named,
+    /// Owns the contractor (`active` or `handoff`).
+    Owner,
+    /// Owned it before (`released`).
+    PreviousOwner,
+    /// Could not be asked whether it holds a record.
+    Unknown,
+}
+
+/// What happened at one cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellOutcome {
+    Applied,
+    Already,
+    Failed,
+    Unreachable,
+}
+
+impl CellOutcome {
+    pub fn confirmed(self) -> bool {
+        matches!(self, CellOutcome::Applied | CellOutcome::Already)
+    }
+}
+
+/// One cell's line of the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CellResult {
+    pub cell: CellId,
+    pub role: Role,
+    pub outcome: CellOutcome,
+    /// Sequence number of the revocation in force at that cell.
+    pub seq: Option<u64>,
+    pub attempts: usize,
+    pub error: Option<String>,
+}
+
+/// What `cellctl revoke` reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RevokeReport {
+    pub revocation: RevocationKind,
+    pub reason: String,
+    pub by: String,
+    pub cells: Vec<CellResult>,
+}
+
+impl RevokeReport {
+    /// Whether every cell that matters confirmed.
+    pub fn ok(&self) -> bool {
+        !self.cells.is_empty() && self.cells.iter().all(|c| c.outcome.confirmed())
+    }
+}
+
+/// A cell that matters, why, and why it could not be asked (if so).
+type Target = (FleetCell, Role, Option<String>);
+
+/// An HTTP failure, split by whether asking again may help.
+#[derive(Debug)]
+struct CallError {
+    retryable: bool,
+    message: String,
+}
+
+async fn call(
+    client: &reqwest::Client,
+    admin: &Secret,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> std::result::Result<(u16, Value), CallError> {
+    let mut req = client
+        .request(method.clone(), url)
+        .bearer_auth(admin.expose())
+        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.map_err(|e| CallError {
+        retryable: true,
+        message: format!("{method} {url}: {e}"),
+    })?;
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.map_err(|e| CallError {
+        retryable: true,
+        message: format!("{method} {url}: {e}"),
+    })?;
+    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    if status >= 500 || status == 429 {
+        return Err(CallError {
+            retryable: true,
+            message: format!("{method} {url} answered {status}: {}", brief(&v)),
+        });
+    }
+    Ok((status, v))
+}
+
+fn brief(v: &Value) -> String {
+    match (v.get("error"), v.get("message")) {
+        (Some(e), Some(m)) => format!(
+            "{} {}",
+            e.as_str().unwrap_or_default(),
+            m.as_str().unwrap_or_default()
+        ),
+        _ => v.to_string().chars().take(200).collect(),
+    }
+}
+
+fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(RETRY_MIN_DELAY_MS))
+        .with_max_delay(Duration::from_millis(RETRY_MAX_DELAY_MS))
+        .with_max_times(MAX_ATTEMPTS - 1)
+        .with_jitter()
+}
+
+/// Calls with bounded retries; answers the last result and the number of attempts.
+async fn call_with_retries(
+    client: &reqwest::Client,
+    admin: &Secret,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&Value>,
+) -> (std::result::Result<(u16, Value), CallError>, usize) {
+    let attempts = std::sync::atomic::AtomicUsize::new(0);
+    let r = (|| {
+        attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        call(client, admin, method.clone(), url, body)
+    })
+    .retry(backoff())
+    .when(|e: &CallError| e.retryable)
+    .await;
+    (r, attempts.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The contractor of a subject id (`{contractor}.{login}`; contractor ids hold no `.`).
+pub fn contractor_of(sub: &SubjectId) -> Result<ContractorId> {
+    let (ctr, login) = sub.as_str().split_once('.').ok_or_else(|| {
+        CpError::BadRequest(format!("{sub} is not a {{contractor}}.{{login}} subject"))
+    })?;
+    if login.is_empty() {
+        return Err(CpError::BadRequest(format!("{sub} has no login")));
+    }
+    ContractorId::new(ctr)
+        .map_err(|e| CpError::BadRequest(format!("{sub}: the contractor part: {e}")))
+}
+
+/// Asks every cell for its ownership record of `ctr`: the cells that matter with their role.
+async fn cells_of_contractor(
+    client: &reqwest::Client,
+    admin: &Secret,
+    fleet: &FleetFile,
+    ctr: &ContractorId,
+) -> Vec<Target> {
+    let asks = fleet.cells.iter().map(|c| async move {
+        let url = format!("{}/admin/v1/ownership/{ctr}", c.auth_service.url);
+        let (r, _) = call_with_retries(client, admin, reqwest::Method::GET, &url, None).await;
+        match r {
+            Ok((200, v)) => match serde_json::from_value::<OwnershipRecord>(v) {
+                Ok(OwnershipRecord::Released { .. }) => {
+                    Some((c.clone(), Role::PreviousOwner, None))
+                }
+                Ok(_) => Some((c.clone(), Role::Owner, None)),
+                Err(e) => Some((
+                    c.clone(),
+                    Role::Unknown,
+                    Some(format!("ownership record: {e}")),
+                )),
+            },
+            Ok((404, _)) => None,
+            Ok((s, v)) => Some((
+                c.clone(),
+                Role::Unknown,
+                Some(format!("ownership record answered {s}: {}", brief(&v))),
+            )),
+            Err(e) => Some((c.clone(), Role::Unknown, Some(e.message))),
+        }
+    });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Applies a revocation at one cell.
+async fn apply_at(
+    client: &reqwest::Client,
+    admin: &Secret,
+    cell: &FleetCell,
+    role: Role,
+    body: &Value,
+) -> CellResult {
+    let url = format!("{}/admin/v1/revocations", cell.auth_service.url);
+    let (r, attempts) =
+        call_with_retries(client, admin, reqwest::Method::POST, &url, Some(body)).await;
+    let (outcome, seq, error) = match r {
+        Ok((200, v)) => {
+            let seq = v.get("seq").and_then(Value::as_u64);
+            let applied = v.get("revoked").and_then(Value::as_bool).unwrap_or(false);
+            if seq.is_none() {
+                (
+                    CellOutcome::Failed,
+                    None,
+                    Some(format!("unexpected answer: {}", brief(&v))),
+                )
+            } else if applied {
+                (CellOutcome::Applied, seq, None)
+            } else {
+                (CellOutcome::Already, seq, None)
+            }
+        }
+        Ok((s, v)) => (
+            CellOutcome::Failed,
+            None,
+            Some(format!("answered {s}: {}", brief(&v))),
+        ),
+        Err(e) => (CellOutcome::Failed, None, Some(e.message)),
+    };
+    CellResult {
+        cell: cell.id.clone(),
+        role,
+        outcome,
+        seq,
+        attempts,
+        error,
+    }
+}
+
+fn named<'f>(fleet: &'f FleetFile, path: &Path, cell: &CellId) -> Result<&'f FleetCell> {
+    fleet
+        .cell(cell)
+        .ok_or_else(|| CpError::Config(format!("{cell} is not in {}", path.display())))
+}
+
+/// Runs a revocation against the fleet described by `path` and reports every cell's outcome.
+/// Fails only when nothing could be attempted (bad arguments, no cell knows the contractor);
+/// per-cell failures are in the report (see [`RevokeReport::ok`]).
+pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport> {
+    let fleet = FleetFile::load(path)?;
+    let client = client_trusting_file(&fleet.ca_cert)?;
+    let admin = Secret::new(fleet.admin_token.clone());
+    let now = protocol::time::system_clock().now();
+    let before = |a: &AuditArgs| a.before.unwrap_or(now + 1);
+    let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
+        RevokeCommand::Session { jti, cell, audit } => (
+            RevocationKind::Session {
+                jti: jti.clone(),
+                // The cell keeps it until the session's recorded expiry (never longer than
+                // the longest possible session); this is only an upper bound.
+                exp: now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S,
+            },
+            audit,
+            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+        ),
+        RevokeCommand::Key { kid, cell, audit } => (
+            RevocationKind::Key { kid: kid.clone() },
+            audit,
+            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+        ),
+        RevokeCommand::Cell { cell, audit } => (
+            RevocationKind::Cell {
+                before: before(audit),
+            },
+            audit,
+            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+        ),
+        RevokeCommand::Subject { sub, audit } => {
+            let ctr = contractor_of(sub)?;
+            (
+                RevocationKind::Subject {
+                    sub: sub.clone(),
+                    before: before(audit),
+                },
+                audit,
+                cells_of_contractor(&client, &admin, &fleet, &ctr).await,
+            )
+        }
+        RevokeCommand::Contractor { ctr, audit } => (
+            RevocationKind::Contractor {
+                ctr: ctr.clone(),
+                before: before(audit),
+            },
+            audit,
+            cells_of_contractor(&client, &admin, &fleet, ctr).await,
+        ),
+    };
+    if targets.is_empty() {
+        return Err(CpError::Fleet(format!(
+            "no cell of {} holds a record of this contractor: nothing to revoke",
+            path.display()
+        )));
+    }
+    let by = audit.by();
+    let mut body = serde_json::to_value(&kind).map_err(|e| CpError::Internal(e.to_string()))?;
+    if let Some(o) = body.as_object_mut() {
+        o.insert("reason".into(), json!(audit.reason));
+        o.insert("by".into(), json!(by));
+    }
+    let applies = targets.iter().map(|(cell, role, err)| {
+        let body = &body;
+        let client = &client;
+        let admin = &admin;
+        async move {
+            match err {
+                Some(e) => CellResult {
+                    cell: cell.id.clone(),
+                    role: *role,
+                    outcome: CellOutcome::Unreachable,
+                    seq: None,
+                    attempts: 0,
+                    error: Some(e.clone()),
+                },
+                None => apply_at(client, admin, cell, *role, body).await,
+            }
+        }
+    });
+    let mut cells = futures::future::join_all(applies).await;
+    cells.sort_by(|a, b| a.cell.cmp(&b.cell));
+    Ok(RevokeReport {
+        revocation: kind,
+        reason: audit.reason.clone(),
+        by,
+        cells,
+    })
+}
+
+fn role_text(r: Role) -> &'static str {
+    match r {
+        Role::Named => "named",
+        Role::Owner => "owner",
+        Role::PreviousOwner => "previous owner",
+        Role::Unknown => "unknown",
+    }
+}
+
+/// `cellctl revoke …`: prints each cell's outcome; fails unless every cell confirmed.
+pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result<()> {
+    let report = revoke(path, command).await?;
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string(&json!({ "ok": report.ok(), "report": report }))
+                .map_err(|e| CpError::Internal(e.to_string()))?
+        );
+    } else {
+        println!(
+            "revoking {} (by {}, reason: {})",
+            serde_json::to_string(&report.revocation)
+                .map_err(|e| CpError::Internal(e.to_string()))?,
+            report.by,
+            report.reason
+        );
+        for c in &report.cells {
+            let what = match c.outcome {
+                CellOutcome::Applied => format!("revoked, seq {}", c.seq.unwrap_or(0)),
+                CellOutcome::Already => format!("already in force, seq {}", c.seq.unwrap_or(0)),
+                CellOutcome::Failed => format!(
+                    "FAILED after {} attempt(s): {}",
+                    c.attempts,
+                    c.error.as_deref().unwrap_or("no answer")
+                ),
+                CellOutcome::Unreachable => {
+                    format!("UNREACHABLE: {}", c.error.as_deref().unwrap_or("no answer"))
+                }
+            };
+            println!("  {} ({}): {what}", c.cell, role_text(c.role));
+        }
+    }
+    if report.ok() {
+        return Ok(());
+    }
+    let bad: Vec<String> = report
+        .cells
+        .iter()
+        .filter(|c| !c.outcome.confirmed())
+        .map(|c| c.cell.to_string())
+        .collect();
+    Err(CpError::Fleet(format!(
+        "the revocation was not confirmed by {} of {} cells: {}",
+        bad.len(),
+        report.cells.len(),
+        bad.join(", ")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_names_its_contractor() {
+        let sub = SubjectId::new("c-40711.tech-1").unwrap();
+        assert_eq!(contractor_of(&sub).unwrap().as_str(), "c-40711");
+        let dotted = SubjectId::new("c-7.ana.maria").unwrap();
+        assert_eq!(contractor_of(&dotted).unwrap().as_str(), "c-7");
+        assert!(contractor_of(&SubjectId::new("nodot").unwrap()).is_err());
+        assert!(contractor_of(&SubjectId::new("C_X.t").unwrap()).is_err());
+    }
+
+    #[test]
+    fn only_confirmed_cells_make_a_report_ok() {
+        let line = |outcome| CellResult {
+            cell: CellId::new("cell-01").unwrap(),
+            role: Role::Owner,
+            outcome,
+            seq: Some(1),
+            attempts: 1,
+            error: None,
+        };
+        let report = |cells| RevokeReport {
+            revocation: RevocationKind::Cell { before: 1 },
+            reason: "r".into(),
+            by: "b".into(),
+            cells,
+        };
+        assert!(report(vec![line(CellOutcome::Applied), line(CellOutcome::Already)]).ok());
+        assert!(!report(vec![line(CellOutcome::Applied), line(CellOutcome::Failed)]).ok());
+        assert!(!report(vec![line(CellOutcome::Unreachable)]).ok());
+        assert!(!report(vec![]).ok());
+    }
+}
