@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
 use axum::response::Response;
+use futures::future::Either;
 use protocol::Kid;
 use protocol::ids::{MAX_TOKEN_COOKIE_BYTES, MAX_TOKEN_HEADER_BYTES};
 use protocol::ownership::{Access, Decision, decide};
@@ -249,25 +250,32 @@ impl Edge {
         self.current().filter(|s| s.has_kid(kid))
     }
 
-    /// Steps 1–7 of the module doc.
+    /// Steps 1–7 of the module doc, including the unknown-kid refetch.
     pub async fn validate(
         &self,
         headers: &HeaderMap,
         access: Access,
     ) -> Result<Arc<Validated>, EdgeError> {
         let started = Instant::now();
-        let result = self.validate_inner(headers, access).await;
+        let mut result = self.validate_now(headers, access);
+        if let Err(EdgeError::Token(TokenError::UnknownKid(kid))) = &result
+            && self.refetch_for(kid).await.is_some()
+        {
+            result = self.validate_now(headers, access);
+        }
         self.metrics()
             .validation_latency(started.elapsed().as_secs_f64());
         result
     }
 
-    async fn validate_inner(
+    /// Steps 1–7 without waiting for anything: an unknown kid is returned as
+    /// `TokenError::UnknownKid` for [`Edge::validate`] to refetch and retry.
+    pub fn validate_now(
         &self,
         headers: &HeaderMap,
         access: Access,
     ) -> Result<Arc<Validated>, EdgeError> {
-        let mut state = self
+        let state = self
             .current()
             .filter(|s| !s.keyset.is_empty())
             .ok_or(EdgeError::NotReady)?;
@@ -287,13 +295,6 @@ impl Edge {
             Some(v) => v,
             None => {
                 let parsed = parse(token, SESSION_TYP, cap)?;
-                if !state.has_kid(&parsed.kid) {
-                    // Boxed: the rare refetch path must not bloat every request's future.
-                    match Box::pin(self.refetch_for(&parsed.kid)).await {
-                        Some(s) => state = s,
-                        None => return Err(TokenError::UnknownKid(parsed.kid).into()),
-                    }
-                }
                 let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
                     return Err(TokenError::UnknownKid(parsed.kid).into());
                 };
@@ -453,7 +454,13 @@ where
 {
     type Response = Response;
     type Error = std::convert::Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+    type Future = Either<
+        S::Future,
+        Either<
+            std::future::Ready<Result<Response, Self::Error>>,
+            Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>,
+        >,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -463,19 +470,40 @@ where
         let clone = self.inner.clone();
         // The ready service is the one we were polled for; keep the clone for next time.
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let edge = self.edge.clone();
-        Box::pin(async move {
-            let access = Access::of_method(req.method().as_str());
-            match edge.validate(req.headers(), access).await {
-                Ok(v) => {
-                    req.extensions_mut().insert(v);
-                    inner.call(req).await
-                }
-                Err(e) => {
-                    edge.metrics().outcome(e.outcome());
-                    Ok(rescue(&e))
-                }
+        let edge = &self.edge;
+        let access = Access::of_method(req.method().as_str());
+        // The common case decides synchronously: no boxed future, no extra await.
+        let started = Instant::now();
+        let result = edge.validate_now(req.headers(), access);
+        match result {
+            Ok(v) => {
+                edge.metrics()
+                    .validation_latency(started.elapsed().as_secs_f64());
+                req.extensions_mut().insert(v);
+                Either::Left(inner.call(req))
             }
-        })
+            Err(EdgeError::Token(TokenError::UnknownKid(_))) => {
+                // Rare: at most one key refetch per cooldown, shared by all waiters.
+                let edge = edge.clone();
+                Either::Right(Either::Right(Box::pin(async move {
+                    match edge.validate(req.headers(), access).await {
+                        Ok(v) => {
+                            req.extensions_mut().insert(v);
+                            inner.call(req).await
+                        }
+                        Err(e) => {
+                            edge.metrics().outcome(e.outcome());
+                            Ok(rescue(&e))
+                        }
+                    }
+                })))
+            }
+            Err(e) => {
+                edge.metrics()
+                    .validation_latency(started.elapsed().as_secs_f64());
+                edge.metrics().outcome(e.outcome());
+                Either::Right(Either::Left(std::future::ready(Ok(rescue(&e)))))
+            }
+        }
     }
 }
