@@ -132,6 +132,9 @@ pub enum CellbindError {
     Config { detail: String },
     #[error("invalid input: {detail}")]
     InvalidInput { detail: String },
+    /// The contractor moved and the session could not follow it: sign in again.
+    #[error("SIGN_IN_REQUIRED: {detail}")]
+    SignInRequired { detail: String },
 }
 
 /// The one mapping table from SDK errors to the foreign error enum.
@@ -182,6 +185,7 @@ impl From<sdk::Error> for CellbindError {
             E::Store(_) => CellbindError::Store { detail },
             E::Config(_) => CellbindError::Config { detail },
             E::InvalidInput(_) => CellbindError::InvalidInput { detail },
+            E::SignInRequired => CellbindError::SignInRequired { detail },
             _ => CellbindError::Internal { detail },
         }
     }
@@ -397,6 +401,7 @@ mod tests {
             (sdk::Error::Store("x".into()), "Store"),
             (sdk::Error::Config("x".into()), "Config"),
             (sdk::Error::InvalidInput("x".into()), "InvalidInput"),
+            (sdk::Error::SignInRequired, "SignInRequired"),
         ];
         for (e, want) in cases {
             let shown = format!("{e:?}");

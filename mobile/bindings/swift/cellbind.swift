@@ -1425,6 +1425,11 @@ enum CellbindError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError 
     )
     case InvalidInput(detail: String
     )
+    /**
+     * The contractor moved and the session could not follow it: sign in again.
+     */
+    case SignInRequired(detail: String
+    )
 
     
 
@@ -1535,6 +1540,9 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             detail: try FfiConverterString.read(from: &buf)
             )
         case 26: return .InvalidInput(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 27: return .SignInRequired(
             detail: try FfiConverterString.read(from: &buf)
             )
 
@@ -1681,6 +1689,11 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
         
         case let .InvalidInput(detail):
             writeInt(&buf, Int32(26))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .SignInRequired(detail):
+            writeInt(&buf, Int32(27))
             FfiConverterString.write(detail, into: &buf)
             
         }
