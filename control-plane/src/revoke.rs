@@ -7,8 +7,10 @@
 //! - `subject SUB` and `contractor CTR`: every cell whose auth-service holds an ownership record
 //!   of the contractor (a subject id is `{contractor}.{login}`): the owner (`active` or
 //!   `handoff`) and any previous owner (`released`), which may still hold sessions and must not
-//!   sign a transfer ticket for a revoked one. Every cell is asked; a cell that cannot be asked
-//!   is reported, and the command fails, because it might matter.
+//!   sign a transfer ticket for a revoked one; plus the cell the control plane's placement
+//!   names, which during a migration is the target before it holds an active record. Every
+//!   cell is asked; a cell that cannot be asked is reported, and the command fails, because it
+//!   might matter. The control plane is only consulted, never required.
 //!
 //! Each cell is asked with bounded retries (transport errors, 5xx and 429 only). The
 //! auth-service answers a repeated request with the revocation already in force, so a retry
@@ -125,6 +127,9 @@ pub enum Role {
     Owner,
     /// Owned it before (`released`).
     PreviousOwner,
+    /// Named by the control plane's placement, without an active record yet (a migration's
+    /// target).
+    Placement,
     /// Could not be asked whether it holds a record.
     Unknown,
 }
@@ -297,11 +302,27 @@ async fn cells_of_contractor(
             Err(e) => Some((c.clone(), Role::Unknown, Some(e.message))),
         }
     });
-    futures::future::join_all(asks)
+    let mut cells: Vec<Target> = futures::future::join_all(asks)
         .await
         .into_iter()
         .flatten()
-        .collect()
+        .collect();
+    let url = format!("{}/admin/v1/placements/{ctr}", fleet.control_plane.url);
+    let (r, _) = call_with_retries(client, admin, reqwest::Method::GET, &url, None).await;
+    let placed = match r {
+        Ok((200, v)) => v
+            .get("cell")
+            .and_then(Value::as_str)
+            .and_then(|c| CellId::new(c).ok()),
+        _ => None,
+    };
+    if let Some(p) = placed
+        && !cells.iter().any(|(c, _, _)| c.id == p)
+        && let Some(c) = fleet.cell(&p)
+    {
+        cells.push((c.clone(), Role::Placement, None));
+    }
+    cells
 }
 
 /// Applies a revocation at one cell.
@@ -451,6 +472,7 @@ fn role_text(r: Role) -> &'static str {
         Role::Named => "named",
         Role::Owner => "owner",
         Role::PreviousOwner => "previous owner",
+        Role::Placement => "placement",
         Role::Unknown => "unknown",
     }
 }
