@@ -28,6 +28,12 @@ const PASSWORD: &str = "correct horse battery staple";
 /// Short write lease so the test sees it lapse quickly.
 const LEASE_MS: u64 = 2_000;
 const FEED_WAIT_MS: u64 = 300;
+const NO_LIMITS: &[(&str, &str)] = &[
+    ("CELLBIND_RATE_PER_IP_PER_S", "1000000"),
+    ("CELLBIND_BURST_PER_IP", "1000000"),
+    ("CELLBIND_RATE_PER_SUBJECT_PER_S", "1000000"),
+    ("CELLBIND_BURST_PER_SUBJECT", "1000000"),
+];
 
 /// Requests the app saw: (method, path, headers).
 type Seen = Arc<Mutex<Vec<(String, String, HeaderMap)>>>;
@@ -201,8 +207,10 @@ ca_cert = "{ca}"
     }
 
     /// Starts an edge instance on a fresh port with `state_dir`.
+    /// An edge with rate limits raised out of the way: this test is about availability from
+    /// one client IP and two subjects (rate limits are tested in-process).
     async fn start_edge(&self, name: &str, state_dir: &Path, expect_ready: bool) -> EdgeProc {
-        self.start_edge_with(name, state_dir, expect_ready, &[])
+        self.start_edge_with(name, state_dir, expect_ready, NO_LIMITS)
             .await
     }
 
@@ -514,15 +522,7 @@ async fn rotation_is_picked_up_and_an_unknown_kid_flood_costs_one_fetch() {
     fleet.seed().await;
     // The per-IP limit is raised so every flood request reaches validation (from one IP).
     let edge = fleet
-        .start_edge_with(
-            "edge-r",
-            &dir.join("edge-r-state"),
-            true,
-            &[
-                ("CELLBIND_RATE_PER_IP_PER_S", "1000000"),
-                ("CELLBIND_BURST_PER_IP", "1000000"),
-            ],
-        )
+        .start_edge_with("edge-r", &dir.join("edge-r-state"), true, NO_LIMITS)
         .await;
     let before = fleet.sign_in(&edge, "tech1").await;
     let kid_of = |t: &str| {
