@@ -151,7 +151,7 @@ function render(route) {
     const b = document.createElement('button');
     b.type = 'button';
     b.className = 'complete';
-    b.textContent = 'Complete';
+    b.textContent = job.status === 'completed' ? 'Done' : 'Complete';
     b.dataset.done = String(job.status === 'completed');
     b.setAttribute('aria-label', `Complete job ${job.job_id}`);
     b.disabled = readOnly || job.status === 'completed';

@@ -36,6 +36,8 @@ pub const APP_JS: &str = include_str!("../../desk/app.js");
 pub const APP_CSS: &str = include_str!("../../desk/app.css");
 /// Where the desk lives.
 pub const DESK_PATH: &str = "/desk/";
+/// The desk's referrer policy.
+pub const REFERRER_POLICY: &str = "strict-origin";
 /// Largest `POST /desk/session` body, in bytes (the field name plus a cookie-sized token).
 pub const MAX_ADOPT_BODY_BYTES: usize = MAX_TOKEN_COOKIE_BYTES + 64;
 
@@ -83,9 +85,11 @@ fn secure(edge: &Edge, mut resp: Response) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    // Only the origin, and only over HTTPS: `no-referrer` would also make the browser send
+    // `Origin: null` on the hand-over form POST, which the owner must see to trust it.
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static(REFERRER_POLICY),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -174,7 +178,9 @@ async fn adopt_inner(edge: &Edge, body: &[u8]) -> Result<Response, EdgeError> {
     headers.insert(header::AUTHORIZATION, bearer);
     let v = edge.validate(&headers, Access::Read).await?;
     if v.claims.cli != ClientKind::Desk {
-        return Err(EdgeError::BadRequest("only a desk session becomes a cookie"));
+        return Err(EdgeError::BadRequest(
+            "only a desk session becomes a cookie",
+        ));
     }
     let max_age = v.claims.exp.saturating_sub(edge.clock().now());
     let cookie = session_cookie(token, max_age).ok_or(EdgeError::BadRequest("session field"))?;

@@ -225,7 +225,7 @@ async fn the_desk_is_served_with_its_security_headers() {
             "{csp}"
         );
         assert_eq!(h["x-content-type-options"], "nosniff");
-        assert_eq!(h["referrer-policy"], "no-referrer");
+        assert_eq!(h["referrer-policy"], "strict-origin");
     }
     let (status, h, _) = send(&edge, get("/desk", None)).await;
     assert_eq!(status, StatusCode::PERMANENT_REDIRECT);

@@ -262,7 +262,14 @@ async fn completions(t: &TestFleet, u: &DemoUser) -> Vec<String> {
 async fn revoke_subject(t: &TestFleet, u: &DemoUser, sub: &str) -> &'static str {
     let cellctl = bin_dir().join("cellctl");
     let out = Command::new(cellctl)
-        .args(["revoke", "subject", sub, "--reason", "desk browser test", "--fleet"])
+        .args([
+            "revoke",
+            "subject",
+            sub,
+            "--reason",
+            "desk browser test",
+            "--fleet",
+        ])
         .arg(t.fleet.fleet_file_path())
         .stdin(Stdio::null())
         .output()
@@ -285,6 +292,47 @@ async fn revoke_subject(t: &TestFleet, u: &DemoUser, sub: &str) -> &'static str 
         .expect("revoke");
     assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
     "auth-service admin API"
+}
+
+/// Sets the contractor's ownership record at its cell and waits until every edge instance of
+/// the cell has applied it (the auth-service's status lists what each instance applied).
+async fn set_ownership(t: &TestFleet, u: &DemoUser, record: &Value) {
+    let auth = &t.cell(&u.cell_id).auth_service.url;
+    let r = t
+        .client
+        .put(format!("{auth}/admin/v1/ownership/{}", u.contractor_id))
+        .bearer_auth(&t.file().admin_token)
+        .json(record)
+        .send()
+        .await
+        .expect("put ownership");
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    let seq = r.json::<Value>().await.expect("seq")["seq"]
+        .as_u64()
+        .expect("seq");
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let status: Value = t
+            .client
+            .get(format!("{auth}/admin/v1/status"))
+            .bearer_auth(&t.file().admin_token)
+            .send()
+            .await
+            .expect("status")
+            .json()
+            .await
+            .expect("status json");
+        let instances = status["instances"].as_array().cloned().unwrap_or_default();
+        if !instances.is_empty()
+            && instances
+                .iter()
+                .all(|i| i["applied_seq"].as_u64().unwrap_or(0) >= seq)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the edge did not apply {record}");
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,7 +364,9 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
 
     // 1. Sign in at cell-01; the page follows WRONG_CELL once and lands on cell-04's board.
     let t0 = Instant::now();
-    c.goto(&format!("{cell01}/desk/")).await.expect("open cell-01");
+    c.goto(&format!("{cell01}/desk/"))
+        .await
+        .expect("open cell-01");
     sign_in_on_page(&c, &disp).await;
     displayed(&c, "#jobs-body tr").await;
     let landed = c.current_url().await.expect("url").to_string();
@@ -331,6 +381,11 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     assert_eq!(
         text_of(&c, "#board-contractor").await,
         disp.contractor_id.as_str()
+    );
+    let banner = c.find(Locator::Css("#handoff")).await.expect("banner");
+    assert!(
+        !banner.is_displayed().await.expect("banner state"),
+        "no handoff banner outside a handoff"
     );
 
     // 2. The cookies: the session one has every attribute and scripts cannot read it.
@@ -394,29 +449,14 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     let status = text_of(&c, "#status").await;
     assert!(status.contains(&job), "status line: {status}");
     let after = completions(&t, &disp).await;
-    assert_eq!(
-        after.iter().filter(|j| **j == job).count(),
-        1,
-        "{after:?}"
-    );
+    assert_eq!(after.iter().filter(|j| **j == job).count(), 1, "{after:?}");
     assert_eq!(after.len(), before.len() + 1);
     println!(
         "completed {job}; board shows {} done",
         text_of(&c, "#board-done").await
     );
 
-    let shots = bin_dir()
-        .parent()
-        .map(|p| p.join("desk-screenshots"))
-        .expect("target dir");
-    std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let png = c.screenshot().await.expect("screenshot");
-    std::fs::write(shots.join("board.png"), &png).expect("write screenshot");
-    println!(
-        "screenshot: {} ({} bytes)",
-        shots.join("board.png").display(),
-        png.len()
-    );
+    shoot(&c, "board.png").await;
 
     // 4. CSRF. A form posted from a page outside the fleet (Origin: null) is refused, and a
     //    same-origin form (it carries the cookie) without the CSRF header is refused too.
@@ -472,21 +512,26 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     let evil = "https://evil.example";
     for (origin, with_csrf) in [(evil, true), (evil, false), (cell04.as_str(), false)] {
         let r = raw(origin, with_csrf, "raw-refused").await.expect("raw");
-        assert_eq!(r.status().as_u16(), 403, "origin {origin}, csrf {with_csrf}");
+        assert_eq!(
+            r.status().as_u16(),
+            403,
+            "origin {origin}, csrf {with_csrf}"
+        );
     }
     let r = raw(&cell04, true, "raw-allowed").await.expect("raw");
     assert_eq!(r.status().as_u16(), 200, "the cookie with its proof works");
     let listed = completions(&t, &disp).await;
     assert!(listed.contains(&"raw-allowed".to_owned()));
-    assert!(!listed.iter().any(|j| j.starts_with("csrf-probe") || j == "raw-refused"));
+    assert!(
+        !listed
+            .iter()
+            .any(|j| j.starts_with("csrf-probe") || j == "raw-refused")
+    );
 
     // CORS: a preflight from outside the fleet is refused; one from a fleet cell is allowed.
     let preflight = |origin: String| {
         t.client
-            .request(
-                reqwest::Method::OPTIONS,
-                format!("{cell04}/v1/sessions"),
-            )
+            .request(reqwest::Method::OPTIONS, format!("{cell04}/v1/sessions"))
             .header("origin", origin)
             .header("access-control-request-method", "POST")
             .header("access-control-request-headers", "content-type")
@@ -523,10 +568,70 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     }
     println!("cell-01 and cell-02 see no session from this browser: 401 SESSION_MISSING");
 
-    // 6. Sign-out clears both cookies and revokes the session.
+    // 6. Handoff: a write answers 409 HANDOFF_IN_PROGRESS and the board turns read-only with a
+    //    banner; once the handoff is over, Retry makes it writable again.
     c.goto(&format!("{cell04}/desk/")).await.expect("back");
     displayed(&c, "#jobs-body tr").await;
-    displayed(&c, "#sign-out").await.click().await.expect("sign out");
+    let auth04 = &t.cell(&disp.cell_id).auth_service.url;
+    let record: Value = t
+        .client
+        .get(format!(
+            "{auth04}/admin/v1/ownership/{}",
+            disp.contractor_id
+        ))
+        .bearer_auth(&f.admin_token)
+        .send()
+        .await
+        .expect("ownership")
+        .json()
+        .await
+        .expect("ownership json");
+    let generation = record["gen"].clone();
+    set_ownership(&t, &disp, &json!({"state": "handoff", "gen": generation})).await;
+    let before_handoff = completions(&t, &disp).await;
+    c.find(Locator::Css("#jobs-body tr.pending button.complete"))
+        .await
+        .expect("a pending job")
+        .click()
+        .await
+        .expect("click");
+    displayed(&c, "#handoff").await;
+    let disabled = c
+        .find_all(Locator::Css("#jobs-body button.complete"))
+        .await
+        .expect("buttons");
+    for b in &disabled {
+        assert!(!b.is_enabled().await.expect("enabled"), "read-only board");
+    }
+    assert_eq!(completions(&t, &disp).await, before_handoff);
+    shoot(&c, "handoff.png").await;
+    println!("handoff: {:?}", text_of(&c, "#status").await);
+    set_ownership(&t, &disp, &json!({"state": "active", "gen": generation})).await;
+    displayed(&c, "#handoff-retry")
+        .await
+        .click()
+        .await
+        .expect("retry");
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while c
+        .find(Locator::Css("#handoff"))
+        .await
+        .expect("banner")
+        .is_displayed()
+        .await
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "the banner stayed after Retry");
+        tokio::time::sleep(POLL).await;
+    }
+    displayed(&c, "#jobs-body tr.pending button.complete:enabled").await;
+
+    // 7. Sign-out clears both cookies and revokes the session.
+    displayed(&c, "#sign-out")
+        .await
+        .click()
+        .await
+        .expect("sign out");
     displayed(&c, "#sign-in-form").await;
     let jar = cookies(&c).await;
     assert!(named(&jar, SESSION_COOKIE).is_none() && named(&jar, CSRF_COOKIE).is_none());
@@ -546,12 +651,18 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     assert_eq!(status, 401, "the signed-out session is revoked");
     println!("sign-out cleared both cookies; the old session answers 401");
 
-    // 7. Sign in again (same cell this time), then revoke the dispatcher: the open page goes
+    // 8. Sign in again (same cell this time), then revoke the dispatcher: the open page goes
     //    back to sign-in with a message at its next request.
     sign_in_on_page(&c, &disp).await;
     displayed(&c, "#jobs-body tr").await;
     let sub = format!("{}.{}", disp.contractor_id, disp.login);
-    // `before` is compared with `iat` in whole seconds: let the new session's second pass.
+    // A subject revocation covers sessions issued strictly before it, in whole seconds: wait
+    // for the clock to leave the second the new session was issued in.
+    let issued = now_s();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while now_s() <= issued && Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+    }
     let revoked_at = Instant::now();
     let how = revoke_subject(&t, &disp, &sub).await;
     let deadline = revoked_at + REVOCATION_TIMEOUT;
@@ -576,23 +687,24 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     }
     let message = text_of(&c, "#sign-in-message").await;
     assert!(message.contains("revoked"), "message: {message}");
+    shoot(&c, "revoked.png").await;
     println!(
         "revoked via {how}: the page was back at sign-in {} ms later ({requests} refresh(es)): {message:?}",
         revoked_at.elapsed().as_millis()
     );
     c.close().await.expect("close");
 
-    // 8. Negative: a browser that does not trust the fleet's CA refuses the page.
+    // 9. Negative: a browser that does not trust the fleet's CA refuses the page.
     let untrusting = start_driver(browser_home(None)).await;
     let c = browser(&untrusting).await;
-    let _ = c.goto(&format!("{cell01}/desk/")).await;
+    let navigation = c.goto(&format!("{cell01}/desk/")).await;
     let deadline = Instant::now() + STEP_TIMEOUT;
-    let mut page = String::new();
-    while Instant::now() < deadline {
+    let mut page = match navigation {
+        Err(e) => e.to_string(),
+        Ok(()) => String::new(),
+    };
+    while !page.contains("ERR_CERT_AUTHORITY_INVALID") && Instant::now() < deadline {
         page = c.source().await.unwrap_or_default();
-        if page.contains("ERR_CERT_AUTHORITY_INVALID") {
-            break;
-        }
         tokio::time::sleep(POLL).await;
     }
     assert!(
@@ -605,6 +717,22 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     println!(
         "desk browser test done in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Writes a screenshot of the page to `<target dir>/desk-screenshots/NAME`.
+async fn shoot(c: &Client, name: &str) {
+    let shots = bin_dir()
+        .parent()
+        .map(|p| p.join("desk-screenshots"))
+        .expect("target dir");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let png = c.screenshot().await.expect("screenshot");
+    std::fs::write(shots.join(name), &png).expect("write screenshot");
+    println!(
+        "screenshot: {} ({} bytes)",
+        shots.join(name).display(),
+        png.len()
     );
 }
 
