@@ -110,7 +110,7 @@ pub fn origin_allowed(origin: &str, public_url: &str, state: Option<&CellState>)
     same_origin(origin, public_url) || is_fleet_origin(origin, state)
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: impl header::AsHeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -162,7 +162,11 @@ pub fn check_csrf_proof(
         Some(o) if origin_allowed(o, public_url, state) => {}
         Some(_) => return Err(EdgeError::Csrf("this origin is not a cell of the fleet")),
         None if header_str(headers, "sec-fetch-site") == Some("same-origin") => {}
-        None => return Err(EdgeError::Csrf("a cookie session's unsafe request needs an Origin")),
+        None => {
+            return Err(EdgeError::Csrf(
+                "a cookie session's unsafe request needs an Origin",
+            ));
+        }
     }
     let sent = header_str(headers, CSRF_HEADER).unwrap_or("");
     let held = cookie(headers, CSRF_COOKIE).unwrap_or("");
@@ -223,7 +227,9 @@ pub fn new_csrf_token() -> String {
 /// `Set-Cookie` for the CSRF cookie (readable by the page's script: no `HttpOnly`); without
 /// a `Max-Age` it lasts as long as the browser session, like a session cookie without one.
 pub fn csrf_cookie(value: &str, max_age_s: Option<u64>) -> Option<HeaderValue> {
-    let max_age = max_age_s.map(|s| format!("; Max-Age={s}")).unwrap_or_default();
+    let max_age = max_age_s
+        .map(|s| format!("; Max-Age={s}"))
+        .unwrap_or_default();
     HeaderValue::from_str(&format!(
         "{CSRF_COOKIE}={value}; Secure; SameSite=Strict; Path=/{max_age}"
     ))
@@ -407,7 +413,10 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static("")));
+            h.append(
+                *k,
+                HeaderValue::from_str(v).unwrap_or(HeaderValue::from_static("")),
+            );
         }
         h
     }
@@ -418,7 +427,10 @@ mod tests {
     fn cookie_writes_need_a_matching_proof() {
         let ok = headers(&[
             ("origin", ME),
-            ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+            (
+                "cookie",
+                "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
+            ),
             ("x-cellbind-csrf", "abc"),
         ]);
         assert_eq!(
@@ -428,20 +440,32 @@ mod tests {
         for bad in [
             headers(&[
                 ("origin", ME),
-                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                (
+                    "cookie",
+                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
+                ),
             ]),
             headers(&[
                 ("origin", ME),
-                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                (
+                    "cookie",
+                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
+                ),
                 ("x-cellbind-csrf", "abd"),
             ]),
             headers(&[
-                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                (
+                    "cookie",
+                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
+                ),
                 ("x-cellbind-csrf", "abc"),
             ]),
             headers(&[
                 ("origin", "https://evil.example"),
-                ("cookie", "__Host-cellbind_session=t; __Host-cellbind_csrf=abc"),
+                (
+                    "cookie",
+                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
+                ),
                 ("x-cellbind-csrf", "abc"),
             ]),
         ] {

@@ -63,6 +63,8 @@ pub enum EdgeError {
     NotFound,
     #[error("a cookie session's unsafe request did not come from this cell's origin")]
     CrossSite,
+    #[error("refused by the browser rules: {0}")]
+    Csrf(&'static str),
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
 }
@@ -177,6 +179,7 @@ pub fn rescue(err: &EdgeError) -> Response {
                 "a cookie session's unsafe request must come from this cell's own origin",
             ),
         ),
+        EdgeError::Csrf(why) => (403, ErrorBody::new(ErrorCode::Forbidden, *why)),
         EdgeError::NotFound => (404, ErrorBody::new(ErrorCode::NotFound, "no such route")),
         EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),
         EdgeError::Config(_)

@@ -5,7 +5,9 @@
 //! unrevoked, for this cell and for the current placement generation, and forwards what it
 //! serves to the cell's app. [`app`] builds the whole service so tests drive it in-process.
 
+pub mod browser;
 pub mod config;
+pub mod desk;
 pub mod error;
 pub mod forward;
 pub mod limits;
@@ -215,9 +217,15 @@ pub fn app(edge: Edge) -> Router {
         .route("/v1/sessions", any(forward::to_auth))
         .route("/v1/sessions/{*rest}", any(forward::to_auth))
         .route_service("/api/{*rest}", api)
+        .merge(desk::routes())
         .fallback(not_found)
         .layer(
             ServiceBuilder::new()
+                // The browser rules (CORS preflights, CSRF proof and Origin on cookie writes)
+                // sit outermost: every answer, the per-IP limiter's 429 included, must carry
+                // the CORS headers a fleet page needs to read it, and what this layer does is a
+                // few header comparisons, cheaper than anything below it.
+                .layer(browser::BrowserLayer::new(edge.clone()))
                 // Per-IP rate limit first: a flood is refused before any parsing, token
                 // verification or upstream call is paid for.
                 .layer(axum::middleware::from_fn_with_state(

@@ -281,7 +281,9 @@ impl Edge {
             .ok_or(EdgeError::NotReady)?;
         let (token, cap) = extract_token(headers)?;
         if cap == MAX_TOKEN_COOKIE_BYTES && access == Access::Write {
-            check_same_origin(headers, &self.settings().public_url)?;
+            // The browser layer checks this too; repeated here for apps that embed only this
+            // layer.
+            crate::browser::check_csrf_proof(headers, &self.settings().public_url, Some(&state))?;
         }
         let now = self.clock().now();
         let settings = self.settings();
@@ -342,23 +344,6 @@ impl Edge {
             return Err(EdgeError::LeaseLapsed);
         }
         Ok(verified)
-    }
-}
-
-/// CSRF defence for cookie sessions (DESIGN §4): an unsafe method must come from this cell's
-/// own origin (`Origin`, or `Sec-Fetch-Site: same-origin` when a browser sends no Origin).
-fn check_same_origin(headers: &HeaderMap, public_url: &str) -> Result<(), EdgeError> {
-    let origin_ok = headers
-        .get(header::ORIGIN)
-        .and_then(|v| v.to_str().ok())
-        .map(|o| o == public_url.trim_end_matches('/'));
-    let fetch_site_ok = headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v == "same-origin");
-    match (origin_ok, fetch_site_ok) {
-        (Some(true), _) | (None, Some(true)) => Ok(()),
-        _ => Err(EdgeError::CrossSite),
     }
 }
 

@@ -252,9 +252,9 @@ async fn a_desk_session_handed_over_by_a_fleet_page_becomes_this_cells_cookie() 
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(h["location"], "/desk/");
     let all = set_cookies(&h);
-    let session = cookie_named(&all, "__Host-cellbind_session").expect("session cookie");
+    let cookie = cookie_named(&all, "__Host-cellbind_session").expect("session cookie");
     assert_eq!(
-        session,
+        cookie,
         &format!(
             "__Host-cellbind_session={desk}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
             c.exp - NOW

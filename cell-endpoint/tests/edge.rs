@@ -701,7 +701,11 @@ async fn cookie_sessions_need_the_cells_own_origin_for_writes() {
         let mut b = Request::builder()
             .method("POST")
             .uri("/api/jobs/j-1/complete")
-            .header("cookie", format!("__Host-cellbind_session={token}"));
+            .header(
+                "cookie",
+                format!("__Host-cellbind_session={token}; __Host-cellbind_csrf=p"),
+            )
+            .header("x-cellbind-csrf", "p");
         if let Some((k, v)) = extra {
             b = b.header(k, v);
         }
