@@ -121,6 +121,13 @@ pub struct Config {
     pub connect_timeout_ms: u64,
     #[serde(default = "default_cert_watch")]
     pub cert_watch_ms: u64,
+    /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
+    /// the default). See `cell-endpoint/README.md`.
+    #[serde(default)]
+    pub revocation_max_age_ms: u64,
+    /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
+    #[serde(default)]
+    pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
 }
 
 impl Config {
@@ -147,6 +154,8 @@ impl Config {
             burst_per_subject: self.burst_per_subject,
             max_body_bytes: self.max_body_bytes,
             kid_refetch_cooldown: Duration::from_millis(self.kid_refetch_cooldown_ms),
+            revocation_max_age: crate::revocation_freshness::max_age(self.revocation_max_age_ms),
+            revocation_fail_closed: self.revocation_fail_closed,
         }
     }
 }
@@ -167,6 +176,9 @@ pub struct Settings {
     pub burst_per_subject: u32,
     pub max_body_bytes: usize,
     pub kid_refetch_cooldown: Duration,
+    /// `None` turns the revocation freshness check off.
+    pub revocation_max_age: Option<Duration>,
+    pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
 }
 
 impl Settings {
@@ -184,6 +196,10 @@ impl Settings {
             burst_per_subject: DEFAULT_BURST_PER_SUBJECT,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             kid_refetch_cooldown: Duration::from_millis(DEFAULT_KID_REFETCH_COOLDOWN_MS),
+            revocation_max_age: crate::revocation_freshness::max_age(
+                crate::revocation_freshness::DEFAULT_REVOCATION_MAX_AGE_MS,
+            ),
+            revocation_fail_closed: crate::revocation_freshness::FailClosed::Writes,
         }
     }
 }

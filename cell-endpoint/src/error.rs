@@ -49,6 +49,8 @@ pub enum EdgeError {
     ViewBehind,
     #[error("write refused: the last feed sync is older than the write lease")]
     LeaseLapsed,
+    #[error("refused: the revocation view is older than revocation_max_age_ms")]
+    RevocationsStale,
     #[error("rate limited")]
     RateLimited { retry_after_s: u64 },
     #[error("request body too large")]
@@ -79,7 +81,10 @@ impl EdgeError {
             EdgeError::Revoked => "revoked",
             EdgeError::Handoff => "handoff",
             EdgeError::WrongCell { .. } | EdgeError::UnknownContractor => "wrong_cell",
-            EdgeError::NotReady | EdgeError::ViewBehind | EdgeError::LeaseLapsed => "stale",
+            EdgeError::NotReady
+            | EdgeError::ViewBehind
+            | EdgeError::LeaseLapsed
+            | EdgeError::RevocationsStale => "stale",
             EdgeError::RateLimited { .. } => "rate_limited",
             EdgeError::AuthUnavailable | EdgeError::AppUnavailable | EdgeError::AppTimeout => {
                 "upstream_error"
@@ -132,6 +137,14 @@ pub fn rescue(err: &EdgeError) -> Response {
             ErrorBody::new(
                 ErrorCode::CellStateStale,
                 "this edge's ownership view is behind the session",
+            )
+            .retry_after(STALE_RETRY_AFTER_S),
+        ),
+        EdgeError::RevocationsStale => (
+            503,
+            ErrorBody::new(
+                ErrorCode::CellStateStale,
+                "this edge cannot prove its revocation list is fresh",
             )
             .retry_after(STALE_RETRY_AFTER_S),
         ),

@@ -12,6 +12,7 @@ pub mod error;
 pub mod forward;
 pub mod limits;
 pub mod metrics;
+pub mod revocation_freshness;
 pub mod state;
 pub mod sync;
 pub mod tls;

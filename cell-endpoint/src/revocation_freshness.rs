@@ -77,7 +77,10 @@ pub fn decide(
 impl Edge {
     /// Time since the last successful feed sync, if there was one.
     pub fn revocation_view_age(&self) -> Option<Duration> {
-        self.last_sync.lock().ok().and_then(|g| g.map(|t| t.elapsed()))
+        self.last_sync
+            .lock()
+            .ok()
+            .and_then(|g| g.map(|t| t.elapsed()))
     }
 
     /// Refuses a request when the revocation view is too old for it (see the module doc).

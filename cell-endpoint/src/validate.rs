@@ -297,6 +297,11 @@ impl Edge {
             Some(v) => v,
             None => {
                 let parsed = parse(token, SESSION_TYP, cap)?;
+                // A revoked key has left the set: its sessions are revoked, not unknown, and
+                // never worth a key refetch.
+                if state.revocations.is_key_revoked(&parsed.kid) {
+                    return Err(EdgeError::Revoked);
+                }
                 let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
                     return Err(TokenError::UnknownKid(parsed.kid).into());
                 };
@@ -340,6 +345,7 @@ impl Edge {
             }
             Decision::ViewBehind => return Err(EdgeError::ViewBehind),
         }
+        self.check_revocation_freshness(access)?;
         if access == Access::Write && !self.lease_current() {
             return Err(EdgeError::LeaseLapsed);
         }
