@@ -69,6 +69,13 @@ pub enum Error {
     /// Anything else that is our fault.
     #[error("internal: {0}")]
     Internal(String),
+    /// A session transfer or rebind was refused (403 `FORBIDDEN`); the message starts with
+    /// the refusal's name.
+    #[error("{}: {detail}", refusal.as_str())]
+    Ticket {
+        refusal: crate::transfer::TicketRefusal,
+        detail: String,
+    },
 }
 
 /// Result with the crate's error.
@@ -96,6 +103,7 @@ impl Error {
             Error::RateLimited { .. } => ErrorCode::RateLimited,
             Error::NotFound(_) => ErrorCode::NotFound,
             Error::NotReady(_) => ErrorCode::NotReady,
+            Error::Ticket { .. } => ErrorCode::Forbidden,
             Error::Store(_)
             | Error::Config(_)
             | Error::Io { .. }

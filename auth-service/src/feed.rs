@@ -28,6 +28,9 @@ pub struct FeedQuery {
     pub instance: String,
     #[serde(default)]
     pub wait_ms: u64,
+    /// Comma-separated contractors in handoff with writes still in flight at the instance.
+    #[serde(default)]
+    pub busy: Option<String>,
 }
 
 /// The answer for an instance that has applied `since`.
@@ -82,7 +85,8 @@ pub async fn feed(
             "instance must be 1 to {MAX_INSTANCE_ID_BYTES} characters of [A-Za-z0-9._-]"
         )));
     }
-    state.saw_instance(&q.instance, q.since);
+    let busy = crate::migration::parse_busy(q.busy.as_deref())?;
+    state.saw_instance(&q.instance, q.since, busy);
     let wait = Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
     let mut rx = state.head_tx.subscribe();
     if q.since != 0 && *rx.borrow_and_update() == q.since && !wait.is_zero() {

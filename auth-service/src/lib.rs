@@ -28,12 +28,14 @@ pub mod http;
 pub mod keys;
 pub mod map;
 pub mod metrics;
+pub mod migration;
 pub mod passwords;
 pub mod sessions;
 pub mod state;
 pub mod store;
 pub mod throttle;
 pub mod tls;
+pub mod transfer;
 
 pub use config::Config;
 pub use error::{Error, Result};
@@ -64,6 +66,8 @@ pub fn router(state: AppState) -> Router {
             get(sessions::current).delete(sessions::sign_out),
         )
         .route("/v1/sessions/renew", post(sessions::renew))
+        .route("/v1/sessions/transfer", post(transfer::transfer))
+        .route("/v1/sessions/rebind", post(transfer::rebind))
         .route("/.well-known/jwks.json", get(jwks))
         .route(map::MAP_PATH, get(map::get_map))
         .route("/healthz", get(healthz))
@@ -92,6 +96,12 @@ pub fn router(state: AppState) -> Router {
             put(admin::put_map).layer(DefaultBodyLimit::max(MAP_BODY_LIMIT)),
         )
         .route("/admin/v1/status", get(admin::status))
+        .route("/admin/v1/contractors/{ctr}/export", get(migration::export))
+        .route(
+            "/admin/v1/contractors/{ctr}/import",
+            post(migration::import).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
+        .route("/admin/v1/drain/{ctr}", get(migration::drain))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))

@@ -153,7 +153,7 @@ fn owned_generation(state: &AppState, ctr: &ContractorId) -> Result<Generation> 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn mint(
+pub(crate) fn mint(
     state: &AppState,
     sub: SubjectId,
     ctr: ContractorId,
@@ -198,7 +198,7 @@ fn session_cookie(value: &str, max_age: u64) -> Option<HeaderValue> {
     .ok()
 }
 
-fn session_answer(
+pub(crate) fn session_answer(
     state: &AppState,
     token: SessionToken,
     claims: &SessionClaims,

@@ -50,6 +50,8 @@ pub struct InstanceSeen {
     pub id: String,
     pub applied_seq: u64,
     pub last_seen: UnixSeconds,
+    /// Contractors in handoff for which it reported writes still in flight (migration drain).
+    pub busy: Vec<ContractorId>,
 }
 
 /// Changes being prepared for one commit.
@@ -192,6 +194,8 @@ pub struct Shared {
     pub hashing: Semaphore,
     pub users: AtomicU64,
     pub http: Option<reqwest::Client>,
+    /// Peer cells' keys, for transfer tickets only.
+    pub peers: crate::transfer::PeerKeys,
 }
 
 impl std::ops::Deref for AppState {
@@ -281,6 +285,7 @@ impl AppState {
             hashing: Semaphore::new(parallel * 2),
             users: AtomicU64::new(loaded.users),
             http: parts.http,
+            peers: crate::transfer::PeerKeys::default(),
             config,
         }));
         state.ensure_keys().await?;
@@ -558,8 +563,9 @@ impl AppState {
         Ok(seqs.len())
     }
 
-    /// Records that an edge instance asked for the feed with `since`.
-    pub fn saw_instance(&self, id: &str, since: u64) {
+    /// Records that an edge instance asked for the feed with `since`, reporting writes in
+    /// flight for the contractors in `busy`.
+    pub fn saw_instance(&self, id: &str, since: u64, busy: Vec<ContractorId>) {
         let now = self.now();
         let mut map = self.instances.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_TRACKED_INSTANCES
@@ -577,6 +583,7 @@ impl AppState {
                 id: id.to_owned(),
                 applied_seq: since,
                 last_seen: now,
+                busy,
             },
         );
     }

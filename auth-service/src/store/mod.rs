@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 
 pub mod sqlite;
+pub mod sqlite_migration;
 
 pub use sqlite::SqliteStore;
 
@@ -175,4 +176,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn user(&self, contractor: &ContractorId, login: &Login) -> Result<Option<UserRecord>>;
     /// One user by subject.
     fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>>;
+    /// Every user of a contractor (a migration's export).
+    fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>>;
+    /// Burns a transfer ticket id until `exp` (then forgotten); `false` when it was burned
+    /// already. Durable before it answers.
+    fn burn_ticket(
+        &self,
+        jti: &protocol::SessionId,
+        exp: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool>;
 }

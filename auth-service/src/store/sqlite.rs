@@ -58,6 +58,11 @@ CREATE TABLE feed_head (
     head INTEGER NOT NULL
 );
 INSERT INTO feed_head (id, head) VALUES (1, 0);
+-- Migration: transfer tickets already used at this cell (single use), kept until they expire.
+CREATE TABLE burned_tickets (
+    jti TEXT PRIMARY KEY,
+    exp INTEGER NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The SQLite store. One connection, serialised by a mutex (writes are serialised anyway).
@@ -123,7 +128,7 @@ impl SqliteStore {
     }
 }
 
-fn user_from_row(
+pub(super) fn user_from_row(
     r: &rusqlite::Row<'_>,
 ) -> rusqlite::Result<(String, String, String, String, String, String)> {
     Ok((
@@ -136,7 +141,9 @@ fn user_from_row(
     ))
 }
 
-fn user_parse(row: (String, String, String, String, String, String)) -> Result<UserRecord> {
+pub(super) fn user_parse(
+    row: (String, String, String, String, String, String),
+) -> Result<UserRecord> {
     let (ctr, login, sub, role, hash, status) = row;
     let bad = |w: &str| Error::Internal(format!("stored user {w} is corrupt"));
     Ok(UserRecord {
@@ -163,7 +170,7 @@ fn status_str(s: UserStatus) -> &'static str {
     }
 }
 
-const USER_COLUMNS: &str = "contractor_id, login, subject, role, password_hash, status";
+pub(super) const USER_COLUMNS: &str = "contractor_id, login, subject, role, password_hash, status";
 
 impl Store for SqliteStore {
     fn load(&self, retain: u64) -> Result<Loaded> {
@@ -351,6 +358,19 @@ impl Store for SqliteStore {
         .optional()?
         .map(user_parse)
         .transpose()
+    }
+
+    fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>> {
+        super::sqlite_migration::users_of(&self.conn(), contractor)
+    }
+
+    fn burn_ticket(
+        &self,
+        jti: &protocol::SessionId,
+        exp: protocol::time::UnixSeconds,
+        now: protocol::time::UnixSeconds,
+    ) -> Result<bool> {
+        super::sqlite_migration::burn_ticket(&mut self.conn(), jti, exp, now)
     }
 
     fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>> {

@@ -1,0 +1,312 @@
+//! Session transfer and rebind between two (and three) in-process auth-services, the
+//! contractor export/import of a migration, and the ticket attack table: replayed, expired,
+//! forged, other-audience, wrong-generation, session-as-ticket and ticket-as-session
+//! attempts are each refused with a typed error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, StatusCode};
+use cellbind_auth_service::{AppState, Config};
+use common::*;
+use protocol::jwks::KeySet;
+use protocol::token::{SigningKey, TicketClaims};
+use protocol::{CellId, Kid};
+use serde_json::{Value, json};
+
+const CTR: &str = "c-77";
+const PW: &str = "correct horse battery";
+
+/// Another cell sharing the fixture's clock, CA and tokens.
+async fn peer(f: &Fixture, n: u8) -> AppState {
+    let dir = f.dir.path().join(format!("cell-0{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "")
+        .replace(CELL, &format!("cell-0{n}"))
+        .replace(ISSUER, &format!("https://127.0.0.{n}:8443"))
+        .replace(
+            &f.dir.path().join("data").display().to_string(),
+            &dir.display().to_string(),
+        );
+    let config = Config::from_toml(&toml).unwrap();
+    cellbind_auth_service::open_with_clock(config, Arc::new(f.clock.clone()))
+        .await
+        .unwrap()
+}
+
+async fn admin(state: &AppState, method: Method, path: &str, body: Value) -> Resp {
+    let auth = format!("Bearer {ADMIN}");
+    let body = if body.is_null() {
+        Body::empty()
+    } else {
+        Body::from(body.to_string())
+    };
+    call(
+        state,
+        method,
+        path,
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body,
+    )
+    .await
+}
+
+async fn put_map(state: &AppState) {
+    let map = serde_json::to_value(signed_map(1, &[])).unwrap();
+    let r = admin(state, Method::PUT, "/admin/v1/placement-map", map).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+}
+
+async fn own(state: &AppState, record: Value) {
+    let r = admin(
+        state,
+        Method::PUT,
+        &format!("/admin/v1/ownership/{CTR}"),
+        record,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+}
+
+async fn jwks_of(state: &AppState) -> KeySet {
+    let r = call(
+        state,
+        Method::GET,
+        "/.well-known/jwks.json",
+        &[],
+        Body::empty(),
+    )
+    .await;
+    KeySet::from_json(r.text.as_bytes()).unwrap()
+}
+
+async fn transfer(state: &AppState, session: &str) -> Resp {
+    let auth = format!("Bearer {session}");
+    call(
+        state,
+        Method::POST,
+        "/v1/sessions/transfer",
+        &[("authorization", &auth)],
+        Body::empty(),
+    )
+    .await
+}
+
+async fn rebind(state: &AppState, ticket: &str) -> Resp {
+    call(
+        state,
+        Method::POST,
+        "/v1/sessions/rebind",
+        &[("content-type", "application/json")],
+        Body::from(json!({ "ticket": ticket }).to_string()),
+    )
+    .await
+}
+
+fn assert_refused(r: &Resp, reason: &str) {
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{:?}", r.json);
+    assert_eq!(r.json["error"], "FORBIDDEN", "{:?}", r.json);
+    let msg = r.json["message"].as_str().unwrap();
+    assert!(msg.starts_with(reason), "{msg:?} is not {reason}");
+}
+
+/// Source cell-01 released `CTR` at gen 1 to cell-02 at gen 2; cell-02 holds the copied
+/// credentials and is active at gen 2. Answers (target, a source session).
+async fn migrated(f: &Fixture) -> (AppState, String) {
+    f.seed(CTR, "ana", PW, 1).await;
+    put_map(&f.state).await;
+    let r = f.sign_in(CTR, "ana", PW, "field").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let session = r.json["session"].as_str().unwrap().to_owned();
+
+    let target = peer(f, 2).await;
+    put_map(&target).await;
+    // The credentials travel with the contractor (hashes only), and so do its revocations.
+    let r = f
+        .admin(
+            Method::POST,
+            "/admin/v1/revocations",
+            json!({"kind": "subject", "sub": format!("{CTR}.bo"), "before": T0 - 10,
+                   "reason": "lost phone", "by": "ops"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let export = f
+        .admin(
+            Method::GET,
+            &format!("/admin/v1/contractors/{CTR}/export"),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(export.status, StatusCode::OK, "{:?}", export.json);
+    assert!(!export.text.contains(PW));
+    assert_eq!(export.json["users"].as_array().unwrap().len(), 1);
+    assert_eq!(export.json["revocations"].as_array().unwrap().len(), 1);
+    for _ in 0..2 {
+        let r = admin(
+            &target,
+            Method::POST,
+            &format!("/admin/v1/contractors/{CTR}/import"),
+            export.json.clone(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    }
+    assert_eq!(target.read().revocations.len(), 1, "imported once");
+
+    own(&f.state, json!({"state": "handoff", "gen": 1})).await;
+    own(&target, json!({"state": "active", "gen": 2})).await;
+    own(
+        &f.state,
+        json!({"state": "released", "gen": 1, "successor": "cell-02", "successor_gen": 2}),
+    )
+    .await;
+    let keys = jwks_of(&f.state).await;
+    target.peers.insert(
+        CellId::new(CELL).unwrap(),
+        "https://127.0.0.1:8443".into(),
+        keys,
+    );
+    (target, session)
+}
+
+#[tokio::test]
+async fn a_transferred_session_rebinds_once_at_the_new_generation() {
+    let f = Fixture::new().await;
+    let (target, session) = migrated(&f).await;
+    let old = segment(&session, 1);
+
+    let r = transfer(&f.state, &session).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json["target_cell"], "cell-02");
+    assert_eq!(r.json["target_endpoint"], "https://127.0.0.2:8443");
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    assert_eq!(segment(&ticket, 0)["typ"], "cellbind-transfer+jwt");
+    let t = segment(&ticket, 1);
+    assert_eq!(t["aud"], "cell-02");
+    assert!(t["exp"].as_u64().unwrap() - t["iat"].as_u64().unwrap() <= 300);
+
+    f.clock.advance(30);
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    assert_eq!(r.json["cell_id"], "cell-02");
+    assert_eq!(r.json["generation"], 2);
+    let fresh = segment(r.json["session"].as_str().unwrap(), 1);
+    assert_eq!(fresh["auth_time"], old["auth_time"], "auth_time kept");
+    assert!(fresh["exp"].as_u64().unwrap() <= old["exp"].as_u64().unwrap());
+    assert_eq!(fresh["sub"], old["sub"]);
+    // The new session works at the target.
+    let auth = format!("Bearer {}", r.json["session"].as_str().unwrap());
+    let cur = call(
+        &target,
+        Method::GET,
+        "/v1/sessions/current",
+        &[("authorization", &auth)],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(cur.status, StatusCode::OK, "{:?}", cur.json);
+
+    // Replay: refused, also after a restart (the burn is durable).
+    assert_refused(&rebind(&target, &ticket).await, "replayed");
+    let restarted = peer(&f, 2).await;
+    restarted.peers.insert(
+        CellId::new(CELL).unwrap(),
+        "https://127.0.0.1:8443".into(),
+        jwks_of(&f.state).await,
+    );
+    assert_refused(&rebind(&restarted, &ticket).await, "replayed");
+}
+
+#[tokio::test]
+async fn the_ticket_attack_table() {
+    let f = Fixture::new().await;
+    let (target, session) = migrated(&f).await;
+    let ticket = |r: &Resp| r.json["ticket"].as_str().unwrap().to_owned();
+
+    // Expired: a ticket older than five minutes.
+    let expired = ticket(&transfer(&f.state, &session).await);
+    f.clock.advance(6 * 60);
+    assert_refused(&rebind(&target, &expired).await, "invalid_ticket");
+
+    // Forged: a flipped signature byte; and a ticket signed by a key the source never published
+    // under the source's kid.
+    let good = ticket(&transfer(&f.state, &session).await);
+    let mut parts: Vec<String> = good.split('.').map(str::to_owned).collect();
+    let sig = parts[2].clone();
+    let flipped = if sig.starts_with('A') { "B" } else { "A" };
+    parts[2] = format!("{flipped}{}", &sig[1..]);
+    assert_refused(&rebind(&target, &parts.join(".")).await, "invalid_ticket");
+    let claims: TicketClaims = serde_json::from_value(segment(&good, 1)).unwrap();
+    let kid = segment(&good, 0)["kid"].as_str().unwrap().to_owned();
+    let rogue = SigningKey::from_seed(Kid::new(kid).unwrap(), &[9; 32]).unwrap();
+    let forged = rogue.mint(&claims).unwrap();
+    assert_refused(&rebind(&target, forged.expose()).await, "invalid_ticket");
+
+    // Other audience: the cell-02 ticket presented at cell-03 (which knows the source's keys
+    // and is even active at the new generation).
+    let third = peer(&f, 3).await;
+    put_map(&third).await;
+    own(&third, json!({"state": "active", "gen": 2})).await;
+    third.peers.insert(
+        CellId::new(CELL).unwrap(),
+        "https://127.0.0.1:8443".into(),
+        jwks_of(&f.state).await,
+    );
+    assert_refused(&rebind(&third, &good).await, "invalid_ticket");
+
+    // Session presented as a ticket.
+    assert_refused(&rebind(&target, &session).await, "invalid_ticket");
+
+    // Ticket presented as a session, at the source and at the target.
+    for state in [&f.state, &target] {
+        let auth = format!("Bearer {good}");
+        let r = call(
+            state,
+            Method::GET,
+            "/v1/sessions/current",
+            &[("authorization", &auth)],
+            Body::empty(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:?}", r.json);
+        assert_eq!(r.json["error"], "SESSION_INVALID");
+        assert_eq!(
+            transfer(state, &good).await.json["error"],
+            "SESSION_INVALID",
+            "a ticket does not buy a ticket"
+        );
+    }
+
+    // Wrong generation: the contractor moved on at the target (gen 3) before the ticket came.
+    own(&target, json!({"state": "active", "gen": 3})).await;
+    assert_refused(&rebind(&target, &good).await, "wrong_generation");
+}
+
+#[tokio::test]
+async fn a_source_that_did_not_release_at_the_session_generation_refuses() {
+    let f = Fixture::new().await;
+    f.seed(CTR, "ana", PW, 1).await;
+    put_map(&f.state).await;
+    let r = f.sign_in(CTR, "ana", PW, "field").await;
+    let session = r.json["session"].as_str().unwrap().to_owned();
+    // Still active: nothing to transfer.
+    assert_refused(&transfer(&f.state, &session).await, "not_released");
+    // Handoff: not yet.
+    own(&f.state, json!({"state": "handoff", "gen": 1})).await;
+    assert_refused(&transfer(&f.state, &session).await, "not_released");
+    // Moved away and back (active at 3 here): the gen-1 session cannot follow.
+    own(
+        &f.state,
+        json!({"state": "released", "gen": 1, "successor": "cell-02", "successor_gen": 2}),
+    )
+    .await;
+    own(&f.state, json!({"state": "active", "gen": 3})).await;
+    assert_refused(&transfer(&f.state, &session).await, "not_released");
+}
