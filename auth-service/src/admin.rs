@@ -250,33 +250,6 @@ pub struct RevokeRequest {
     pub by: String,
 }
 
-/// `POST /admin/v1/revocations` → 200 `{seq}`. Key revocations go through the key endpoint
-/// (the key must also leave the set).
-pub async fn revoke(
-    _: Admin,
-    State(state): State<AppState>,
-    JsonBody(req): JsonBody<RevokeRequest>,
-) -> Result<Response> {
-    let audit = Audit {
-        reason: req.reason,
-        by: req.by,
-    }
-    .checked()?;
-    if let RevocationKind::Key { kid } = &req.kind {
-        let changed = state.revoke_key(kid, audit.by, audit.reason).await?;
-        let seq = state.read().head;
-        return Ok(Json(json!({ "seq": seq, "revoked": changed })).into_response());
-    }
-    let now = state.now();
-    let (seq, ()) = state
-        .commit_with(|_, batch| {
-            batch.revocation(req.kind, now, audit.by, audit.reason);
-            Ok(())
-        })
-        .await?;
-    Ok(Json(json!({ "seq": seq, "revoked": true })).into_response())
-}
-
 /// `PUT /admin/v1/placement-map` with a `SignedMap` → 200 `{version, seq}` / 400.
 pub async fn put_map(
     _: Admin,

@@ -30,6 +30,7 @@ pub mod map;
 pub mod metrics;
 pub mod migration;
 pub mod passwords;
+pub mod revocations;
 pub mod sessions;
 pub mod state;
 pub mod store;
@@ -90,7 +91,16 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/v1/keys", get(admin::keys))
         .route("/admin/v1/keys/rotate", post(admin::rotate))
         .route("/admin/v1/keys/{kid}/revoke", post(admin::revoke_key))
-        .route("/admin/v1/revocations", post(admin::revoke))
+        .route("/admin/v1/revocations", post(revocations::revoke_handler))
+        .route(
+            "/admin/v1/audit/revocations",
+            get(revocations::audit_export),
+        )
+        .route(
+            "/admin/v1/subjects/{sub}/sessions",
+            get(revocations::sessions_of_subject),
+        )
+        .route("/admin/v1/sessions/{jti}", get(revocations::session_record))
         .route(
             "/admin/v1/placement-map",
             put(admin::put_map).layer(DefaultBodyLimit::max(MAP_BODY_LIMIT)),
@@ -205,6 +215,9 @@ pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
             }
             if let Err(e) = s.prune_revocations().await {
                 tracing::error!(error = %e, "dropping expired revocations failed");
+            }
+            if let Err(e) = revocations::prune_minted(&s).await {
+                tracing::error!(error = %e, "dropping expired session records failed");
             }
         }
     }));

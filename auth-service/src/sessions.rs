@@ -119,6 +119,7 @@ async fn sign_in_inner(
         now,
         exp,
     )?;
+    crate::revocations::record_minted(state, &token, &claims).await?;
     tracing::info!(sub = %claims.sub, ctr = %claims.ctr, jti = %claims.jti, "signed in");
     Ok(session_answer(state, token, &claims, now))
 }
@@ -171,6 +172,8 @@ pub(crate) fn mint(
         .ok_or(Error::NotReady("no signing key"))?;
     let jti = SessionId::from_random(*random::<16>(&state.rng)?);
     let cell = state.config.cell_id.clone();
+    // Never mint a session a "before" revocation of this second already matches.
+    let now = crate::revocations::issue_time(&state.read(), &sub, &ctr, now);
     let claims = SessionClaims {
         iss: state.config.issuer.clone(),
         aud: cell.clone(),
@@ -330,6 +333,7 @@ pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<
         return Err(Error::Session(protocol::token::TokenError::Expired));
     }
     let (token, claims) = mint(&state, c.sub, c.ctr, c.r#gen, c.cli, c.auth_time, now, exp)?;
+    crate::revocations::record_minted(&state, &token, &claims).await?;
     tracing::info!(sub = %claims.sub, jti = %claims.jti, "renewed a session");
     Ok(session_answer(&state, token, &claims, now))
 }

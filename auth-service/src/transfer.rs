@@ -279,6 +279,7 @@ pub async fn rebind(
         now,
         exp,
     )?;
+    crate::revocations::record_minted(&state, &token, &claims).await?;
     tracing::info!(sub = %claims.sub, ctr = %claims.ctr, from = %src, "rebound a transferred session");
     Ok(crate::sessions::session_answer(&state, token, &claims, now))
 }

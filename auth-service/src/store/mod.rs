@@ -18,6 +18,7 @@ use crate::error::Result;
 
 pub mod sqlite;
 pub mod sqlite_migration;
+pub mod sqlite_revocations;
 
 pub use sqlite::SqliteStore;
 
@@ -186,4 +187,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         exp: UnixSeconds,
         now: UnixSeconds,
     ) -> Result<bool>;
+    /// Records a minted session (per-cell revocation: listing a subject's sessions).
+    fn record_session(&self, session: &crate::revocations::MintedSession) -> Result<()>;
+    /// A subject's recorded sessions expiring after `now`, newest first, at most `limit`.
+    fn sessions_of(
+        &self,
+        subject: &SubjectId,
+        now: UnixSeconds,
+        limit: usize,
+    ) -> Result<Vec<crate::revocations::MintedSession>>;
+    /// One recorded session.
+    fn session(
+        &self,
+        jti: &protocol::SessionId,
+    ) -> Result<Option<crate::revocations::MintedSession>>;
+    /// Deletes the records of sessions that expired before `cutoff`; answers how many.
+    fn delete_sessions_expired_before(&self, cutoff: UnixSeconds) -> Result<usize>;
+    /// The revocation audit log after sequence `after`, oldest first, at most `limit` entries.
+    /// Every revocation ever recorded stays in it (compaction does not touch it).
+    fn revocation_audit(&self, after: u64, limit: usize) -> Result<Vec<Revocation>>;
 }

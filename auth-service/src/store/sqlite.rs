@@ -58,6 +58,21 @@ CREATE TABLE feed_head (
     head INTEGER NOT NULL
 );
 INSERT INTO feed_head (id, head) VALUES (1, 0);
+-- Per-cell revocation: the audit log (append-only, written with each revocation, never
+-- compacted) and the sessions minted here (listed by subject; dropped once expired).
+CREATE TABLE revocation_audit (
+    seq INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE minted_sessions (
+    jti TEXT PRIMARY KEY,
+    sub TEXT NOT NULL,
+    exp INTEGER NOT NULL,
+    body TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX minted_sessions_by_subject ON minted_sessions (sub, exp);
+CREATE INDEX minted_sessions_by_expiry ON minted_sessions (exp);
 -- Migration: transfer tickets already used at this cell (single use), kept until they expire.
 CREATE TABLE burned_tickets (
     jti TEXT PRIMARY KEY,
@@ -282,6 +297,7 @@ impl Store for SqliteStore {
                         "INSERT INTO revocations (seq, body) VALUES (?1, ?2)",
                         params![i(r.seq), json(r)?],
                     )?;
+                    super::sqlite_revocations::audit(&tx, r)?;
                 }
                 Write::Map(m) => {
                     tx.execute(
@@ -358,6 +374,34 @@ impl Store for SqliteStore {
         .optional()?
         .map(user_parse)
         .transpose()
+    }
+
+    fn record_session(&self, session: &crate::revocations::MintedSession) -> Result<()> {
+        super::sqlite_revocations::record_session(&self.conn(), session)
+    }
+
+    fn sessions_of(
+        &self,
+        subject: &SubjectId,
+        now: protocol::time::UnixSeconds,
+        limit: usize,
+    ) -> Result<Vec<crate::revocations::MintedSession>> {
+        super::sqlite_revocations::sessions_of(&self.conn(), subject, now, limit)
+    }
+
+    fn session(
+        &self,
+        jti: &protocol::SessionId,
+    ) -> Result<Option<crate::revocations::MintedSession>> {
+        super::sqlite_revocations::session(&self.conn(), jti)
+    }
+
+    fn delete_sessions_expired_before(&self, cutoff: protocol::time::UnixSeconds) -> Result<usize> {
+        super::sqlite_revocations::delete_expired(&self.conn(), cutoff)
+    }
+
+    fn revocation_audit(&self, after: u64, limit: usize) -> Result<Vec<Revocation>> {
+        super::sqlite_revocations::audit_page(&self.conn(), after, limit)
     }
 
     fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>> {
