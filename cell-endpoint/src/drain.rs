@@ -154,6 +154,6 @@ mod tests {
         drop(g2);
         assert_eq!(f.count(&a), 0);
         assert_eq!(busy_param(&[]), "");
-        assert_eq!(busy_param(&[a.clone()]), "&busy=c-1");
+        assert_eq!(busy_param(std::slice::from_ref(&a)), "&busy=c-1");
     }
 }

@@ -345,6 +345,17 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     let Some(v) = req.extensions().get::<std::sync::Arc<Validated>>().cloned() else {
         return Err(EdgeError::SessionMissing);
     };
+    // A write registers itself, then looks at ownership again (see `drain`): a handoff applied
+    // since validation refuses it, or the drain report that follows counts it.
+    let _in_flight = if protocol::ownership::Access::of_method(req.method().as_str())
+        == protocol::ownership::Access::Write
+    {
+        let guard = edge.in_flight().begin(&v.claims.ctr);
+        crate::drain::recheck(edge.current().as_deref(), &v.claims)?;
+        Some(guard)
+    } else {
+        None
+    };
     let (parts, body) = read_body(edge, req).await?;
     let mut headers = outbound_headers(&parts.headers);
     headers.remove(header::AUTHORIZATION);

@@ -8,6 +8,7 @@
 pub mod browser;
 pub mod config;
 pub mod desk;
+pub mod drain;
 pub mod error;
 pub mod forward;
 pub mod limits;
@@ -59,6 +60,7 @@ pub struct Inner {
     refetch: KeyRefetch,
     upstreams: Upstreams,
     state_dir: Option<PathBuf>,
+    in_flight: Arc<crate::drain::InFlight>,
 }
 
 impl std::ops::Deref for Edge {
@@ -85,6 +87,7 @@ impl Edge {
             refetch,
             upstreams,
             state_dir: None,
+            in_flight: Arc::default(),
         }))
     }
 
@@ -113,6 +116,11 @@ impl Edge {
 
     pub fn upstreams(&self) -> &Upstreams {
         &self.upstreams
+    }
+
+    /// Writes in flight per contractor (the migration drain).
+    pub fn in_flight(&self) -> &Arc<crate::drain::InFlight> {
+        &self.in_flight
     }
 
     pub fn state_dir(&self) -> Option<&PathBuf> {

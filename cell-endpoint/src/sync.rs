@@ -36,8 +36,9 @@ fn query_escape(s: &str) -> String {
 /// One feed request.
 pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse, EdgeError> {
     let path = format!(
-        "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}",
-        query_escape(&edge.settings().instance_id)
+        "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}{}",
+        query_escape(&edge.settings().instance_id),
+        crate::drain::busy_param(&edge.in_flight().busy_in_handoff(edge.current().as_deref()))
     );
     let bearer = format!("Bearer {}", edge.upstreams().feed_token.expose());
     let mut auth = http::HeaderValue::from_str(&bearer)
@@ -129,7 +130,13 @@ pub async fn run(edge: Edge, wait_ms: u64) {
         } else {
             edge.current().map_or(0, |s| s.seq)
         };
-        let outcome = match fetch(&edge, since, wait_ms).await {
+        // A contractor reported busy drained: report again now rather than after the poll.
+        let fetched = tokio::select! {
+            r = fetch(&edge, since, wait_ms) => Some(r),
+            () = edge.in_flight().drained() => None,
+        };
+        let Some(fetched) = fetched else { continue };
+        let outcome = match fetched {
             Ok(resp) => edge.apply_feed(since, resp),
             Err(e) => Err(e),
         };
