@@ -271,8 +271,19 @@ fn session_cookie_change(resp: &Response) -> Option<SessionCookieChange> {
 }
 
 /// Adds the CORS headers for a fleet origin and keeps the CSRF cookie beside the session one.
-fn finish(mut resp: Response, cors: Option<HeaderValue>) -> Response {
-    let csrf = match session_cookie_change(&resp) {
+/// A cookie session refused with 401 (revoked, expired, not valid here) is cleared: it can
+/// never work again, and the browser should stop sending it.
+fn finish(mut resp: Response, cors: Option<HeaderValue>, cookie_session: bool) -> Response {
+    let change = match session_cookie_change(&resp) {
+        None if cookie_session && resp.status() == StatusCode::UNAUTHORIZED => {
+            if let Some(c) = crate::desk::session_cookie("", 0) {
+                resp.headers_mut().append(header::SET_COOKIE, c);
+            }
+            Some(SessionCookieChange::Cleared)
+        }
+        other => other,
+    };
+    let csrf = match change {
         Some(SessionCookieChange::Cleared) => csrf_cookie("", Some(0)),
         Some(SessionCookieChange::Set { max_age_s }) => csrf_cookie(&new_csrf_token(), max_age_s),
         None => None,
@@ -378,6 +389,7 @@ where
             &self.edge.settings().public_url,
             state.as_deref(),
         );
+        let cookie_session = uses_session_cookie(req.headers());
         let edge = self.edge.clone();
         Box::pin(async move {
             match verdict {
@@ -386,7 +398,7 @@ where
                     edge.metrics().outcome("forbidden");
                     Ok(rescue(&EdgeError::Csrf(why)))
                 }
-                Verdict::Pass { cors } => Ok(finish(inner.call(req).await?, cors)),
+                Verdict::Pass { cors } => Ok(finish(inner.call(req).await?, cors, cookie_session)),
             }
         })
     }

@@ -279,3 +279,36 @@ async fn a_desk_session_handed_over_by_a_fleet_page_becomes_this_cells_cookie() 
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(set_cookies(&h).is_empty());
 }
+
+#[tokio::test]
+async fn a_refused_cookie_session_is_cleared_and_a_good_one_is_kept() {
+    let (edge, _seen, _c) = edge();
+    let read = |token: &str| {
+        Request::builder()
+            .uri("/api/routes/today")
+            .header("cookie", format!("__Host-cellbind_session={token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (status, h, body) = send(&edge, read("a.b.c")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "SESSION_INVALID");
+    let all = set_cookies(&h);
+    assert!(
+        cookie_named(&all, "__Host-cellbind_session")
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    assert!(
+        cookie_named(&all, "__Host-cellbind_csrf")
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let (status, h, _) = send(&edge, read(&session())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(set_cookies(&h).is_empty());
+    // A bearer request never touches the cookies.
+    let (status, h, _) = send(&edge, get("/api/routes/today", Some("a.b.c"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(set_cookies(&h).is_empty());
+}

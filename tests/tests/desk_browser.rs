@@ -688,6 +688,11 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     let message = text_of(&c, "#sign-in-message").await;
     assert!(message.contains("revoked"), "message: {message}");
     shoot(&c, "revoked.png").await;
+    let jar = cookies(&c).await;
+    assert!(
+        named(&jar, SESSION_COOKIE).is_none() && named(&jar, CSRF_COOKIE).is_none(),
+        "the refused session's cookies are cleared"
+    );
     println!(
         "revoked via {how}: the page was back at sign-in {} ms later ({requests} refresh(es)): {message:?}",
         revoked_at.elapsed().as_millis()
