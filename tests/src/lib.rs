@@ -63,12 +63,18 @@ pub struct TestFleet {
 impl TestFleet {
     /// Starts a fleet; retries with another port base when an address is taken.
     pub async fn start() -> TestFleet {
+        Self::start_with(|o| o).await
+    }
+
+    /// [`TestFleet::start`] with options changed by `tweak`.
+    pub async fn start_with(tweak: impl Fn(FleetOptions) -> FleetOptions) -> TestFleet {
         let bins = bin_dir();
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::tempdir().expect("temp dir");
-            let opts =
-                FleetOptions::new(dir.path().join("fleet"), &bins).port_base(random_port_base());
+            let opts = tweak(
+                FleetOptions::new(dir.path().join("fleet"), &bins).port_base(random_port_base()),
+            );
             match Fleet::start(opts).await {
                 Ok(fleet) => {
                     let client = client_trusting_file(&fleet.file().ca_cert).expect("CA client");
