@@ -194,7 +194,12 @@ pub(crate) fn mint(
     Ok((token, claims))
 }
 
+/// `Set-Cookie` of the desk session; `None` for a token over the cookie cap (ATTACKS A20: a
+/// cookie over 4096 bytes is never issued; the edge would refuse it anyway).
 fn session_cookie(value: &str, max_age: u64) -> Option<HeaderValue> {
+    if value.len() > protocol::ids::MAX_TOKEN_COOKIE_BYTES {
+        return None;
+    }
     HeaderValue::from_str(&format!(
         "{SESSION_COOKIE}={value}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}"
     ))
@@ -336,4 +341,22 @@ pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<
     crate::revocations::record_minted(&state, &token, &claims).await?;
     tracing::info!(sub = %claims.sub, jti = %claims.jti, "renewed a session");
     Ok(session_answer(&state, token, &claims, now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_cookie_over_the_cap_is_never_issued() {
+        let max = protocol::ids::MAX_TOKEN_COOKIE_BYTES;
+        let fits = session_cookie(&"a".repeat(max), 60).map(|v| v.len());
+        assert!(fits.is_some_and(|n| n > max));
+        assert!(session_cookie(&"a".repeat(max + 1), 60).is_none());
+        let cleared = session_cookie("", 0).expect("clearing cookie");
+        assert_eq!(
+            cleared.to_str().ok(),
+            Some("__Host-cellbind_session=; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+        );
+    }
 }
