@@ -3,7 +3,8 @@
 //! never owned by two cells, stays readable, and a rerun of the same command finishes the
 //! migration with no write lost or duplicated. Then, with the control plane stopped
 //! (SIGSTOP), a migration stops before release, the contractor stays read-only at the source
-//! and is served for reads; once the control plane runs again a rerun finishes it.
+//! and is served for reads; once the control plane runs again a rerun finishes it. Last, the
+//! SDK: a session follows a contractor moved once, and one moved twice asks for a new sign-in.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -114,7 +115,7 @@ async fn a_migration_killed_after_any_step_finishes_on_rerun() {
         .technicians
         .iter()
         .filter(|u| u.login == "tech-1")
-        .take(STEPS.len() + 1)
+        .take(STEPS.len() + 3)
         .cloned()
         .collect();
 
@@ -229,6 +230,73 @@ async fn a_migration_killed_after_any_step_finishes_on_rerun() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(record(&t, &u.cell_id, c).await["state"], "released");
     assert_eq!(record(&t, &to, c).await["state"], "active");
+
+    // The SDK: a session follows one move (transfer + rebind, no new sign-in); a contractor
+    // moved twice while the client was away makes it sign in again (typed error).
+    let once = sdk_client(&t, &users[STEPS.len() + 1]).await;
+    let twice = sdk_client(&t, &users[STEPS.len() + 2]).await;
+    for (client, u) in [
+        (&once, &users[STEPS.len() + 1]),
+        (&twice, &users[STEPS.len() + 2]),
+    ] {
+        let c = u.contractor_id.as_str();
+        let o = cellctl(&fleet, &["migrate", c, "--to", target_of(u).as_str()]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(client.session().unwrap().cell_id, u.cell_id);
+    }
+    let u = &users[STEPS.len() + 2];
+    let third = CellId::new("cell-03").unwrap();
+    assert_ne!(third, u.cell_id);
+    let o = cellctl(
+        &fleet,
+        &["migrate", u.contractor_id.as_str(), "--to", third.as_str()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+
+    let r = once
+        .request(http::Method::GET, "/api/routes/today", None)
+        .await
+        .expect("the moved-once session follows its contractor");
+    assert_eq!(r.status, 200);
+    let moved = &users[STEPS.len() + 1];
+    assert_eq!(once.session().unwrap().cell_id, target_of(moved));
+    assert_eq!(once.session().unwrap().generation.get(), 2);
+
+    match twice
+        .request(http::Method::GET, "/api/routes/today", None)
+        .await
+    {
+        Err(sdk::Error::SignInRequired) => {}
+        other => panic!("moved twice: {other:?}"),
+    }
+    assert!(twice.session().is_none(), "the dead session is cleared");
+}
+
+async fn sdk_client(t: &TestFleet, u: &DemoUser) -> sdk::Client {
+    let f = t.file();
+    let map = t
+        .client
+        .get(format!("{}/v1/placement-map", f.control_plane.url))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let key = protocol::jwks::PublicKey::from_b64(&f.map_public_key).unwrap();
+    let client = sdk::Client::builder(map.to_vec(), key)
+        .extra_ca_pem(std::fs::read(&f.ca_cert).unwrap())
+        .build()
+        .unwrap();
+    client
+        .sign_in(
+            &u.contractor_id,
+            &protocol::Login::new(u.login.clone()).unwrap(),
+            &protocol::Password::new(u.password.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    client
 }
 
 /// Sends SIGCONT to `pid` when dropped (also when an assertion fails).
