@@ -379,9 +379,45 @@ fn named<'f>(fleet: &'f FleetFile, path: &Path, cell: &CellId) -> Result<&'f Fle
 /// Fails only when nothing could be attempted (bad arguments, no cell knows the contractor);
 /// per-cell failures are in the report (see [`RevokeReport::ok`]).
 pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport> {
-    let fleet = FleetFile::load(path)?;
-    let client = client_trusting_file(&fleet.ca_cert)?;
-    let admin = Secret::new(fleet.admin_token.clone());
+    Revoker::load(path)?.revoke(command).await
+}
+
+/// A loaded fleet description with its client, for callers that revoke many times.
+#[derive(Debug)]
+pub struct Revoker {
+    path: std::path::PathBuf,
+    fleet: FleetFile,
+    client: reqwest::Client,
+    admin: Secret,
+}
+
+impl Revoker {
+    /// Loads the fleet description at `path` and builds a client trusting its CA.
+    pub fn load(path: &Path) -> Result<Revoker> {
+        let fleet = FleetFile::load(path)?;
+        let client = client_trusting_file(&fleet.ca_cert)?;
+        let admin = Secret::new(fleet.admin_token.clone());
+        Ok(Revoker {
+            path: path.to_owned(),
+            fleet,
+            client,
+            admin,
+        })
+    }
+
+    /// [`revoke`] with the loaded description.
+    pub async fn revoke(&self, command: &RevokeCommand) -> Result<RevokeReport> {
+        revoke_in(&self.path, &self.fleet, &self.client, &self.admin, command).await
+    }
+}
+
+async fn revoke_in(
+    path: &Path,
+    fleet: &FleetFile,
+    client: &reqwest::Client,
+    admin: &Secret,
+    command: &RevokeCommand,
+) -> Result<RevokeReport> {
     let now = protocol::time::system_clock().now();
     let before = |a: &AuditArgs| a.before.unwrap_or(now + 1);
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
@@ -393,19 +429,19 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
                 exp: now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S,
             },
             audit,
-            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
-            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Cell { cell, audit } => (
             RevocationKind::Cell {
                 before: before(audit),
             },
             audit,
-            vec![(named(&fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Subject { sub, audit } => {
             let ctr = contractor_of(sub)?;
@@ -415,7 +451,7 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
                     before: before(audit),
                 },
                 audit,
-                cells_of_contractor(&client, &admin, &fleet, &ctr).await,
+                cells_of_contractor(client, admin, fleet, &ctr).await,
             )
         }
         RevokeCommand::Contractor { ctr, audit } => (
@@ -424,7 +460,7 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
                 before: before(audit),
             },
             audit,
-            cells_of_contractor(&client, &admin, &fleet, ctr).await,
+            cells_of_contractor(client, admin, fleet, ctr).await,
         ),
     };
     if targets.is_empty() {
@@ -441,8 +477,6 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
     }
     let applies = targets.iter().map(|(cell, role, err)| {
         let body = &body;
-        let client = &client;
-        let admin = &admin;
         async move {
             match err {
                 Some(e) => CellResult {
