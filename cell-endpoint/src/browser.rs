@@ -32,6 +32,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use futures::future::Either;
 use rand::RngCore as _;
 use subtle::ConstantTimeEq as _;
 use tower::{Layer, Service};
@@ -371,7 +372,13 @@ where
 {
     type Response = Response;
     type Error = std::convert::Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+    type Future = Either<
+        S::Future,
+        Either<
+            std::future::Ready<Result<Response, Self::Error>>,
+            Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>,
+        >,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -381,7 +388,12 @@ where
         let clone = self.inner.clone();
         // The ready service is the one we were polled for; keep the clone for next time.
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let state = self.edge.current();
+        // The fleet's origins come from the held map: only a request with an Origin needs it.
+        let state = if req.headers().contains_key(header::ORIGIN) {
+            self.edge.current()
+        } else {
+            None
+        };
         let verdict = decide(
             req.method(),
             req.uri().path(),
@@ -390,18 +402,33 @@ where
             state.as_deref(),
         );
         let cookie_session = uses_session_cookie(req.headers());
-        let edge = self.edge.clone();
-        Box::pin(async move {
-            match verdict {
-                Verdict::Preflight(origin) => Ok(preflight(origin)),
-                Verdict::Refuse(why) => {
-                    edge.metrics().outcome("forbidden");
-                    Ok(rescue(&EdgeError::Csrf(why)))
-                }
-                Verdict::Pass { cors } => Ok(finish(inner.call(req).await?, cors, cookie_session)),
+        match verdict {
+            // The common case (a bearer request from a non-browser client, or any request
+            // whose answer cannot touch the session cookie): no allocation, no extra await.
+            Verdict::Pass { cors: None }
+                if !cookie_session && !may_set_session_cookie(req.uri().path()) =>
+            {
+                Either::Left(inner.call(req))
             }
-        })
+            Verdict::Preflight(origin) => {
+                Either::Right(Either::Left(std::future::ready(Ok(preflight(origin)))))
+            }
+            Verdict::Refuse(why) => {
+                self.edge.metrics().outcome("forbidden");
+                Either::Right(Either::Left(std::future::ready(Ok(rescue(
+                    &EdgeError::Csrf(why),
+                )))))
+            }
+            Verdict::Pass { cors } => Either::Right(Either::Right(Box::pin(async move {
+                Ok(finish(inner.call(req).await?, cors, cookie_session))
+            }))),
+        }
     }
+}
+
+/// Paths whose answers may set or clear the session cookie (the CSRF cookie follows them).
+fn may_set_session_cookie(path: &str) -> bool {
+    path.starts_with("/v1/sessions") || path.starts_with("/desk/")
 }
 
 #[cfg(test)]
