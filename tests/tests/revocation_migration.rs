@@ -1,0 +1,207 @@
+//! Revocation across a migration (DESIGN §5, §6): a technician revoked before a migration, and
+//! one revoked at the source while the migration runs, are both revoked at the target once the
+//! contractor moved, and neither session can be transferred; an unrevoked colleague's session
+//! transfers and is served at the target; the revoked technician can sign in again there.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod revocation_support;
+
+use std::time::Duration;
+
+use cellbind_tests::{TestFleet, session_for};
+use control_plane::dev::DemoUser;
+use control_plane::migrate::{MigrateOptions, Step, migrate};
+use control_plane::revoke::{AuditArgs, RevokeCommand, Revoker};
+use protocol::{CellId, SubjectId};
+use revocation_support::*;
+use serde_json::{Value, json};
+
+/// Bound of each migration step.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn subject(u: &DemoUser) -> SubjectId {
+    SubjectId::new(format!("{}.{}", u.contractor_id, u.login)).unwrap()
+}
+
+fn revoke_subject(u: &DemoUser, reason: &str) -> RevokeCommand {
+    RevokeCommand::Subject {
+        sub: subject(u),
+        audit: AuditArgs {
+            reason: reason.into(),
+            by: Some("migration-test".into()),
+            before: None,
+        },
+    }
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let mut req = client.post(url).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_follow_a_contractor_to_its_new_cell() {
+    let t = TestFleet::start().await;
+    let fleet_path = t.fleet.fleet_file_path();
+    let revoker = Revoker::load(&fleet_path).unwrap();
+    let users = &t.file().demo;
+    let tech1 = users.technicians[0].clone();
+    let ctr = tech1.contractor_id.clone();
+    let tech2 = users
+        .technicians
+        .iter()
+        .find(|u| u.contractor_id == ctr && u.login != tech1.login)
+        .unwrap()
+        .clone();
+    let dispatcher = users
+        .dispatchers
+        .iter()
+        .find(|u| u.contractor_id == ctr)
+        .unwrap()
+        .clone();
+    let source = tech1.cell_id.clone();
+    let target: CellId = t
+        .file()
+        .cells
+        .iter()
+        .map(|c| c.id.clone())
+        .find(|c| *c != source)
+        .unwrap();
+    let s1 = session_for(&t, &tech1).await;
+    let s2 = session_for(&t, &tech2).await;
+    let s3 = session_for(&t, &dispatcher).await;
+    for s in [&s1, &s2, &s3] {
+        assert_eq!(route(&t.client, &s.endpoint, &s.token).await.0, 200);
+    }
+
+    // Before the migration: tech-1.
+    let r = revoker
+        .revoke(&revoke_subject(&tech1, "before the move"))
+        .await
+        .unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(r.cells.len(), 1, "only the owner holds a record: {r:?}");
+
+    // During it (the source is read-only): tech-2, through the same fan-out.
+    let mut during = None;
+    let mut opts = MigrateOptions::new(ctr.clone(), target.clone());
+    opts.step_timeout = STEP_TIMEOUT;
+    let report = migrate(&fleet_path, &opts, |step| {
+        if step.step == Step::Handoff {
+            let cmd = revoke_subject(&tech2, "during the move");
+            let r = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(revoker.revoke(&cmd))
+            })
+            .unwrap();
+            during = Some(r);
+        }
+    })
+    .await
+    .expect("the migration completes");
+    let during = during.expect("revoked during the migration");
+    assert!(during.ok(), "{during:?}");
+    assert_eq!(report.target, target);
+
+    // At the target: both revocations are in force.
+    let feed_token = std::fs::read_to_string(t.fleet.dir().join("feed-token")).unwrap();
+    let snap: Value = t
+        .client
+        .get(format!(
+            "{}/internal/v1/feed?since=0&instance=migration-test",
+            t.cell(&target).auth_service.url
+        ))
+        .bearer_auth(feed_token.trim())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let subs: Vec<String> = snap["body"]["snapshot"]["revocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "subject")
+        .map(|r| r["sub"].as_str().unwrap().to_owned())
+        .collect();
+    for u in [&tech1, &tech2] {
+        assert!(
+            subs.contains(&subject(u).to_string()),
+            "{} revoked at the target: {subs:?}",
+            subject(u)
+        );
+    }
+
+    // The revoked sessions cannot follow the contractor: the source refuses a ticket.
+    let source_ep = t.cell(&source).endpoint.clone();
+    let target_ep = t.cell(&target).endpoint.clone();
+    for s in [&s1, &s2] {
+        assert_eq!(
+            route(&t.client, &source_ep, &s.token).await,
+            (401, "SESSION_REVOKED".to_owned())
+        );
+        let (st, v) = post(
+            &t.client,
+            &format!("{source_ep}/v1/sessions/transfer"),
+            Some(&s.token),
+            json!({}),
+        )
+        .await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (401, Some("SESSION_REVOKED")),
+            "{v}"
+        );
+    }
+    // An unrevoked colleague's session transfers and is served at the target.
+    assert_eq!(route(&t.client, &source_ep, &s3.token).await.0, 409);
+    let (st, v) = post(
+        &t.client,
+        &format!("{source_ep}/v1/sessions/transfer"),
+        Some(&s3.token),
+        json!({}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let ticket = v["ticket"].as_str().unwrap().to_owned();
+    let (st, v) = post(
+        &t.client,
+        &format!("{target_ep}/v1/sessions/rebind"),
+        None,
+        json!({ "ticket": ticket }),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let moved = v["session"].as_str().unwrap().to_owned();
+    assert_eq!(route(&t.client, &target_ep, &moved).await.0, 200);
+    // The revoked technician signs in again at the new cell and is served.
+    let (st, v) = cellbind_tests::sign_in(&t.client, &target_ep, &tech1).await;
+    assert_eq!(st, 201, "{v}");
+    let fresh = v["session"].as_str().unwrap().to_owned();
+    assert_eq!(route(&t.client, &target_ep, &fresh).await.0, 200);
+    // And a later subject revocation goes to both cells (the target owns, the source released).
+    let r = revoker
+        .revoke(&revoke_subject(&tech1, "after the move"))
+        .await
+        .unwrap();
+    assert!(r.ok(), "{r:?}");
+    let cells: Vec<&CellId> = r.cells.iter().map(|c| &c.cell).collect();
+    assert!(
+        cells.contains(&&source) && cells.contains(&&target),
+        "{r:?}"
+    );
+    println!(
+        "revocation across a migration {source} → {target}: before and during revoked at the target, transfers refused, migration {} steps",
+        report.steps.len()
+    );
+}
