@@ -277,6 +277,19 @@ async fn a_wave_of_sixty_migrations_under_load() {
         tally.writes.load(Ordering::Relaxed)
     );
     println!("  read-only window per contractor: worst {worst_ro} ms, mean {mean_ro} ms");
+    let mut per_step: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for s in reports.iter().flat_map(|r| &r.steps) {
+        let e = per_step.entry(format!("{:?}", s.step)).or_default();
+        e.0 += 1;
+        e.1 += s.duration_ms;
+        e.2 = e.2.max(s.duration_ms);
+    }
+    for (step, (n, sum, max)) in &per_step {
+        println!(
+            "    step {step:<9} mean {:>5} ms, max {max:>5} ms",
+            sum / (*n).max(1)
+        );
+    }
     println!(
         "  technicians who had to sign in again: {}",
         tally.sign_in_again.load(Ordering::Relaxed)

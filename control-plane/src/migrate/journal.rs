@@ -182,3 +182,48 @@ impl Journal {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_migration_resumes_from_its_recorded_step_and_only_one_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(JOURNAL_FILE);
+        let c = ContractorId::new("c-1").unwrap();
+        let (a, b) = (
+            CellId::new("cell-01").unwrap(),
+            CellId::new("cell-02").unwrap(),
+        );
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.open_migration(&c).unwrap(), None);
+        let mut rec = j.begin(&c, &a, &b, Generation(3), 1).unwrap();
+        assert_eq!(rec.step, Step::FIRST);
+        assert!(
+            j.begin(&c, &a, &b, Generation(3), 2).is_err(),
+            "one open migration"
+        );
+        rec.step = Step::Drain;
+        rec.handoff_seq = Some(42);
+        rec.handoff_at_ms = Some(1_000);
+        j.save(&rec, 3).unwrap();
+        // A new process (reopen) sees the same step.
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.open_migration(&c).unwrap(), Some(rec.clone()));
+        rec.step = Step::Done;
+        j.save(&rec, 4).unwrap();
+        assert_eq!(j.open_migration(&c).unwrap(), None);
+        // Done migrations do not block the next one.
+        let next = j.begin(&c, &b, &a, Generation(4), 5).unwrap();
+        assert_ne!(next.id, rec.id);
+    }
+
+    #[test]
+    fn steps_round_trip_their_names() {
+        for s in Step::ALL {
+            assert_eq!(Step::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Step::parse("nope"), None);
+    }
+}

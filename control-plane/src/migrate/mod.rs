@@ -47,7 +47,7 @@ use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::dev::{FleetFile, admin_call, client_trusting_file};
+use crate::dev::{FleetFile, client_trusting_file};
 use crate::error::{CpError, Result};
 use crate::secrets::Secret;
 
@@ -213,29 +213,54 @@ impl Ctx {
             .to_owned()
     }
 
-    /// One admin request, retried until it succeeds or the step's deadline passes.
-    async fn call(
+    /// One admin request. Network errors, timeouts and 5xx answers are retried until the
+    /// step's deadline; any other answer is returned with its status (4xx are not retried).
+    async fn call_status(
         &self,
         deadline: Instant,
         method: Method,
         url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<serde_json::Value> {
+        body: Option<&serde_json::Value>,
+    ) -> Result<(u16, serde_json::Value)> {
         let body = body
-            .map(|b| serde_json::to_vec(&b))
+            .map(serde_json::to_vec)
             .transpose()
             .map_err(|e| CpError::Internal(e.to_string()))?;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let limit = left.min(Duration::from_millis(REQUEST_TIMEOUT_MS));
-            let attempt = tokio::time::timeout(
-                limit,
-                admin_call(&self.client, method.clone(), url, &self.admin, body.clone()),
-            )
-            .await
-            .unwrap_or_else(|_| Err(CpError::Http(format!("{method} {url}: timed out"))));
+            let mut req = self
+                .client
+                .request(method.clone(), url)
+                .bearer_auth(self.admin.expose())
+                .timeout(limit);
+            if let Some(b) = &body {
+                req = req
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(b.clone());
+            }
+            let attempt = match req.send().await {
+                Ok(r) if !r.status().is_server_error() => {
+                    let status = r.status().as_u16();
+                    match r.bytes().await {
+                        Ok(b) if b.is_empty() => Ok((status, serde_json::Value::Null)),
+                        Ok(b) => serde_json::from_slice(&b)
+                            .map(|v| (status, v))
+                            .map_err(|e| CpError::Http(format!("{method} {url}: {e}"))),
+                        Err(e) => Err(CpError::Http(format!("{method} {url}: {e}"))),
+                    }
+                }
+                Ok(r) => Err(CpError::Http(format!(
+                    "{method} {url} answered {}",
+                    r.status()
+                ))),
+                Err(e) if e.is_timeout() => {
+                    Err(CpError::Http(format!("{method} {url}: timed out")))
+                }
+                Err(e) => Err(CpError::Http(format!("{method} {url}: {e}"))),
+            };
             match attempt {
-                Ok(v) => return Ok(v),
+                Ok(answer) => return Ok(answer),
                 Err(e) if Instant::now() + Duration::from_millis(RETRY_DELAY_MS) >= deadline => {
                     return Err(e);
                 }
@@ -247,6 +272,28 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::call_status`] where anything but a 2xx answer is an error naming the call.
+    async fn call(
+        &self,
+        deadline: Instant,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        let (status, v) = self
+            .call_status(deadline, method.clone(), url, body.as_ref())
+            .await?;
+        if (200..300).contains(&status) {
+            return Ok(v);
+        }
+        let detail = serde_json::from_value::<protocol::ErrorBody>(v)
+            .map(|b| format!("{} {}", b.error, b.message))
+            .unwrap_or_default();
+        Err(CpError::BadRequest(format!(
+            "{method} {url} answered {status}: {detail}"
+        )))
+    }
+
     async fn ownership(
         &self,
         deadline: Instant,
@@ -254,12 +301,15 @@ impl Ctx {
         c: &ContractorId,
     ) -> Result<Option<OwnershipRecord>> {
         let url = format!("{}/admin/v1/ownership/{c}", self.cell(cell)?.auth);
-        match self.call(deadline, Method::GET, &url, None).await {
-            Ok(v) => serde_json::from_value(v)
+        let (status, v) = self.call_status(deadline, Method::GET, &url, None).await?;
+        match status {
+            200 => serde_json::from_value(v)
                 .map(Some)
                 .map_err(|e| CpError::Http(format!("{url}: {e}"))),
-            Err(CpError::Http(m)) if m.contains("404") => Ok(None),
-            Err(e) => Err(e),
+            404 => Ok(None),
+            other => Err(CpError::BadRequest(format!(
+                "GET {url} answered {other}: {v}"
+            ))),
         }
     }
 
