@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 const SKIP_ENV: &str = "CELLBIND_SKIP_BROWSER_TESTS";
 const CHROMIUM_ENV: &str = "CELLBIND_CHROMIUM";
 const CHROMEDRIVER_ENV: &str = "CELLBIND_CHROMEDRIVER";
+const CERTUTIL_ENV: &str = "CELLBIND_CERTUTIL";
 /// How long any one browser step may take before the test fails.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long chromedriver may take to answer its status endpoint.
@@ -46,6 +47,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
 fn tool(env: &str, name: &str) -> PathBuf {
     std::env::var_os(env)
         .map(PathBuf::from)
+        .filter(|p| p.is_file())
         .or_else(|| on_path(name))
         .unwrap_or_else(|| {
             panic!(
@@ -85,7 +87,7 @@ fn browser_home(ca: Option<&Path>) -> tempfile::TempDir {
     let home = tempfile::tempdir().expect("home dir");
     let db = home.path().join(".pki").join("nssdb");
     std::fs::create_dir_all(&db).expect("nssdb dir");
-    let certutil = tool("CELLBIND_CERTUTIL", "certutil");
+    let certutil = tool(CERTUTIL_ENV, "certutil");
     let db_arg = format!("sql:{}", db.display());
     run(Command::new(&certutil).args(["-d", &db_arg, "-N", "--empty-password"]));
     if let Some(ca) = ca {
@@ -340,6 +342,10 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     if skipped() {
         return;
     }
+    // Fail fast, before a fleet is started, when a tool is missing.
+    tool(CHROMIUM_ENV, "chromium");
+    tool(CHROMEDRIVER_ENV, "chromedriver");
+    tool(CERTUTIL_ENV, "certutil");
     let started = Instant::now();
     let t = TestFleet::start().await;
     let f = t.file();
