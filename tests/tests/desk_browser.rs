@@ -9,6 +9,7 @@
 //! The board's screenshot is written to `<target dir>/desk-screenshots/board.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -107,7 +108,15 @@ struct Driver {
 }
 
 impl Drop for Driver {
+    /// Kills chromedriver's whole process group, so the browser it started goes too even when
+    /// a failed step left its session open.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -125,6 +134,7 @@ async fn start_driver(home: tempfile::TempDir) -> Driver {
     let port = free_port();
     let child = Command::new(chromedriver)
         .arg(format!("--port={port}"))
+        .process_group(0)
         .env("HOME", home.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
