@@ -120,6 +120,19 @@ pub fn issue_time(
     floor.clamp(now, now.saturating_add(LEEWAY_S))
 }
 
+/// Whether a transfer ticket was issued before a "before" revocation held here (subject,
+/// contractor or cell): the session it carries is then revoked too, even though the ticket was
+/// signed while the source still accepted it (a ticket lives up to five minutes).
+pub fn ticket_revoked(inner: &Inner, t: &protocol::token::TicketClaims) -> bool {
+    inner.revocations.iter().any(|r| match &r.kind {
+        RevocationKind::Subject { sub, before } => sub == &t.sub && t.iat < *before,
+        RevocationKind::Contractor { ctr, before } => ctr == &t.ctr && t.iat < *before,
+        RevocationKind::Cell { before } => t.iat < *before,
+        RevocationKind::Session { jti, .. } => jti == &t.sid,
+        RevocationKind::Key { .. } => false,
+    })
+}
+
 /// Records a minted session (called by every path that mints one).
 pub async fn record_minted(
     state: &AppState,

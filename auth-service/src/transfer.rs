@@ -239,6 +239,9 @@ pub async fn rebind(
     if t.src != src {
         return Err(refuse(TicketRefusal::InvalidTicket, "source mismatch"));
     }
+    if crate::revocations::ticket_revoked(&state.read(), &t) {
+        return Err(Error::SessionRevoked);
+    }
     match state.read().ownership.get(&t.ctr) {
         Some(OwnershipRecord::Active { r#gen }) if *r#gen == t.new_gen => {}
         _ => {

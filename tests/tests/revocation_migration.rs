@@ -165,25 +165,49 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     }
     // An unrevoked colleague's session transfers and is served at the target.
     assert_eq!(route(&t.client, &source_ep, &s3.token).await.0, 409);
+    let transfer_url = format!("{source_ep}/v1/sessions/transfer");
+    let rebind_url = format!("{target_ep}/v1/sessions/rebind");
+    let mut tickets = Vec::new();
+    for _ in 0..2 {
+        let (st, v) = post(&t.client, &transfer_url, Some(&s3.token), json!({})).await;
+        assert_eq!(st, 200, "{v}");
+        tickets.push(v["ticket"].as_str().unwrap().to_owned());
+    }
     let (st, v) = post(
         &t.client,
-        &format!("{source_ep}/v1/sessions/transfer"),
-        Some(&s3.token),
-        json!({}),
-    )
-    .await;
-    assert_eq!(st, 200, "{v}");
-    let ticket = v["ticket"].as_str().unwrap().to_owned();
-    let (st, v) = post(
-        &t.client,
-        &format!("{target_ep}/v1/sessions/rebind"),
+        &rebind_url,
         None,
-        json!({ "ticket": ticket }),
+        json!({ "ticket": tickets[0] }),
     )
     .await;
     assert_eq!(st, 201, "{v}");
     let moved = v["session"].as_str().unwrap().to_owned();
     assert_eq!(route(&t.client, &target_ep, &moved).await.0, 200);
+    // A ticket obtained before the dispatcher was revoked is refused at the target afterwards.
+    let r = revoker
+        .revoke(&revoke_subject(
+            &dispatcher,
+            "ticket taken before the revocation",
+        ))
+        .await
+        .unwrap();
+    assert!(r.ok(), "{r:?}");
+    let (st, v) = post(
+        &t.client,
+        &rebind_url,
+        None,
+        json!({ "ticket": tickets[1] }),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("SESSION_REVOKED")),
+        "{v}"
+    );
+    assert_eq!(
+        route(&t.client, &target_ep, &moved).await,
+        (401, "SESSION_REVOKED".to_owned())
+    );
     // The revoked technician signs in again at the new cell and is served.
     let (st, v) = cellbind_tests::sign_in(&t.client, &target_ep, &tech1).await;
     assert_eq!(st, 201, "{v}");
