@@ -32,6 +32,9 @@ const DRIVER_START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a revocation may take to send the open page back to sign-in.
 const REVOCATION_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(100);
+/// Wrong passwords tried before the per-account throttle must have answered 429 (its burst
+/// is 10 in the dev fleet).
+const MAX_SIGN_IN_ATTEMPTS: usize = 20;
 const SESSION_COOKIE: &str = "__Host-cellbind_session";
 const CSRF_COOKIE: &str = "__Host-cellbind_csrf";
 /// The session lifetime of the dev fleet (DESIGN §3 default), in seconds.
@@ -713,6 +716,38 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
         "revoked via {how}: the page was back at sign-in {} ms later ({requests} refresh(es)): {message:?}",
         revoked_at.elapsed().as_millis()
     );
+
+    // Rate limiting: wrong passwords for one account end in a clear "try again in N s".
+    let mut attempts = 0;
+    let limited = loop {
+        attempts += 1;
+        assert!(attempts <= MAX_SIGN_IN_ATTEMPTS, "never rate limited");
+        let pw = c.find(Locator::Css("#password")).await.expect("password");
+        pw.clear().await.expect("clear");
+        pw.send_keys(&format!("wrong-{attempts}"))
+            .await
+            .expect("type");
+        let submit = c
+            .find(Locator::Css("#sign-in-submit"))
+            .await
+            .expect("submit");
+        submit.click().await.expect("click");
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let message = loop {
+            let m = text_of(&c, "#sign-in-message").await;
+            if !m.is_empty() && submit.is_enabled().await.unwrap_or(false) {
+                break m;
+            }
+            assert!(Instant::now() < deadline, "no answer to a sign-in");
+            tokio::time::sleep(POLL).await;
+        };
+        if message.contains("Too many") {
+            break message;
+        }
+        assert!(message.contains("not right"), "wrong password: {message}");
+    };
+    shoot(&c, "rate-limited.png").await;
+    println!("after {attempts} wrong passwords: {limited:?}");
     c.close().await.expect("close");
 
     // 9. Negative: a browser that does not trust the fleet's CA refuses the page.
