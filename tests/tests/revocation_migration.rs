@@ -8,10 +8,11 @@ mod revocation_support;
 
 use std::time::Duration;
 
-use cellbind_tests::{TestFleet, session_for};
+use cellbind_tests::{TestFleet, session_for, signal};
 use control_plane::dev::DemoUser;
 use control_plane::migrate::{MigrateOptions, Step, migrate};
 use control_plane::revoke::{AuditArgs, RevokeCommand, Revoker};
+use nix::sys::signal::Signal;
 use protocol::{CellId, SubjectId};
 use revocation_support::*;
 use serde_json::{Value, json};
@@ -224,6 +225,62 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
         cells.contains(&&source) && cells.contains(&&target),
         "{r:?}"
     );
+
+    // The command itself: `cellctl revoke contractor` exits 0 with every cell confirmed, and
+    // non-zero, naming the cell, when a cell that holds a record cannot be reached.
+    let cellctl = cellbind_tests::bin_dir().join("cellctl");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--fleet".to_owned(),
+            fleet_path.display().to_string(),
+            "--json".to_owned(),
+            "revoke".to_owned(),
+            "contractor".to_owned(),
+            ctr.to_string(),
+            "--reason".to_owned(),
+            "contractor offboarded".to_owned(),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        std::process::Command::new(&cellctl)
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    let outcomes: Vec<(&str, &str)> = v["report"]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["cell"].as_str().unwrap(), c["outcome"].as_str().unwrap()))
+        .collect();
+    assert!(outcomes.contains(&(source.as_str(), "applied")), "{v}");
+    assert!(outcomes.contains(&(target.as_str(), "applied")), "{v}");
+    signal(t.cell(&source).auth_service.pid, Signal::SIGKILL);
+    assert!(
+        cellbind_tests::eventually(Duration::from_secs(5), || cellbind_tests::process_gone(
+            t.cell(&source).auth_service.pid
+        ))
+        .await
+    );
+    let out = run(&["--before", "1"]);
+    assert!(
+        !out.status.success(),
+        "a cell that did not confirm fails the command"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(source.as_str()),
+        "the reason names the cell: {stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], false);
     println!(
         "revocation across a migration {source} → {target}: before and during revoked at the target, transfers refused, migration {} steps",
         report.steps.len()
