@@ -330,21 +330,108 @@ async fn expired_revoked_and_invalid_sessions_clear_the_store() {
     }
 }
 
+const TRANSFER: &str = "POST /v1/sessions/transfer";
+const REBIND: &str = "POST /v1/sessions/rebind";
+
+fn transfer_answer(owner: &crate::testing::FakeCell) -> Reply {
+    Reply::json(
+        200,
+        serde_json::json!({
+            "ticket": "tic.ket.sig",
+            "target_cell": owner.id.as_str(),
+            "target_endpoint": owner.endpoint,
+        }),
+    )
+}
+
 #[tokio::test]
-async fn wrong_cell_with_a_session_keeps_the_session_and_goes_nowhere_else() {
+async fn wrong_cell_with_a_session_transfers_rebinds_and_retries_once() {
     let f = FakeFleet::start(2).await;
     f.cells[0].accept_sign_in(NOW + 30 * DAY);
     f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    let mut moved = f.cells[1].session_answer(NOW + 29 * DAY, "tok.re.bound");
+    moved["generation"] = 4.into();
+    f.cells[1].always(REBIND, Reply::json(201, moved));
+    f.cells[1].always(COMPLETE, Reply::json(200, serde_json::json!({"ok": true})));
+    f.cells[0].always(COMPLETE, Reply::wrong_cell(&f.cells[1]));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+
+    let r = c
+        .request(Method::POST, "/api/jobs/j-1/complete", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    // The old cell was asked once for the write and once for a ticket; the ticket went to the
+    // owner; the write was retried once there with the same idempotency key.
+    let first = f.cells[0].hits(COMPLETE);
+    let retried = f.cells[1].hits(COMPLETE);
+    assert_eq!((first.len(), retried.len()), (1, 1));
+    assert_eq!(first[0].idempotency_key(), retried[0].idempotency_key());
+    assert_eq!(retried[0].bearer().as_deref(), Some("tok.re.bound"));
+    let rebind = f.cells[1].hits(REBIND);
+    assert_eq!(rebind.len(), 1);
+    let body: serde_json::Value = serde_json::from_slice(&rebind[0].body).unwrap();
+    assert_eq!(body["ticket"], "tic.ket.sig");
+    assert_eq!(
+        f.cells[0].hits(TRANSFER)[0].bearer().as_deref(),
+        Some("tok.sign.in")
+    );
+    // The new session is the one in use and in the store.
+    let now = c.session().unwrap();
+    assert_eq!(now.cell_id, f.cells[1].id);
+    assert_eq!(now.generation.get(), 4);
+    let stored = store::decode(&store.load().unwrap().unwrap()).unwrap();
+    assert_eq!(stored.cell_id, f.cells[1].id);
+}
+
+#[tokio::test]
+async fn a_refused_transfer_or_rebind_asks_for_a_new_sign_in() {
+    for refuse_at_source in [true, false] {
+        let f = FakeFleet::start(2).await;
+        f.cells[0].accept_sign_in(NOW + 30 * DAY);
+        f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+        if refuse_at_source {
+            f.cells[0].always(TRANSFER, Reply::error(ErrorCode::Forbidden));
+        } else {
+            f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+            f.cells[1].always(REBIND, Reply::error(ErrorCode::Forbidden));
+        }
+        let (c, store) = f.client_mem(&f.map(1, &[]));
+        sign_in(&c).await.unwrap();
+        let e = c
+            .request(Method::GET, "/api/routes/today", None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::SignInRequired), "{e:?}");
+        assert!(e.ends_session());
+        assert!(c.session().is_none());
+        assert!(store.load().unwrap().is_none());
+        assert_eq!(
+            f.cells[1].hits(ROUTES).len(),
+            0,
+            "no request went elsewhere"
+        );
+    }
+}
+
+#[tokio::test]
+async fn wrong_cell_naming_an_owner_outside_the_signed_map_goes_nowhere() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(
+        ROUTES,
+        Reply::wrong_cell_at("cell-09", "https://127.0.0.9:8443"),
+    );
     let (c, store) = f.client_mem(&f.map(1, &[]));
     sign_in(&c).await.unwrap();
     let e = c
         .request(Method::GET, "/api/routes/today", None)
         .await
         .unwrap_err();
-    assert!(
-        matches!(&e, Error::WrongCell { owner_cell: Some(o), .. } if *o == f.cells[1].id),
-        "{e:?}"
-    );
+    assert!(matches!(e, Error::UntrustedRedirect { .. }), "{e:?}");
+    assert_eq!(f.cells[0].hits(TRANSFER).len(), 0, "no ticket asked for");
     assert_eq!(f.cells[1].all_hits(), 0);
     assert!(c.session().is_some());
     assert!(store.load().unwrap().is_some());
