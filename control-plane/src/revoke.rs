@@ -50,6 +50,12 @@ pub const RETRY_MIN_DELAY_MS: u64 = 100;
 pub const RETRY_MAX_DELAY_MS: u64 = 2_000;
 /// Timeout of one request to an auth-service, in milliseconds.
 pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Longest `--wait-edges` waits per cell, in milliseconds.
+pub const EDGE_WAIT_MS: u64 = 10_000;
+/// Interval between two looks at a cell's instances, in milliseconds.
+pub const EDGE_POLL_MS: u64 = 20;
+/// An instance heard from within this many seconds counts as live.
+pub const EDGE_LIVE_S: u64 = 60;
 /// Who is recorded when `--by` is not given and `USER` is unset.
 pub const DEFAULT_BY: &str = "cellctl";
 
@@ -106,6 +112,10 @@ pub struct AuditArgs {
     /// time (default: now + 1 s, i.e. up to and including the current second).
     #[arg(long)]
     pub before: Option<UnixSeconds>,
+    /// After a cell confirmed, wait (at most 10 s) until every edge instance it heard from in
+    /// the last minute applied the revocation, and report them; fails if some did not.
+    #[arg(long)]
+    pub wait_edges: bool,
 }
 
 impl AuditArgs {
@@ -160,6 +170,81 @@ pub struct CellResult {
     pub seq: Option<u64>,
     pub attempts: usize,
     pub error: Option<String>,
+    /// With `--wait-edges`: the cell's live edge instances and how many applied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edges: Option<EdgesApplied>,
+}
+
+/// How far a confirmed revocation got among a cell's edge instances.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EdgesApplied {
+    /// Instances heard from within [`EDGE_LIVE_S`].
+    pub live: usize,
+    /// Of those, how many reported a feed sequence at or past the revocation's.
+    pub applied: usize,
+    /// From the cell's confirmation to the last of them (or to giving up).
+    pub waited_ms: u64,
+}
+
+impl EdgesApplied {
+    pub fn complete(&self) -> bool {
+        self.applied == self.live
+    }
+}
+
+/// Waits until every live edge instance of `cell` reports a feed sequence ≥ `seq`.
+async fn wait_edges(
+    client: &reqwest::Client,
+    admin: &Secret,
+    cell: &FleetCell,
+    seq: u64,
+) -> EdgesApplied {
+    let url = format!("{}/admin/v1/status", cell.auth_service.url);
+    let t0 = std::time::Instant::now();
+    let mut last = EdgesApplied {
+        live: 0,
+        applied: 0,
+        waited_ms: 0,
+    };
+    loop {
+        if let Ok((200, v)) = call(client, admin, reqwest::Method::GET, &url, None).await {
+            let now = protocol::time::system_clock().now();
+            let live: Vec<&Value> = v
+                .get("instances")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter(|i| {
+                            i.get("last_seen")
+                                .and_then(Value::as_u64)
+                                .is_some_and(|t| t + EDGE_LIVE_S >= now)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let applied = live
+                .iter()
+                .filter(|i| {
+                    i.get("applied_seq")
+                        .and_then(Value::as_u64)
+                        .is_some_and(|s| s >= seq)
+                })
+                .count();
+            last = EdgesApplied {
+                live: live.len(),
+                applied,
+                waited_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+            };
+            if last.complete() {
+                return last;
+            }
+        }
+        if t0.elapsed() >= Duration::from_millis(EDGE_WAIT_MS) {
+            last.waited_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(EDGE_POLL_MS)).await;
+    }
 }
 
 /// What `cellctl revoke` reports.
@@ -174,7 +259,10 @@ pub struct RevokeReport {
 impl RevokeReport {
     /// Whether every cell that matters confirmed.
     pub fn ok(&self) -> bool {
-        !self.cells.is_empty() && self.cells.iter().all(|c| c.outcome.confirmed())
+        !self.cells.is_empty()
+            && self.cells.iter().all(|c| {
+                c.outcome.confirmed() && c.edges.as_ref().is_none_or(EdgesApplied::complete)
+            })
     }
 }
 
@@ -332,6 +420,7 @@ async fn apply_at(
     cell: &FleetCell,
     role: Role,
     body: &Value,
+    wait: bool,
 ) -> CellResult {
     let url = format!("{}/admin/v1/revocations", cell.auth_service.url);
     let (r, attempts) =
@@ -359,6 +448,10 @@ async fn apply_at(
         ),
         Err(e) => (CellOutcome::Failed, None, Some(e.message)),
     };
+    let edges = match (wait, outcome.confirmed(), seq) {
+        (true, true, Some(seq)) => Some(wait_edges(client, admin, cell, seq).await),
+        _ => None,
+    };
     CellResult {
         cell: cell.id.clone(),
         role,
@@ -366,6 +459,7 @@ async fn apply_at(
         seq,
         attempts,
         error,
+        edges,
     }
 }
 
@@ -486,8 +580,9 @@ async fn revoke_in(
                     seq: None,
                     attempts: 0,
                     error: Some(e.clone()),
+                    edges: None,
                 },
-                None => apply_at(client, admin, cell, *role, body).await,
+                None => apply_at(client, admin, cell, *role, body, audit.wait_edges).await,
             }
         }
     });
@@ -541,7 +636,13 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
                     format!("UNREACHABLE: {}", c.error.as_deref().unwrap_or("no answer"))
                 }
             };
-            println!("  {} ({}): {what}", c.cell, role_text(c.role));
+            let edges = c.edges.as_ref().map_or(String::new(), |e| {
+                format!(
+                    "; edges {}/{} applied in {} ms",
+                    e.applied, e.live, e.waited_ms
+                )
+            });
+            println!("  {} ({}): {what}{edges}", c.cell, role_text(c.role));
         }
     }
     if report.ok() {
@@ -552,6 +653,13 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
         .iter()
         .filter(|c| !c.outcome.confirmed())
         .map(|c| c.cell.to_string())
+        .chain(
+            report
+                .cells
+                .iter()
+                .filter(|c| c.edges.as_ref().is_some_and(|e| !e.complete()))
+                .map(|c| format!("{} (edges not all applied)", c.cell)),
+        )
         .collect();
     Err(CpError::Fleet(format!(
         "the revocation was not confirmed by {} of {} cells: {}",
@@ -584,6 +692,7 @@ mod tests {
             seq: Some(1),
             attempts: 1,
             error: None,
+            edges: None,
         };
         let report = |cells| RevokeReport {
             revocation: RevocationKind::Cell { before: 1 },

@@ -31,6 +31,7 @@ fn revoke_subject(u: &DemoUser, reason: &str) -> RevokeCommand {
             reason: reason.into(),
             by: Some("migration-test".into()),
             before: None,
+            wait_edges: false,
         },
     }
 }
@@ -114,21 +115,20 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     assert_eq!(report.target, target);
 
     // At the target: both revocations are in force.
-    let feed_token = std::fs::read_to_string(t.fleet.dir().join("feed-token")).unwrap();
-    let snap: Value = t
-        .client
-        .get(format!(
-            "{}/internal/v1/feed?since=0&instance=migration-test",
+    // (Read through the audit export: a feed read would register a reader as an edge.)
+    let (st, audit) = admin(
+        &t.client,
+        &t.file().admin_token,
+        reqwest::Method::GET,
+        &format!(
+            "{}/admin/v1/audit/revocations?format=json",
             t.cell(&target).auth_service.url
-        ))
-        .bearer_auth(feed_token.trim())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let subs: Vec<String> = snap["body"]["snapshot"]["revocations"]
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{audit}");
+    let subs: Vec<String> = audit
         .as_array()
         .unwrap()
         .iter()
@@ -246,7 +246,7 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
             .output()
             .unwrap()
     };
-    let out = run(&[]);
+    let out = run(&["--wait-edges"]);
     assert!(
         out.status.success(),
         "{}",
@@ -262,6 +262,13 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
         .collect();
     assert!(outcomes.contains(&(source.as_str(), "applied")), "{v}");
     assert!(outcomes.contains(&(target.as_str(), "applied")), "{v}");
+    for c in v["report"]["cells"].as_array().unwrap() {
+        let (live, applied) = (c["edges"]["live"].as_u64(), c["edges"]["applied"].as_u64());
+        assert!(
+            live >= Some(1) && applied == live,
+            "every live edge applied it: {c}"
+        );
+    }
     signal(t.cell(&source).auth_service.pid, Signal::SIGKILL);
     assert!(
         cellbind_tests::eventually(Duration::from_secs(5), || cellbind_tests::process_gone(

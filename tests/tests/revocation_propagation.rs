@@ -38,6 +38,7 @@ fn audit(reason: &str, before: Option<u64>) -> AuditArgs {
         reason: reason.into(),
         by: Some("propagation-test".into()),
         before,
+        wait_edges: false,
     }
 }
 
