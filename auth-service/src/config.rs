@@ -26,6 +26,9 @@ pub const DEFAULT_SIGNIN_ACCOUNT_PER_MINUTE: u32 = 10;
 pub const DEFAULT_SIGNIN_IP_BURST: u32 = 300;
 /// Default per-client-IP sign-in refill: attempts per minute.
 pub const DEFAULT_SIGNIN_IP_PER_MINUTE: u32 = 1_200;
+/// Default write lease of this cell's edges (their `write_lease_ms`), in milliseconds: the
+/// migration drain counts an instance until its lease must have lapsed.
+pub const DEFAULT_EDGE_WRITE_LEASE_MS: u64 = 30_000;
 /// Environment prefix of overrides.
 pub const ENV_PREFIX: &str = "CELLBIND_";
 
@@ -80,6 +83,9 @@ pub struct Config {
     /// Per-client-IP sign-in attempts per minute.
     #[serde(default = "d_ip_rate")]
     pub signin_ip_per_minute: u32,
+    /// The edges' write lease in milliseconds (at least their `write_lease_ms`).
+    #[serde(default = "d_edge_lease")]
+    pub edge_write_lease_ms: u64,
 }
 
 fn d_map_poll() -> u64 {
@@ -102,6 +108,9 @@ fn d_ip_burst() -> u32 {
 }
 fn d_ip_rate() -> u32 {
     DEFAULT_SIGNIN_IP_PER_MINUTE
+}
+fn d_edge_lease() -> u64 {
+    DEFAULT_EDGE_WRITE_LEASE_MS
 }
 
 impl Config {

@@ -10,7 +10,9 @@
 //!   nothing.
 //! - `GET /admin/v1/drain/{ctr}?seq=S` → [`DrainStatus`]: whether every edge instance with a
 //!   current lease has applied feed sequence `S` and reports no write in flight for the
-//!   contractor (instances report both on each feed request, see `feed.rs`).
+//!   contractor (instances report both on each feed request, see `feed.rs`). An instance
+//!   counts until its write lease must have lapsed: `edge_write_lease_ms` plus the longest
+//!   long-poll after its last request (it refuses writes by itself after that).
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -29,9 +31,8 @@ use crate::store::{Role, UserRecord, UserStatus};
 
 /// Schema version of [`ContractorExport`].
 pub const EXPORT_SCHEMA: u32 = 1;
-/// How long an edge instance counts as live after its last feed request, in seconds: the
-/// edges' default write lease (an instance past it refuses writes by itself).
-pub const EDGE_LEASE_S: u64 = 30;
+/// Slack added to an instance's live window, in seconds (clock granularity, transmission).
+pub const LIVE_SLACK_S: u64 = 2;
 
 /// One exported user.
 #[derive(Clone, Serialize, Deserialize)]
@@ -214,6 +215,10 @@ pub struct DrainStatus {
 /// The drain verdict from what the feed recorded.
 pub fn drain_status(state: &AppState, ctr: &ContractorId, seq: u64) -> DrainStatus {
     let now = state.now();
+    // An instance records `last_seen` when its feed request starts; the answer (which renews
+    // its lease) may come up to the longest long-poll later, and the lease runs from there.
+    let live_s =
+        (state.config.edge_write_lease_ms + crate::feed::MAX_WAIT_MS).div_ceil(1000) + LIVE_SLACK_S;
     let mut instances: Vec<DrainInstance> = state
         .instances
         .lock()
@@ -223,7 +228,7 @@ pub fn drain_status(state: &AppState, ctr: &ContractorId, seq: u64) -> DrainStat
             id: i.id.clone(),
             applied_seq: i.applied_seq,
             last_seen: i.last_seen,
-            live: now.saturating_sub(i.last_seen) <= EDGE_LEASE_S,
+            live: now.saturating_sub(i.last_seen) <= live_s,
             busy: i.busy.contains(ctr),
         })
         .collect();

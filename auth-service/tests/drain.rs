@@ -45,7 +45,8 @@ async fn drained_only_when_every_live_instance_applied_and_finished_its_writes()
     f.seed("c-1", "ana", "pw-pw-pw-pw", 1).await;
     // edge-c was seen once, long ago: its lease lapses.
     assert_eq!(report(&f, "edge-c", 0, "").await.status, StatusCode::OK);
-    f.clock.advance(31);
+    // Lease 30 s + the longest long-poll (25 s) + slack: then it must have stopped writing.
+    f.clock.advance(60);
     let head = f
         .admin(Method::GET, "/admin/v1/status", Value::Null)
         .await

@@ -56,7 +56,7 @@ pub mod journal;
 pub use journal::{JOURNAL_FILE, Journal, Record};
 
 /// Default bound of one step's waiting and retrying, in seconds.
-pub const DEFAULT_STEP_TIMEOUT_S: u64 = 60;
+pub const DEFAULT_STEP_TIMEOUT_S: u64 = 90;
 /// Interval between two polls of a condition (drain, publication), in milliseconds.
 pub const POLL_INTERVAL_MS: u64 = 25;
 /// Longest a single admin request may take, in milliseconds.
