@@ -383,11 +383,15 @@ impl Fleet {
         }
         // Also the map key: a fresh fleet's map versions start again at 1, so a map signed for
         // an earlier run must not verify against this one (no replay of an old, "newer" map).
+        // And the migration journal: its migrations belong to the earlier fleet.
         for f in [
             FLEET_FILE,
             "map-key",
             sdk::cli::SESSION_FILE,
             sdk::cli::MAP_FILE,
+            crate::migrate::JOURNAL_FILE,
+            "migrations.db-wal",
+            "migrations.db-shm",
         ] {
             let p = layout.p(f);
             if p.exists() {
