@@ -13,6 +13,7 @@ pub mod error;
 pub mod forward;
 pub mod limits;
 pub mod metrics;
+pub mod revocation_compaction;
 pub mod revocation_freshness;
 pub mod state;
 pub mod sync;
@@ -178,7 +179,16 @@ impl Edge {
         }
         let changed = !matches!(&resp.body, FeedBody::Delta { entries } if entries.is_empty());
         let next = match CellState::apply(held.as_deref(), &self.settings.cell_id, resp) {
-            Ok(n) => Arc::new(n),
+            Ok(mut n) => {
+                // Revocations that can match nothing this instance accepts are dropped here:
+                // the feed never removes them.
+                revocation_compaction::compact(
+                    &mut n,
+                    self.settings.session_lifetime_s,
+                    self.clock.now(),
+                );
+                Arc::new(n)
+            }
             Err(e) => {
                 self.metrics.feed_rejected();
                 return Err(e);

@@ -151,3 +151,60 @@ async fn off_by_default() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn revocations_that_match_nothing_are_dropped_on_apply() {
+    let (edge, _seen, clock) = edge();
+    let c = claims(CTR, 1);
+    let token = mint(&c);
+    let jti = c.jti;
+    let held = edge.current().unwrap();
+    let old = protocol::SessionId::from_random([3; 16]);
+    let change = |seq: u64, jti: protocol::SessionId, exp: u64| {
+        Change::Revocation(Revocation {
+            seq,
+            kind: RevocationKind::Session { jti, exp },
+            at: NOW,
+            by: "self".into(),
+            reason: "sign-out".into(),
+        })
+    };
+    edge.apply_feed(
+        held.seq,
+        delta(
+            held.seq,
+            vec![
+                // A sign-out of a session that has long expired: nothing to keep.
+                change(held.seq + 1, old, NOW - 3_600),
+                change(held.seq + 2, jti.clone(), NOW + 3_600),
+            ],
+        ),
+    )
+    .unwrap();
+    let now_held = edge.current().unwrap();
+    assert_eq!(now_held.snapshot.revocations.len(), 1);
+    assert_eq!(now_held.snapshot.revocations[0].seq, held.seq + 2);
+    let (status, _, body) = send(&edge, get("/api/x", Some(&token))).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNAUTHORIZED, "SESSION_REVOKED")
+    );
+    // Past its expiry (and the leeway) the next applied change drops it too.
+    clock.set(NOW + 3_600 + protocol::token::LEEWAY_S);
+    let seq = now_held.seq;
+    edge.apply_feed(
+        seq,
+        delta(
+            seq,
+            vec![change(
+                seq + 1,
+                protocol::SessionId::from_random([4; 16]),
+                NOW + 7_200,
+            )],
+        ),
+    )
+    .unwrap();
+    let after = edge.current().unwrap();
+    assert_eq!(after.snapshot.revocations.len(), 1);
+    assert_eq!(after.snapshot.revocations[0].seq, seq + 1);
+}
