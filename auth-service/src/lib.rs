@@ -40,7 +40,7 @@ pub mod transfer;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use sessions::SignInResponse;
+pub use protocol::api::SignInResponse;
 pub use state::AppState;
 
 /// Body limit of ordinary requests, in bytes.

@@ -3,17 +3,14 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use protocol::api::{SignInRequest, SignInResponse};
 use protocol::ownership::{Access, Decision, OwnershipRecord, decide};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::token::{
     DEFAULT_ABSOLUTE_LIFETIME_S, Expectations, LEEWAY_S, SessionClaims, Verified,
 };
-use protocol::{
-    CellId, ClientKind, ContractorId, Generation, Login, Password, SessionId, SessionToken,
-    SubjectId,
-};
-use serde::{Deserialize, Serialize};
+use protocol::{CellId, ClientKind, ContractorId, Generation, SessionId, SessionToken, SubjectId};
 
 use crate::error::{Error, Result};
 use crate::http::{JsonBody, Peer, SESSION_COOKIE, TokenSource, client_ip, session_token};
@@ -23,32 +20,6 @@ use crate::store::UserStatus;
 
 /// `Retry-After` for a sign-in during a handoff, in seconds.
 pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
-
-/// Body of `POST /v1/sessions`.
-#[derive(Debug, Deserialize)]
-pub struct SignInRequest {
-    pub contractor_id: ContractorId,
-    pub login: Login,
-    pub password: Password,
-    #[serde(default = "field")]
-    pub client: ClientKind,
-}
-
-fn field() -> ClientKind {
-    ClientKind::Field
-}
-
-/// Answer of a sign-in or a renewal (201).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SignInResponse {
-    pub session: SessionToken,
-    pub session_id: SessionId,
-    pub cell_id: CellId,
-    pub endpoint: String,
-    pub generation: Generation,
-    pub expires_at: UnixSeconds,
-    pub subject: SubjectId,
-}
 
 fn outcome(r: &Result<Response>) -> &'static str {
     match r {

@@ -29,11 +29,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use protocol::api::{RebindRequest, TransferResponse};
 use protocol::jwks::KeySet;
 use protocol::ownership::OwnershipRecord;
 use protocol::token::{Expectations, LEEWAY_S, TICKET_MAX_LIFETIME_S, TICKET_TYP, TicketClaims};
-use protocol::{CellId, SessionId, SessionToken};
-use serde::{Deserialize, Serialize};
+use protocol::{CellId, SessionId};
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::http::JsonBody;
@@ -84,21 +85,6 @@ fn refuse(refusal: TicketRefusal, detail: impl Into<String>) -> Error {
         refusal,
         detail: detail.into(),
     }
-}
-
-/// Answer of `POST /v1/sessions/transfer`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TransferResponse {
-    pub ticket: SessionToken,
-    pub target_cell: CellId,
-    pub target_endpoint: String,
-}
-
-/// Body of `POST /v1/sessions/rebind`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RebindRequest {
-    pub ticket: String,
 }
 
 /// `POST /v1/sessions/transfer`: a ticket for the successor, only when this cell released the

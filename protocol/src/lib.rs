@@ -1,6 +1,7 @@
 //! Cellbind wire protocol: everything two Cellbind processes (or a Cellbind process and a
 //! client) must agree on, and nothing else. No I/O happens in this crate.
 //!
+//! - [`api`]: the HTTP bodies of sign-in, renewal, transfer and rebind (DESIGN §4).
 //! - [`ids`]: parsed newtypes (`CellId`, `ContractorId`, `Generation`, `Kid`, `SessionToken`, …).
 //! - [`error`]: the public error codes of DESIGN §4 and the JSON error body.
 //! - [`token`]: session and transfer-ticket claims, minting and the strict verifier every
@@ -13,6 +14,7 @@
 //! - [`revocation`]: revocation kinds and the matcher.
 //! - [`time`]: unix seconds and the clock abstraction (so tests can fake days).
 
+pub mod api;
 pub mod error;
 pub mod feed;
 pub mod ids;

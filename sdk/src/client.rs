@@ -8,15 +8,12 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Method;
-use serde::{Deserialize, Serialize};
 
+use protocol::api::{SignInRequest, SignInResponse};
 use protocol::jwks::PublicKey;
 use protocol::map::{CellEntry, SignedMap};
-use protocol::time::{SharedClock, UnixSeconds, system_clock};
-use protocol::{
-    CellId, ClientKind, ContractorId, Generation, Login, Password, SessionId, SessionToken,
-    SubjectId,
-};
+use protocol::time::{SharedClock, system_clock};
+use protocol::{ClientKind, ContractorId, Login, Password};
 
 use crate::Error;
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
@@ -167,26 +164,6 @@ pub enum SignOut {
     LocalOnly { reason: String },
     /// There was no session.
     NotSignedIn,
-}
-
-#[derive(Serialize)]
-struct SignInBody<'a> {
-    contractor_id: &'a ContractorId,
-    login: &'a Login,
-    password: &'a Password,
-    client: ClientKind,
-}
-
-/// The `201` answer of sign-in, renewal and rebind (DESIGN §4).
-#[derive(Deserialize)]
-struct SessionAnswer {
-    session: SessionToken,
-    session_id: SessionId,
-    cell_id: CellId,
-    endpoint: String,
-    generation: Generation,
-    expires_at: UnixSeconds,
-    subject: SubjectId,
 }
 
 fn same_endpoint(a: &str, b: &str) -> bool {
@@ -365,10 +342,10 @@ impl Client {
         login: &Login,
         password: &Password,
     ) -> Result<Session, Error> {
-        let body = serde_json::to_vec(&SignInBody {
-            contractor_id: contractor,
-            login,
-            password,
+        let body = serde_json::to_vec(&SignInRequest {
+            contractor_id: contractor.clone(),
+            login: login.clone(),
+            password: password.clone(),
             client: ClientKind::Field,
         })
         .map_err(|e| Error::InvalidInput(e.to_string()))?;
@@ -627,7 +604,7 @@ fn session_from(
             resp.status
         )));
     }
-    let a: SessionAnswer = serde_json::from_slice(&resp.body)
+    let a: SignInResponse = serde_json::from_slice(&resp.body)
         .map_err(|e| Error::InvalidResponse(format!("session answer: {e}")))?;
     if a.cell_id != cell.id {
         return Err(Error::InvalidResponse(format!(

@@ -10,29 +10,15 @@
 
 use bytes::Bytes;
 use http::Method;
+use protocol::api::{RebindRequest, TransferResponse};
 use protocol::map::CellEntry;
-use protocol::{CellId, ErrorCode, SessionToken};
-use serde::{Deserialize, Serialize};
+use protocol::{CellId, ErrorCode};
 
 use super::{Client, same_endpoint, session_from, url};
 use crate::Error;
 use crate::session::{Event, Session};
 use crate::store;
 use crate::transport::Call;
-
-/// The `200` answer of `POST /v1/sessions/transfer`.
-#[derive(Deserialize)]
-struct TransferAnswer {
-    ticket: SessionToken,
-    target_cell: CellId,
-    #[allow(dead_code)]
-    target_endpoint: String,
-}
-
-#[derive(Serialize)]
-struct RebindBody<'a> {
-    ticket: &'a str,
-}
 
 /// Whether a refusal of the transfer or rebind means "this session cannot follow".
 fn cannot_follow(e: &Error) -> bool {
@@ -140,7 +126,7 @@ impl Client {
                 resp.status
             )));
         }
-        let t: TransferAnswer = serde_json::from_slice(&resp.body)
+        let t: TransferResponse = serde_json::from_slice(&resp.body)
             .map_err(|e| Error::InvalidResponse(format!("transfer answer: {e}")))?;
         if t.target_cell != owner.id {
             return Err(Error::CellsDisagree {
@@ -149,8 +135,8 @@ impl Client {
                 named_owner: Some(t.target_cell),
             });
         }
-        let body = serde_json::to_vec(&RebindBody {
-            ticket: t.ticket.expose(),
+        let body = serde_json::to_vec(&RebindRequest {
+            ticket: t.ticket.expose().to_owned(),
         })
         .map_err(|e| Error::InvalidInput(e.to_string()))?;
         // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
