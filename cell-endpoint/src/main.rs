@@ -1,6 +1,5 @@
 //! `cellbind-cell-endpoint --config PATH.toml`: wiring only.
 
-use std::io::Read as _;
 use std::path::PathBuf;
 
 use cellbind_cell_endpoint::{Config, run};
@@ -13,34 +12,6 @@ struct Args {
     /// TOML configuration file (keys in docs/INTERNALS.md); `CELLBIND_<FIELD>` overrides.
     #[arg(long)]
     config: PathBuf,
-}
-
-async fn shutdown_signal() {
-    let exit_on_eof = std::env::var("CELLBIND_EXIT_ON_STDIN_EOF").is_ok_and(|v| v == "1");
-    let stdin_eof = async move {
-        if !exit_on_eof {
-            return std::future::pending::<()>().await;
-        }
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut buf = [0u8; 256];
-            let mut stdin = std::io::stdin();
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-        })
-        .await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = stdin_eof => {},
-        _ = term => {},
-        _ = tokio::signal::ctrl_c() => {},
-    }
 }
 
 #[tokio::main]
@@ -60,7 +31,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match run(config, shutdown_signal()).await {
+    match run(config, runtime::shutdown_signal()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cellbind-cell-endpoint: {e}");

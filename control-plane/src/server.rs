@@ -25,15 +25,9 @@ use crate::store::{Placement, Store};
 
 /// Grace period for in-flight requests at shutdown, in milliseconds.
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
-/// Environment variable: when `1`, exit as soon as stdin reaches end of file.
-pub const EXIT_ON_STDIN_EOF_ENV: &str = "CELLBIND_EXIT_ON_STDIN_EOF";
+pub use runtime::{EXIT_ON_STDIN_EOF_ENV, install_crypto_provider, shutdown_signal};
 /// `Cache-Control` max-age of the published map, in seconds.
 pub const MAP_MAX_AGE_S: u64 = 30;
-
-/// Installs the ring crypto provider for rustls (later calls are no-ops).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
@@ -228,47 +222,6 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
 
 fn public_key_b64_of(p: &Publisher) -> String {
     base64_of(p.public_key().as_bytes())
-}
-
-/// Resolves when the process should stop: SIGINT, SIGTERM, or (with
-/// `CELLBIND_EXIT_ON_STDIN_EOF=1`) the end of stdin.
-pub async fn shutdown_signal() {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    if std::env::var(EXIT_ON_STDIN_EOF_ENV).is_ok_and(|v| v == "1") {
-        // A plain thread: a blocking stdin read must not hold up the runtime's shutdown.
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            let mut sink = [0u8; 256];
-            let mut stdin = std::io::stdin();
-            loop {
-                match stdin.read(&mut sink) {
-                    Ok(0) => break,
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                }
-            }
-            let _ = tx.send(());
-        });
-    } else {
-        std::mem::forget(tx);
-    }
-    let stdin_eof = async {
-        let _ = rx.await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term => {},
-        _ = stdin_eof => {},
-    }
 }
 
 /// Binds `addr`, naming it in the error when that fails.
