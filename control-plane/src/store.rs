@@ -55,25 +55,10 @@ impl Store {
                  id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL,
                  signed TEXT NOT NULL);",
         )?;
-        let held: Option<String> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match held {
-            None => {
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                    [SCHEMA_VERSION.to_string()],
-                )?;
-            }
-            Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => {
-                return Err(CpError::Config(format!(
-                    "placements.db has schema {v}, this build reads {SCHEMA_VERSION}"
-                )));
-            }
-        }
+        runtime::check_sqlite_schema(&conn, SCHEMA_VERSION).map_err(|e| match e {
+            runtime::SchemaError::Sqlite(e) => e.into(),
+            other => CpError::Config(format!("placements.db has {other}")),
+        })?;
         Ok(Store { conn })
     }
 

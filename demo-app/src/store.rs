@@ -152,25 +152,10 @@ impl Store {
                  completed_at INTEGER NOT NULL, result TEXT NOT NULL,
                  UNIQUE (contractor, idempotency_key));",
         )?;
-        let held: Option<String> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match held {
-            None => {
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                    [SCHEMA_VERSION.to_string()],
-                )?;
-            }
-            Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => {
-                return Err(AppError::Corrupt(format!(
-                    "app.db has schema {v}, this build reads {SCHEMA_VERSION}"
-                )));
-            }
-        }
+        runtime::check_sqlite_schema(&conn, SCHEMA_VERSION).map_err(|e| match e {
+            runtime::SchemaError::Sqlite(e) => e.into(),
+            other => AppError::Corrupt(format!("app.db has {other}")),
+        })?;
         Ok(Store { conn })
     }
 

@@ -51,3 +51,36 @@ pub async fn shutdown_signal() {
         _ = stdin_eof => {},
     }
 }
+
+/// Records or checks the schema version of a SQLite file that keeps it in a
+/// `meta (key TEXT PRIMARY KEY, value TEXT)` table under the key `schema`. A new file gets
+/// `expected`; a file written by another schema is refused with the version it holds.
+pub fn check_sqlite_schema(conn: &rusqlite::Connection, expected: u32) -> Result<(), SchemaError> {
+    use rusqlite::OptionalExtension as _;
+    let held: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    match held {
+        None => {
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
+                [expected.to_string()],
+            )?;
+            Ok(())
+        }
+        Some(v) if v == expected.to_string() => Ok(()),
+        Some(held) => Err(SchemaError::Mismatch { held, expected }),
+    }
+}
+
+/// Why a SQLite file's schema version was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    #[error("schema {held}, this build reads {expected}")]
+    Mismatch { held: String, expected: u32 },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
