@@ -5,7 +5,7 @@
 //! | Endpoint                         | Request            | Answer                   |
 //! |----------------------------------|--------------------|--------------------------|
 //! | `POST /v1/sessions`              | [`SignInRequest`]  | `201` [`SignInResponse`] |
-//! | `POST /v1/sessions/renew`        | (none)             | `201` [`SignInResponse`] |
+//! | `POST /v1/sessions/renew`        | (none)             | `201` [`SignInResponse`] (bearer), [`CookieSessionResponse`] (cookie) |
 //! | `POST /v1/sessions/transfer`     | (none)             | `200` [`TransferResponse`] |
 //! | `POST /v1/sessions/rebind`       | [`RebindRequest`]  | `201` [`SignInResponse`] |
 //!
@@ -42,6 +42,25 @@ pub struct SignInResponse {
     /// The session token.
     pub session: SessionToken,
     /// The session's id (`jti`).
+    pub session_id: SessionId,
+    /// The cell that issued the session.
+    pub cell_id: CellId,
+    /// That cell's public endpoint.
+    pub endpoint: String,
+    /// The contractor's ownership generation the session is bound to.
+    pub generation: Generation,
+    /// Expiry of the session, in unix seconds.
+    pub expires_at: UnixSeconds,
+    /// The signed-in user.
+    pub subject: SubjectId,
+}
+
+/// The `201` answer of a renewal made with the session cookie: the new session travels only in
+/// `Set-Cookie` (HttpOnly), never in a body a script could read (ATTACKS A24). The same members
+/// as [`SignInResponse`] without `session`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CookieSessionResponse {
+    /// The new session's id (`jti`).
     pub session_id: SessionId,
     /// The cell that issued the session.
     pub cell_id: CellId,

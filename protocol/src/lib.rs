@@ -9,6 +9,7 @@
 //! - [`jwks`]: the JWKS format (RFC 8037 OKP/Ed25519) and the validated key set built from it.
 //! - [`map`]: the placement map, its detached Ed25519 signature and the bucket hash.
 //! - [`ownership`]: ownership records and the one decision table that serves or redirects.
+//! - [`http`]: header and cookie names, the one credential extractor and rule, the CSRF proof.
 //! - [`feed`]: the cell state feed (keys, ownership, revocations, map) between an auth-service
 //!   and its edge instances.
 //! - [`revocation`]: revocation kinds and the matcher.
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod error;
 pub mod feed;
+pub mod http;
 pub mod ids;
 pub mod jwks;
 pub mod map;
