@@ -5,11 +5,12 @@
 // `X-Cellbind-Csrf` header); reads need nothing but the cookie.
 //
 // Sign-in posts to the cell this page came from. When that cell answers WRONG_CELL, the page
-// follows it once, and only to a cell listed in the placement map this cell holds: it signs in
-// there with a credentialed CORS request, then hands the new session to the owner's edge with a
-// top-level form POST to `/desk/session`, which sets the owner's cookies and lands the browser
-// on the owner's /desk/. (Browsers refuse a SameSite=Strict cookie set by a cross-site fetch,
-// so the cookie has to be set on a top-level navigation.) A second disagreement is an error.
+// follows it once, and only to a cell listed in the placement map this cell holds: it submits
+// the credentials to the owner's `/desk/sign-in` in a top-level form POST, and the owner's edge
+// signs in, sets its cookies and lands the browser on its /desk/. The session never reaches a
+// script: no cell answers a session to another origin (and browsers refuse a SameSite=Strict
+// cookie set by a cross-site fetch anyway). If the owner names yet another cell, the owner's
+// desk shows the disagreement as an error; it is never followed twice.
 'use strict';
 
 const CSRF_COOKIE = '__Host-cellbind_csrf';
@@ -28,6 +29,10 @@ const MESSAGES = {
   WRONG_CELL: 'Your company is now served by another cell. Please sign in again.',
   FORBIDDEN: 'The cell refused this request.',
   INVALID_REQUEST: 'Please check the contractor id and login.',
+  CELLS_DISAGREE: 'The cells disagree about who serves this contractor. Please report this.',
+  RATE_LIMITED: 'Too many sign-in attempts. Try again in a minute.',
+  HANDOFF_IN_PROGRESS: 'Your company is moving between cells. Try again in a few seconds.',
+  UPSTREAM_UNAVAILABLE: 'The cell cannot sign you in right now. Try again.',
 };
 
 const $ = (id) => document.getElementById(id);
@@ -226,16 +231,18 @@ async function fleetOrigins() {
   return out;
 }
 
-function adopt(ownerOrigin, token) {
+function signInAt(ownerOrigin, creds) {
   const form = document.createElement('form');
   form.method = 'POST';
-  form.action = `${ownerOrigin}/desk/session`;
+  form.action = `${ownerOrigin}/desk/sign-in`;
   form.hidden = true;
-  const input = document.createElement('input');
-  input.type = 'hidden';
-  input.name = 'session';
-  input.value = token;
-  form.append(input);
+  for (const name of ['contractor_id', 'login', 'password']) {
+    const input = document.createElement('input');
+    input.type = 'hidden';
+    input.name = name;
+    input.value = creds[name];
+    form.append(input);
+  }
   document.body.append(form);
   form.submit();
 }
@@ -293,19 +300,8 @@ async function signIn(ev) {
       return;
     }
     say(`Your company is served by ${r.body.owner_cell}; signing in there…`);
-    const r2 = await call(`${owner}/v1/sessions`, {
-      method: 'POST', mode: 'cors', credentials: 'include', headers, body,
-    });
-    if (r2.status === 201 && r2.body && typeof r2.body.session === 'string') {
-      $('password').value = '';
-      adopt(owner, r2.body.session);
-      return;
-    }
-    if (r2.status === 409 && codeOf(r2) === 'WRONG_CELL') {
-      signInFailed({ status: 409, body: { message: 'The cells disagree about who serves this contractor. Please report this.' } });
-      return;
-    }
-    signInFailed(r2);
+    signInAt(owner, creds);
+    $('password').value = '';
   } finally {
     submit.disabled = false;
   }

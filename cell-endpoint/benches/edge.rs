@@ -283,10 +283,17 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
         listener.set_nonblocking(true).unwrap();
         let url = format!("https://{}", listener.local_addr().unwrap());
         let tls = tls.clone();
+        let mut open = Settings::new(CellId::new("cell-03").unwrap(), ISSUER);
+        open.max_connections_per_ip = usize::MAX;
+        let gate = Arc::new(cellbind_cell_endpoint::conn::ConnectionGate::new(
+            &open,
+            Default::default(),
+        ));
         tokio::spawn(cellbind_cell_endpoint::tls::serve_listener(
             listener,
             tls,
             axum_server::Handle::new(),
+            gate,
             app,
         ));
         url
@@ -298,11 +305,11 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     let mut up = Upstreams::local(None, None);
     up.auth = cellbind_cell_endpoint::forward::Target::Http {
         client: client.clone(),
-        base: app_url.clone(),
+        base: cellbind_cell_endpoint::forward::base_url("auth", &app_url).unwrap(),
     };
     up.app = cellbind_cell_endpoint::forward::Target::Http {
         client: client.clone(),
-        base: app_url,
+        base: cellbind_cell_endpoint::forward::base_url("app", &app_url).unwrap(),
     };
     let cell = CellId::new("cell-03").unwrap();
     let mut settings = Settings::new(cell.clone(), ISSUER);

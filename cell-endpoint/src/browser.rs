@@ -1,5 +1,6 @@
-//! Browser rules of the edge (DESIGN §4): CORS only for the fleet's own origins, and a CSRF
-//! proof plus an `Origin` check on every unsafe request that rides on the session cookie.
+//! Browser rules of the edge (DESIGN §4): CORS only for the fleet's own origins and never on
+//! an answer that can carry a session or ticket, unsafe requests only from this cell's or a
+//! fleet cell's origin, and the CSRF cookie kept beside the session cookie.
 //!
 //! One tower layer, one decision per request ([`decide`]), taken before anything else runs:
 //!
@@ -7,22 +8,23 @@
 //!                    request
 //!                       │
 //!   OPTIONS + Origin + Access-Control-Request-Method?
-//!        ├─ yes ─▶ Origin is a fleet cell's ─▶ Preflight(origin): 204 + CORS headers
-//!        │                     └─ not ────────▶ Refuse: 403 FORBIDDEN, no CORS headers
+//!        ├─ yes ─▶ a fleet cell's Origin, on a path open to CORS ─▶ Preflight: 204 + CORS
+//!        │                     └─ otherwise ──────────────────────▶ Refuse: 403, no CORS headers
 //!        └─ no ──▶ unsafe method and an Origin that is neither this cell's nor a fleet cell's
 //!                     └─ yes ─▶ Refuse: 403
-//!                  unsafe method on the session cookie (no Authorization), not a sign-in
-//!                     └─ yes, without Origin/Sec-Fetch-Site proof or without a CSRF proof
-//!                                         ─▶ Refuse: 403
 //!                  otherwise ─▶ Pass { cors }: the inner service answers; a fleet origin gets
-//!                                `Access-Control-Allow-Origin` + credentials on the answer
+//!                                `Access-Control-Allow-Origin` + credentials on the answer,
+//!                                except on `/v1/sessions*` and `/desk/*` (ATTACKS A24: no
+//!                                answer that carries a token is readable cross-origin)
 //! ```
 //!
-//! The CSRF proof is a double-submit token: the readable `__Host-cellbind_csrf` cookie, set
-//! beside every session cookie the edge lets through (sign-in, renewal, rebind, desk adoption)
-//! and cleared with it, echoed in the `X-Cellbind-Csrf` header and compared in constant time.
-//! A `__Host-` cookie can only be set by this exact origin over HTTPS, so a cross-site page can
-//! neither read nor plant it. Bearer requests carry no ambient credential and need no proof.
+//! The CSRF proof itself is part of the credential rule (`protocol::http`, checked in
+//! `validate`): a request is a cookie request unless its bearer session is valid, and every
+//! unsafe cookie request needs the proof, whatever route it is for. The proof is a double-submit
+//! token: the readable `__Host-cellbind_csrf` cookie, set here beside every session cookie that
+//! passes through (sign-in, renewal, rebind, the desk's sign-in) and cleared with it, echoed in
+//! the `X-Cellbind-Csrf` header and compared in constant time. A `__Host-` cookie can only be
+//! set by this exact origin over HTTPS, so a cross-site page can neither read nor plant it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,18 +36,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use futures::future::Either;
 use rand::RngCore as _;
-use subtle::ConstantTimeEq as _;
 use tower::{Layer, Service};
 
 use crate::Edge;
 use crate::error::{EdgeError, rescue};
 use crate::state::CellState;
-use crate::validate::SESSION_COOKIE;
 
-/// The readable CSRF cookie (double submit).
-pub const CSRF_COOKIE: &str = "__Host-cellbind_csrf";
-/// The header that echoes [`CSRF_COOKIE`] on unsafe requests.
-pub const CSRF_HEADER: &str = "x-cellbind-csrf";
+pub use protocol::http::{CSRF_COOKIE, CSRF_HEADER};
 /// Random bytes in a CSRF token (base64url, 22 characters).
 pub const CSRF_TOKEN_BYTES: usize = 16;
 /// How long a browser may cache a preflight answer, in seconds.
@@ -57,10 +54,17 @@ pub const CORS_HEADERS: &str = "content-type, idempotency-key, x-cellbind-csrf, 
 /// Response headers a fleet origin's script may read.
 pub const CORS_EXPOSE: &str = "retry-after";
 
-/// Unsafe requests that need no session (and so no CSRF proof): sign-in, rebind (a ticket in
-/// the body) and the desk's adoption of a session it was just given. They still need an
-/// allowed `Origin` when a browser sends one (login CSRF).
-const NO_SESSION_PATHS: [&str; 3] = ["/v1/sessions", "/v1/sessions/rebind", "/desk/session"];
+/// Path prefixes whose answers are never readable cross-origin: they carry sessions,
+/// tickets or set the session cookie.
+const NO_CORS_PREFIXES: [&str; 2] = ["/v1/sessions", "/desk"];
+
+/// Whether answers on `path` may be shared with a fleet origin.
+pub fn cors_allowed(path: &str) -> bool {
+    !NO_CORS_PREFIXES.iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
 
 /// The one decision of this layer.
 #[derive(Debug, PartialEq, Eq)]
@@ -115,73 +119,10 @@ fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&s
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The value of cookie `name`, when the request carries exactly one.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    let mut found = None;
-    for value in headers.get_all(header::COOKIE) {
-        let Ok(value) = value.to_str() else { continue };
-        for pair in value.split(';') {
-            if let Some(v) = pair
-                .trim_start_matches(' ')
-                .strip_prefix(name)
-                .and_then(|r| r.strip_prefix('='))
-            {
-                if found.is_some() {
-                    return None;
-                }
-                found = Some(v);
-            }
-        }
-    }
-    found
-}
-
-/// Whether the request rides on the session cookie (no `Authorization`, which wins when both
-/// are sent and which a cross-site page cannot attach).
+/// Whether the request rides on the session cookie alone (no `Authorization`): its answers
+/// may set or clear that cookie, and a 401 to it clears it.
 pub fn uses_session_cookie(headers: &HeaderMap) -> bool {
-    !headers.contains_key(header::AUTHORIZATION)
-        && headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .any(|p| {
-                p.trim_start_matches(' ')
-                    .strip_prefix(SESSION_COOKIE)
-                    .is_some_and(|r| r.starts_with('='))
-            })
-}
-
-/// The CSRF proof of an unsafe cookie-session request: an allowed `Origin` (or, from a browser
-/// that sends none, `Sec-Fetch-Site: same-origin`) and the header equal to the cookie.
-pub fn check_csrf_proof(
-    headers: &HeaderMap,
-    public_url: &str,
-    state: Option<&CellState>,
-) -> Result<(), EdgeError> {
-    match header_str(headers, header::ORIGIN) {
-        Some(o) if origin_allowed(o, public_url, state) => {}
-        Some(_) => return Err(EdgeError::Csrf("this origin is not a cell of the fleet")),
-        None if header_str(headers, "sec-fetch-site") == Some("same-origin") => {}
-        None => {
-            return Err(EdgeError::Csrf(
-                "a cookie session's unsafe request needs an Origin",
-            ));
-        }
-    }
-    let sent = header_str(headers, CSRF_HEADER).unwrap_or("");
-    let held = cookie(headers, CSRF_COOKIE).unwrap_or("");
-    if sent.is_empty() || held.is_empty() {
-        return Err(EdgeError::Csrf("missing CSRF proof"));
-    }
-    if !bool::from(sent.as_bytes().ct_eq(held.as_bytes())) {
-        return Err(EdgeError::Csrf("CSRF proof does not match"));
-    }
-    Ok(())
-}
-
-fn is_safe(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+    !headers.contains_key(header::AUTHORIZATION) && protocol::http::has_session_cookie(headers)
 }
 
 /// The decision for one request (the diagram of the module doc).
@@ -194,27 +135,23 @@ pub fn decide(
 ) -> Verdict {
     let origin = header_str(headers, header::ORIGIN);
     let own = origin.is_some_and(|o| same_origin(o, public_url));
-    let fleet = origin.filter(|o| !own && is_fleet_origin(o, state));
-    let cors = fleet.and_then(|o| HeaderValue::from_str(o).ok());
+    let fleet = origin.is_some_and(|o| !own && is_fleet_origin(o, state));
+    let cors = (fleet && cors_allowed(path))
+        .then(|| origin.and_then(|o| HeaderValue::from_str(o).ok()))
+        .flatten();
     let preflight =
         *method == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    match (preflight, origin, cors) {
-        (true, Some(_), Some(allowed)) => Verdict::Preflight(allowed),
-        (true, Some(_), None) if own => Verdict::Pass { cors: None },
-        (true, Some(_), None) => Verdict::Refuse("this origin is not a cell of the fleet"),
-        (_, Some(_), None) if !own && !is_safe(method) => {
+    match (preflight, origin) {
+        (true, Some(_)) if own => Verdict::Pass { cors: None },
+        (true, Some(_)) => match cors {
+            Some(allowed) => Verdict::Preflight(allowed),
+            None if fleet => Verdict::Refuse("this path is not open to other origins"),
+            None => Verdict::Refuse("this origin is not a cell of the fleet"),
+        },
+        (_, Some(_)) if !own && !fleet && protocol::http::is_unsafe(method) => {
             Verdict::Refuse("this origin is not a cell of the fleet")
         }
-        (_, _, cors) => {
-            if !is_safe(method)
-                && !NO_SESSION_PATHS.contains(&path)
-                && uses_session_cookie(headers)
-                && let Err(EdgeError::Csrf(why)) = check_csrf_proof(headers, public_url, state)
-            {
-                return Verdict::Refuse(why);
-            }
-            Verdict::Pass { cors }
-        }
+        _ => Verdict::Pass { cors },
     }
 }
 
@@ -225,61 +162,15 @@ pub fn new_csrf_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// `Set-Cookie` for the CSRF cookie (readable by the page's script: no `HttpOnly`); without
-/// a `Max-Age` it lasts as long as the browser session, like a session cookie without one.
-pub fn csrf_cookie(value: &str, max_age_s: Option<u64>) -> Option<HeaderValue> {
-    let max_age = max_age_s
-        .map(|s| format!("; Max-Age={s}"))
-        .unwrap_or_default();
-    HeaderValue::from_str(&format!(
-        "{CSRF_COOKIE}={value}; Secure; SameSite=Strict; Path=/{max_age}"
-    ))
-    .ok()
-}
-
-/// What an answer's `Set-Cookie` does to the session cookie.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SessionCookieChange {
-    /// Sets one (with its `Max-Age`, if any): the CSRF cookie follows with the same lifetime.
-    Set { max_age_s: Option<u64> },
-    /// Clears it (empty value or `Max-Age=0`): the CSRF cookie goes too.
-    Cleared,
-}
-
-fn session_cookie_change(resp: &Response) -> Option<SessionCookieChange> {
-    let mut out = None;
-    for v in resp.headers().get_all(header::SET_COOKIE) {
-        let Some(rest) = v
-            .to_str()
-            .ok()
-            .and_then(|s| s.strip_prefix(SESSION_COOKIE))
-            .and_then(|r| r.strip_prefix('='))
-        else {
-            continue;
-        };
-        let mut parts = rest.split(';');
-        let value = parts.next().unwrap_or("");
-        let max_age_s = parts
-            .filter_map(|p| p.trim().strip_prefix("Max-Age="))
-            .find_map(|n| n.parse::<u64>().ok());
-        out = Some(if value.is_empty() || max_age_s == Some(0) {
-            SessionCookieChange::Cleared
-        } else {
-            SessionCookieChange::Set { max_age_s }
-        });
-    }
-    out
-}
-
 /// Adds the CORS headers for a fleet origin and keeps the CSRF cookie beside the session one.
 /// A cookie session refused with 401 (revoked, expired, not valid here) is cleared: it can
 /// never work again, and the browser should stop sending it.
 fn finish(mut resp: Response, cors: Option<HeaderValue>, cookie_session: bool) -> Response {
-    let change = match session_cookie_change(&resp) {
+    use protocol::http::{SessionCookieChange, csrf_cookie, session_cookie_change};
+    let change = match session_cookie_change(resp.headers()) {
         None if cookie_session && resp.status() == StatusCode::UNAUTHORIZED => {
-            if let Some(c) = crate::desk::session_cookie("", 0) {
-                resp.headers_mut().append(header::SET_COOKIE, c);
-            }
+            resp.headers_mut()
+                .append(header::SET_COOKIE, protocol::http::clear_session_cookie());
             Some(SessionCookieChange::Cleared)
         }
         other => other,
@@ -463,68 +354,34 @@ mod tests {
     const ME: &str = "https://127.0.0.4:8443";
 
     #[test]
-    fn cookie_writes_need_a_matching_proof() {
-        let ok = headers(&[
-            ("origin", ME),
-            (
-                "cookie",
-                "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
-            ),
-            ("x-cellbind-csrf", "abc"),
-        ]);
-        assert_eq!(
-            decide(&Method::POST, "/api/jobs/j/complete", &ok, ME, None),
-            Verdict::Pass { cors: None }
-        );
-        for bad in [
-            headers(&[
-                ("origin", ME),
-                (
-                    "cookie",
-                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
-                ),
-            ]),
-            headers(&[
-                ("origin", ME),
-                (
-                    "cookie",
-                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
-                ),
-                ("x-cellbind-csrf", "abd"),
-            ]),
-            headers(&[
-                (
-                    "cookie",
-                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
-                ),
-                ("x-cellbind-csrf", "abc"),
-            ]),
-            headers(&[
-                ("origin", "https://evil.example"),
-                (
-                    "cookie",
-                    "__Host-cellbind_session=t; __Host-cellbind_csrf=abc",
-                ),
-                ("x-cellbind-csrf", "abc"),
-            ]),
+    fn no_session_or_desk_answer_is_open_to_cors() {
+        for closed in [
+            "/v1/sessions",
+            "/v1/sessions/renew",
+            "/v1/sessions/transfer",
+            "/v1/sessions/current",
+            "/desk",
+            "/desk/",
+            "/desk/sign-in",
         ] {
-            assert!(matches!(
-                decide(&Method::POST, "/api/jobs/j/complete", &bad, ME, None),
-                Verdict::Refuse(_)
-            ));
+            assert!(!cors_allowed(closed), "{closed}");
         }
-        // Reads and bearer requests need no proof.
-        let read = headers(&[("cookie", "__Host-cellbind_session=t")]);
+        for open in [
+            "/api/routes/today",
+            "/v1/placement-map",
+            "/.well-known/jwks.json",
+            "/v1/sessionsx",
+        ] {
+            assert!(cors_allowed(open), "{open}");
+        }
+    }
+
+    #[test]
+    fn cookie_requests_are_not_this_layers_business_beyond_the_origin() {
+        // The CSRF proof is checked with the credential rule (validate), not here.
+        let same = headers(&[("origin", ME), ("cookie", "__Host-cellbind_session=t")]);
         assert_eq!(
-            decide(&Method::GET, "/api/routes/today", &read, ME, None),
-            Verdict::Pass { cors: None }
-        );
-        let bearer = headers(&[
-            ("authorization", "Bearer t"),
-            ("cookie", "__Host-cellbind_session=t"),
-        ]);
-        assert_eq!(
-            decide(&Method::POST, "/api/jobs/j/complete", &bearer, ME, None),
+            decide(&Method::POST, "/v1/sessions/renew", &same, ME, None),
             Verdict::Pass { cors: None }
         );
     }

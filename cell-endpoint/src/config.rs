@@ -37,6 +37,15 @@ pub const DEFAULT_APP_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default interval of the certificate-file watcher, in milliseconds.
 pub const DEFAULT_CERT_WATCH_MS: u64 = 2_000;
+/// Default time a client has to send its request headers (and, on a kept-alive connection, the
+/// next request's), in milliseconds (ATTACKS A29: slowloris).
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default time a client has to send a whole request body, in milliseconds (ATTACKS A29: a
+/// declared body that never arrives).
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default most open connections from one client address (ATTACKS A29: connection hoarding).
+/// Trusted proxies are not counted, the clients behind them are when PROXY protocol names them.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
 
 fn default_write_lease_ms() -> u64 {
     DEFAULT_WRITE_LEASE_MS
@@ -77,6 +86,15 @@ fn default_connect_timeout() -> u64 {
 fn default_cert_watch() -> u64 {
     DEFAULT_CERT_WATCH_MS
 }
+fn default_header_read_timeout() -> u64 {
+    DEFAULT_HEADER_READ_TIMEOUT_MS
+}
+fn default_body_read_timeout() -> u64 {
+    DEFAULT_BODY_READ_TIMEOUT_MS
+}
+fn default_max_connections_per_ip() -> usize {
+    DEFAULT_MAX_CONNECTIONS_PER_IP
+}
 
 /// The edge's configuration. Unknown keys are ignored so the shared `CELLBIND_*` environment
 /// (e.g. `CELLBIND_EXIT_ON_STDIN_EOF`) does not break loading.
@@ -87,10 +105,19 @@ pub struct Config {
     pub listen: SocketAddr,
     /// This cell's public endpoint URL: the `iss` of its sessions.
     pub public_url: String,
+    /// The auth-service's public listener: `/v1/sessions*` is forwarded there.
     pub auth_service_url: String,
+    /// The auth-service's internal listener: the cell state feed is read there.
+    pub feed_url: String,
+    /// The app's public listener: validated `/api/*` is forwarded there.
     pub app_url: String,
+    /// Bearer token of the feed (this cell's).
     pub feed_token_file: PathBuf,
+    /// This cell's app token, presented to the app as `X-Cellbind-Edge-Key`.
     pub app_token_file: PathBuf,
+    /// This cell's edge token, presented to the auth-service as `X-Cellbind-Edge-Key`: with it
+    /// the auth-service believes `X-Cellbind-Client-Ip` and the session cookie.
+    pub edge_token_file: PathBuf,
     pub state_dir: PathBuf,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
@@ -128,6 +155,27 @@ pub struct Config {
     /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
     #[serde(default)]
     pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
+    /// Peers (CIDRs, e.g. `"10.0.0.0/8"`, `"192.0.2.7/32"`) whose forwarding header or PROXY
+    /// protocol header names the client. Empty (the default): the socket peer is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// The forwarding header trusted proxies set: `"x-forwarded-for"` (default) or
+    /// `"forwarded"` (RFC 7239). Only this one is read; a client's copy of the other is dropped.
+    #[serde(default)]
+    pub client_ip_header: crate::client_ip::ClientIpHeader,
+    /// Whether connections from trusted proxies start with a PROXY protocol v2 header naming
+    /// the client (default false).
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// Time a client has to send its request headers, in milliseconds.
+    #[serde(default = "default_header_read_timeout")]
+    pub header_read_timeout_ms: u64,
+    /// Time a client has to send a whole request body, in milliseconds.
+    #[serde(default = "default_body_read_timeout")]
+    pub body_read_timeout_ms: u64,
+    /// Most open connections from one client address.
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: usize,
 }
 
 impl Config {
@@ -140,9 +188,11 @@ impl Config {
             .map_err(|e| EdgeError::Config(e.to_string()))
     }
 
-    /// The settings the request path needs (the rest is for the binary's wiring).
-    pub fn settings(&self) -> Settings {
-        Settings {
+    /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
+    /// `trusted_proxies` entry that is not a CIDR or an address.
+    pub fn settings(&self) -> Result<Settings, EdgeError> {
+        let trusted_proxies = crate::client_ip::TrustedProxies::parse(&self.trusted_proxies)?;
+        Ok(Settings {
             cell_id: self.cell_id.clone(),
             instance_id: self.instance_id.clone(),
             public_url: self.public_url.clone(),
@@ -156,7 +206,13 @@ impl Config {
             kid_refetch_cooldown: Duration::from_millis(self.kid_refetch_cooldown_ms),
             revocation_max_age: crate::revocation_freshness::max_age(self.revocation_max_age_ms),
             revocation_fail_closed: self.revocation_fail_closed,
-        }
+            trusted_proxies,
+            client_ip_header: self.client_ip_header,
+            proxy_protocol: self.proxy_protocol,
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            max_connections_per_ip: self.max_connections_per_ip,
+        })
     }
 }
 
@@ -179,6 +235,18 @@ pub struct Settings {
     /// `None` turns the revocation freshness check off.
     pub revocation_max_age: Option<Duration>,
     pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
+    /// Peers whose forwarding header (or PROXY header) names the client.
+    pub trusted_proxies: crate::client_ip::TrustedProxies,
+    /// Which forwarding header trusted proxies set.
+    pub client_ip_header: crate::client_ip::ClientIpHeader,
+    /// Whether trusted proxies speak PROXY protocol v2.
+    pub proxy_protocol: bool,
+    /// Time a client has to send its request headers.
+    pub header_read_timeout: Duration,
+    /// Time a client has to send a whole request body.
+    pub body_read_timeout: Duration,
+    /// Most open connections from one client address.
+    pub max_connections_per_ip: usize,
 }
 
 impl Settings {
@@ -200,6 +268,12 @@ impl Settings {
                 crate::revocation_freshness::DEFAULT_REVOCATION_MAX_AGE_MS,
             ),
             revocation_fail_closed: crate::revocation_freshness::FailClosed::Writes,
+            trusted_proxies: crate::client_ip::TrustedProxies::default(),
+            client_ip_header: crate::client_ip::ClientIpHeader::default(),
+            proxy_protocol: false,
+            header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
+            body_read_timeout: Duration::from_millis(DEFAULT_BODY_READ_TIMEOUT_MS),
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
         }
     }
 }
@@ -219,6 +293,8 @@ instance_id = "edge-1"
 listen = "127.0.0.1:8443"
 public_url = "https://127.0.0.3:8443"
 auth_service_url = "https://127.0.0.3:8444"
+feed_url = "https://127.0.0.3:8446"
+edge_token_file = "edge.token"
 app_url = "https://127.0.0.3:8445"
 feed_token_file = "feed.token"
 app_token_file = "app.token"

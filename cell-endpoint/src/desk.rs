@@ -4,29 +4,28 @@
 //! fetched from anywhere else. Every answer carries the security headers (a CSP that allows
 //! scripts only from this origin and no framing, `nosniff`, no referrer).
 //!
-//! `POST /desk/session` (form field `session`) turns a desk session this cell minted into this
-//! cell's cookie, then sends the browser to `/desk/`. The desk uses it after following a
-//! `WRONG_CELL` from another fleet cell: that page signs in here with a CORS request, but
-//! browsers refuse a `SameSite=Strict` cookie set by a cross-site fetch, so the cookie is set on
-//! this top-level navigation instead. The session goes through the same validation as any
-//! request (signature, revocation, ownership); the browser layer has already checked that the
-//! form came from a fleet origin, and adds the CSRF cookie beside the session cookie.
+//! `POST /desk/sign-in` (form fields `contractor_id`, `login`, `password`) signs a dispatcher in
+//! at this cell from a top-level form, sets this cell's cookies and sends the browser to
+//! `/desk/`. The desk uses it after another fleet cell answered `WRONG_CELL` naming this one:
+//! browsers refuse a `SameSite=Strict` cookie set by a cross-site fetch, and no answer that
+//! carries a session is readable cross-origin (ATTACKS A24), so the credentials go to the owner
+//! in a navigation and the session never reaches a script. The form must come from this cell's
+//! or a fleet cell's origin (login CSRF); the browser layer adds the CSRF cookie beside the
+//! session cookie. Failures land on `/desk/?error=CODE`.
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use protocol::ClientKind;
-use protocol::ids::MAX_TOKEN_COOKIE_BYTES;
-use protocol::ownership::Access;
+use protocol::api::SignInRequest;
+use protocol::{ClientKind, ContractorId, ErrorBody, Login, Password};
+use serde::Deserialize;
 
 use crate::Edge;
-use crate::browser::origin_of;
-use crate::error::{EdgeError, rescue};
+use crate::browser::{origin_allowed, origin_of};
+use crate::error::EdgeError;
 use crate::state::CellState;
-use crate::validate::SESSION_COOKIE;
 
 /// The desk page.
 pub const INDEX_HTML: &str = include_str!("../../desk/index.html");
@@ -38,8 +37,11 @@ pub const APP_CSS: &str = include_str!("../../desk/app.css");
 pub const DESK_PATH: &str = "/desk/";
 /// The desk's referrer policy.
 pub const REFERRER_POLICY: &str = "strict-origin";
-/// Largest `POST /desk/session` body, in bytes (the field name plus a cookie-sized token).
-pub const MAX_ADOPT_BODY_BYTES: usize = MAX_TOKEN_COOKIE_BYTES + 64;
+/// Largest `POST /desk/sign-in` body, in bytes.
+pub const MAX_SIGN_IN_FORM_BYTES: usize = 4096;
+/// The desk's error code when the cell a sign-in was sent to names yet another owner: the
+/// cells disagree, and the desk follows a redirect once only.
+pub const CELLS_DISAGREE: &str = "CELLS_DISAGREE";
 
 /// The desk's routes (merged into the edge's router).
 pub fn routes() -> Router<Edge> {
@@ -49,11 +51,11 @@ pub fn routes() -> Router<Edge> {
         .route("/desk/index.html", get(index))
         .route("/desk/app.js", get(app_js))
         .route("/desk/app.css", get(app_css))
-        .route("/desk/session", post(adopt))
+        .route("/desk/sign-in", post(sign_in))
 }
 
-/// The page's CSP: everything from this origin only, except that the sign-in may talk to
-/// (and post its hand-over form to) the fleet's other cells, named by the signed map.
+/// The page's CSP: everything from this origin only, except that the sign-in may post its
+/// form to the fleet's other cells, named by the signed map (it never fetches from them).
 pub fn content_security_policy(state: Option<&CellState>) -> String {
     let mut fleet = String::new();
     if let Some(m) = state.and_then(CellState::map) {
@@ -69,7 +71,7 @@ pub fn content_security_policy(state: Option<&CellState>) -> String {
         }
     }
     format!(
-        "default-src 'self'; connect-src 'self'{fleet}; form-action 'self'{fleet}; \
+        "default-src 'self'; connect-src 'self'; form-action 'self'{fleet}; \
          frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
     )
 }
@@ -138,71 +140,99 @@ fn see_other(edge: &Edge, location: &str) -> Response {
     secure(edge, resp)
 }
 
-/// `Set-Cookie` of the session cookie (DESIGN §4 attributes; `Max-Age` = remaining lifetime).
-pub fn session_cookie(token: &str, max_age_s: u64) -> Option<HeaderValue> {
-    HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={token}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}"
-    ))
-    .ok()
+/// The form of `POST /desk/sign-in`. Unknown fields are refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignInForm {
+    contractor_id: ContractorId,
+    login: Login,
+    password: Password,
 }
 
-/// The `session` field of an `application/x-www-form-urlencoded` body. A session token is
-/// base64url and dots, which form encoding leaves as they are: anything else is refused.
-fn session_field(body: &[u8]) -> Option<&str> {
-    let s = std::str::from_utf8(body).ok()?;
-    let token = s.strip_prefix("session=")?;
-    let ok = !token.is_empty()
-        && token.len() <= MAX_TOKEN_COOKIE_BYTES
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    ok.then_some(token)
+/// Where a failed desk sign-in lands.
+fn failed(edge: &Edge, code: &str) -> Response {
+    let code: String = code
+        .bytes()
+        .filter(|b| b.is_ascii_uppercase() || *b == b'_')
+        .map(char::from)
+        .collect();
+    see_other(edge, &format!("{DESK_PATH}?error={code}"))
 }
 
-/// The error code the one mapping ([`rescue`]) gives `err`, for the desk's `?error=` message.
-async fn code_of(err: &EdgeError) -> String {
-    let body = axum::body::to_bytes(rescue(err).into_body(), 4096)
-        .await
-        .unwrap_or_default();
-    serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| "INTERNAL".to_owned())
-}
-
-async fn adopt_inner(edge: &Edge, body: &[u8]) -> Result<Response, EdgeError> {
-    let token = session_field(body).ok_or(EdgeError::BadRequest("session field"))?;
-    let mut headers = HeaderMap::new();
-    let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| EdgeError::BadRequest("session field"))?;
-    headers.insert(header::AUTHORIZATION, bearer);
-    let v = edge.validate(&headers, Access::Read).await?;
-    if v.claims.cli != ClientKind::Desk {
-        return Err(EdgeError::BadRequest(
-            "only a desk session becomes a cookie",
+async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
+    // A browser always sends Origin on a form POST; the browser layer refused foreign ones.
+    let origin_ok = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .is_some_and(|o| origin_allowed(o, &edge.settings().public_url, edge.current().as_deref()));
+    if !origin_ok {
+        return Err(EdgeError::Csrf(
+            "the desk sign-in form must come from a cell of the fleet",
         ));
     }
-    let max_age = v.claims.exp.saturating_sub(edge.clock().now());
-    let cookie = session_cookie(token, max_age).ok_or(EdgeError::BadRequest("session field"))?;
-    let mut resp = see_other(edge, DESK_PATH);
-    let h = resp.headers_mut();
-    h.append(header::SET_COOKIE, cookie);
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    tracing::info!(sub = %v.claims.sub, jti = %v.claims.jti, "desk session adopted");
-    Ok(resp)
+    let client = crate::limits::client_ip(&req);
+    let body = crate::forward::read_body(edge, req.into_body()).await;
+    let body = match body {
+        Ok(b) if b.len() <= MAX_SIGN_IN_FORM_BYTES => b,
+        Ok(_) => return Err(EdgeError::PayloadTooLarge),
+        Err(e) => return Err(e),
+    };
+    let form: SignInForm =
+        serde_urlencoded::from_bytes(&body).map_err(|_| EdgeError::BadRequest("sign-in form"))?;
+    let json = serde_json::to_vec(&SignInRequest {
+        contractor_id: form.contractor_id,
+        login: form.login,
+        password: form.password,
+        client: ClientKind::Desk,
+    })
+    .map_err(|_| EdgeError::BadRequest("sign-in form"))?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let answer = crate::forward::send_to_auth(
+        edge,
+        Method::POST,
+        "/v1/sessions",
+        headers,
+        json.into(),
+        client,
+    )
+    .await?;
+    let status = answer.status();
+    let (parts, body) = answer.into_parts();
+    if status == StatusCode::CREATED {
+        let mut resp = see_other(edge, DESK_PATH);
+        for c in parts.headers.get_all(header::SET_COOKIE) {
+            resp.headers_mut().append(header::SET_COOKIE, c.clone());
+        }
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return Ok(resp);
+    }
+    let body = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let code = serde_json::from_slice::<ErrorBody>(&body)
+        .ok()
+        .map(|b| b.error);
+    Ok(match code {
+        // The owner named by the first cell names yet another: never followed twice.
+        Some(protocol::ErrorCode::WrongCell) => failed(edge, CELLS_DISAGREE),
+        Some(c) => failed(edge, c.as_str()),
+        None => failed(edge, "UPSTREAM_UNAVAILABLE"),
+    })
 }
 
-/// `POST /desk/session`: see the module doc. Failures land on `/desk/?error=CODE`.
-async fn adopt(State(edge): State<Edge>, body: Bytes) -> Response {
-    if body.len() > MAX_ADOPT_BODY_BYTES {
-        return rescue(&EdgeError::PayloadTooLarge);
-    }
-    match adopt_inner(&edge, &body).await {
+/// `POST /desk/sign-in`: see the module doc.
+async fn sign_in(State(edge): State<Edge>, req: Request) -> Response {
+    match sign_in_inner(&edge, req).await {
         Ok(r) => r,
         Err(e) => {
             edge.metrics().outcome(e.outcome());
-            let code = code_of(&e).await;
-            see_other(&edge, &format!("{DESK_PATH}?error={code}"))
+            failed(&edge, crate::error::answer(&e).1.error.as_str())
         }
     }
 }
@@ -212,19 +242,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_session_field_is_exact() {
-        assert_eq!(session_field(b"session=a.b-c_d"), Some("a.b-c_d"));
+    fn the_sign_in_form_is_exact() {
+        let ok: SignInForm =
+            serde_urlencoded::from_bytes(b"contractor_id=c-1&login=tech-1&password=p%26w%3D")
+                .unwrap();
+        assert_eq!(ok.contractor_id.as_str(), "c-1");
         for bad in [
-            &b"session="[..],
-            b"token=a.b.c",
-            b"session=a%2Eb",
-            b"session=a.b&x=1",
-            b"session=a b",
+            &b"contractor_id=c-1&login=tech-1"[..],
+            b"contractor_id=../x&login=tech-1&password=p",
+            b"contractor_id=c-1&login=tech-1&password=p&client=field",
         ] {
-            assert_eq!(session_field(bad), None);
+            assert!(serde_urlencoded::from_bytes::<SignInForm>(bad).is_err());
         }
-        let long = format!("session={}", "a".repeat(MAX_TOKEN_COOKIE_BYTES + 1));
-        assert_eq!(session_field(long.as_bytes()), None);
     }
 
     #[test]

@@ -63,10 +63,16 @@ pub enum EdgeError {
     AppTimeout,
     #[error("not found")]
     NotFound,
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
     #[error("a cookie session's unsafe request did not come from this cell's origin")]
     CrossSite,
     #[error("refused by the browser rules: {0}")]
     Csrf(&'static str),
+    #[error("refused: {0}")]
+    CsrfProof(protocol::http::CsrfError),
+    #[error("the request body was not received in time")]
+    BodyTimeout,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
 }
@@ -86,6 +92,10 @@ impl EdgeError {
             | EdgeError::LeaseLapsed
             | EdgeError::RevocationsStale => "stale",
             EdgeError::RateLimited { .. } => "rate_limited",
+            EdgeError::Csrf(_) | EdgeError::CsrfProof(_) | EdgeError::CrossSite => "forbidden",
+            EdgeError::BadRequest(_) | EdgeError::BodyTimeout | EdgeError::PayloadTooLarge => {
+                "bad_request"
+            }
             EdgeError::AuthUnavailable | EdgeError::AppUnavailable | EdgeError::AppTimeout => {
                 "upstream_error"
             }
@@ -94,9 +104,22 @@ impl EdgeError {
     }
 }
 
-/// Maps every error to its HTTP answer. The only place statuses and codes are chosen.
+/// Maps every error to its HTTP answer (see [`answer`]).
 pub fn rescue(err: &EdgeError) -> Response {
-    let (status, body) = match err {
+    let (status, body) = answer(err);
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let retry = body.retry_after_s;
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(secs) = retry {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// The status and body of every error: the only place statuses and codes are chosen.
+pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
+    match err {
         EdgeError::NotReady => (
             503,
             ErrorBody::new(ErrorCode::NotReady, "this edge has no cell state yet")
@@ -193,7 +216,22 @@ pub fn rescue(err: &EdgeError) -> Response {
             ),
         ),
         EdgeError::Csrf(why) => (403, ErrorBody::new(ErrorCode::Forbidden, *why)),
+        EdgeError::CsrfProof(why) => (403, ErrorBody::new(ErrorCode::Forbidden, why.to_string())),
+        EdgeError::BodyTimeout => (
+            408,
+            ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                "the request body was not received in time",
+            ),
+        ),
         EdgeError::NotFound => (404, ErrorBody::new(ErrorCode::NotFound, "no such route")),
+        EdgeError::MethodNotAllowed => (
+            405,
+            ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                "method not allowed on this route",
+            ),
+        ),
         EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),
         EdgeError::Config(_)
         | EdgeError::Io(_)
@@ -201,15 +239,7 @@ pub fn rescue(err: &EdgeError) -> Response {
         | EdgeError::StateFile(_)
         | EdgeError::Feed(_)
         | EdgeError::Upstream(_) => (500, ErrorBody::new(ErrorCode::Internal, "internal error")),
-    };
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let retry = body.retry_after_s;
-    let mut resp = (status, axum::Json(body)).into_response();
-    if let Some(secs) = retry {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
-    resp
 }
 
 impl IntoResponse for EdgeError {

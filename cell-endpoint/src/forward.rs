@@ -16,16 +16,12 @@ use crate::Edge;
 use crate::config::Config;
 use crate::error::{EdgeError, rescue};
 use crate::limits::client_ip;
-use crate::validate::{SESSION_COOKIE, Validated};
+use crate::validate::Validated;
 
-pub const X_CLIENT_IP: &str = "x-cellbind-client-ip";
-pub const X_SUBJECT: &str = "x-cellbind-subject";
-pub const X_CONTRACTOR: &str = "x-cellbind-contractor";
-pub const X_GENERATION: &str = "x-cellbind-generation";
-pub const X_SESSION: &str = "x-cellbind-session";
-pub const X_EDGE_KEY: &str = "x-cellbind-edge-key";
-/// Prefix of every header the edge owns; a client's copies are stripped.
-pub const CELLBIND_PREFIX: &str = "x-cellbind-";
+pub use protocol::http::{
+    CELLBIND_HEADER_PREFIX, X_CLIENT_IP, X_CONTRACTOR, X_EDGE_KEY, X_GENERATION, X_SESSION,
+    X_SUBJECT,
+};
 
 /// A secret read from a `*_file` setting. `Debug` never shows it.
 #[derive(Clone, Default)]
@@ -61,7 +57,8 @@ impl fmt::Debug for Secret {
 pub enum Target {
     Http {
         client: reqwest::Client,
-        base: String,
+        /// The upstream's base URL (scheme, authority, optional path prefix, no trailing `/`).
+        base: reqwest::Url,
     },
     Local(Router),
     /// Not configured: every request fails as unreachable.
@@ -83,6 +80,49 @@ impl fmt::Debug for Target {
 pub enum SendError {
     Unreachable,
     Timeout,
+    /// The target could not be appended to the upstream's base without being changed.
+    BadTarget,
+}
+
+/// The upstream URL for `path_and_query`: the base with the already validated (canonical,
+/// see `target`) path appended byte for byte, never resolved against it (ATTACKS A23). A URL
+/// library that would change the appended path (dot segments, re-encoding) makes this `None`.
+pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> Option<reqwest::Url> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    if !path.starts_with('/') {
+        return None;
+    }
+    let prefix = base.path().trim_end_matches('/');
+    let url = reqwest::Url::parse(&format!(
+        "{}{}",
+        base.as_str().trim_end_matches('/'),
+        path_and_query
+    ))
+    .ok()?;
+    let same_path = url
+        .path()
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest == path);
+    (same_path
+        && url.query() == query
+        && url.host_str() == base.host_str()
+        && url.port_or_known_default() == base.port_or_known_default())
+    .then_some(url)
+}
+
+/// Parses an upstream base URL from the configuration (https only, no query or fragment).
+pub fn base_url(what: &str, url: &str) -> Result<reqwest::Url, EdgeError> {
+    let u = reqwest::Url::parse(url.trim_end_matches('/'))
+        .map_err(|e| EdgeError::Config(format!("{what}: {e}")))?;
+    if u.scheme() != "https" || u.query().is_some() || u.fragment().is_some() {
+        return Err(EdgeError::Config(format!(
+            "{what} must be an https URL without query or fragment"
+        )));
+    }
+    Ok(u)
 }
 
 impl Target {
@@ -104,14 +144,11 @@ impl Target {
                 }
             }
             Target::Http { client, base } => {
-                let path = req
-                    .uri()
-                    .path_and_query()
-                    .map_or("/", |p| p.as_str())
-                    .to_owned();
+                let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                let url = upstream_url(base, pq).ok_or(SendError::BadTarget)?;
                 let (parts, body) = req.into_parts();
                 let resp = client
-                    .request(parts.method, format!("{base}{path}"))
+                    .request(parts.method, url)
                     .headers(parts.headers)
                     .body(body)
                     .timeout(timeout)
@@ -133,27 +170,40 @@ impl Target {
     }
 }
 
-/// The two upstreams and what the edge presents to them.
+/// The upstreams and what the edge presents to them.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
+    /// The auth-service's public listener (`/v1/sessions*`).
     pub auth: Target,
+    /// The auth-service's internal listener (the feed).
+    pub feed: Target,
+    /// The app's public listener (`/api/*`).
     pub app: Target,
-    pub app_token: Secret,
-    /// `app_token` as a header value, marked sensitive (never logged by hyper/h2).
+    /// The app token as `X-Cellbind-Edge-Key` towards the app, marked sensitive (never logged
+    /// by hyper/h2).
     pub app_key_header: HeaderValue,
+    /// The edge token as `X-Cellbind-Edge-Key` towards the auth-service, marked sensitive.
+    pub edge_key_header: HeaderValue,
     pub feed_token: Secret,
     pub auth_timeout: Duration,
     pub app_timeout: Duration,
 }
 
+/// The app token of in-process upstreams (tests, benchmarks).
+pub const LOCAL_APP_TOKEN: &str = "edge-key-for-tests";
+/// The edge token of in-process upstreams (tests, benchmarks).
+pub const LOCAL_EDGE_TOKEN: &str = "edge-token-for-tests";
+
 impl Upstreams {
-    /// In-process upstreams (tests, benchmarks).
+    /// In-process upstreams (tests, benchmarks); the feed is read from the auth router.
     pub fn local(auth: Option<Router>, app: Option<Router>) -> Self {
+        let auth = auth.map_or(Target::None, Target::Local);
         Self {
-            auth: auth.map_or(Target::None, Target::Local),
+            feed: auth.clone(),
+            auth,
             app: app.map_or(Target::None, Target::Local),
-            app_token: Secret::new("edge-key-for-tests"),
-            app_key_header: sensitive("edge-key-for-tests").unwrap_or(HeaderValue::from_static("")),
+            app_key_header: sensitive(LOCAL_APP_TOKEN).unwrap_or(HeaderValue::from_static("")),
+            edge_key_header: sensitive(LOCAL_EDGE_TOKEN).unwrap_or(HeaderValue::from_static("")),
             feed_token: Secret::new("feed-token-for-tests"),
             auth_timeout: Duration::from_millis(crate::config::DEFAULT_AUTH_TIMEOUT_MS),
             app_timeout: Duration::from_millis(crate::config::DEFAULT_APP_TIMEOUT_MS),
@@ -163,19 +213,18 @@ impl Upstreams {
     /// Real HTTPS upstreams trusting only `ca_cert`.
     pub fn from_config(c: &Config) -> Result<Self, EdgeError> {
         let client = https_client(&c.ca_cert, Duration::from_millis(c.connect_timeout_ms))?;
-        let app_token = Secret::from_file(&c.app_token_file)?;
-        let app_key_header = sensitive(app_token.expose())?;
-        Ok(Self {
-            auth: Target::Http {
+        let http = |what, url: &str| -> Result<Target, EdgeError> {
+            Ok(Target::Http {
                 client: client.clone(),
-                base: c.auth_service_url.trim_end_matches('/').to_owned(),
-            },
-            app: Target::Http {
-                client,
-                base: c.app_url.trim_end_matches('/').to_owned(),
-            },
-            app_token,
-            app_key_header,
+                base: base_url(what, url)?,
+            })
+        };
+        Ok(Self {
+            auth: http("auth_service_url", &c.auth_service_url)?,
+            feed: http("feed_url", &c.feed_url)?,
+            app: http("app_url", &c.app_url)?,
+            app_key_header: sensitive(Secret::from_file(&c.app_token_file)?.expose())?,
+            edge_key_header: sensitive(Secret::from_file(&c.edge_token_file)?.expose())?,
             feed_token: Secret::from_file(&c.feed_token_file)?,
             auth_timeout: Duration::from_millis(c.auth_timeout_ms),
             app_timeout: Duration::from_millis(c.app_timeout_ms),
@@ -185,7 +234,7 @@ impl Upstreams {
 
 fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
     let mut v = HeaderValue::from_str(s)
-        .map_err(|_| EdgeError::Config("the app token is not a valid header value".into()))?;
+        .map_err(|_| EdgeError::Config("a token is not a valid header value".into()))?;
     v.set_sensitive(true);
     Ok(v)
 }
@@ -223,34 +272,100 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// The client's headers minus hop-by-hop, `Host`, `Content-Length` (recomputed) and every
-/// `X-Cellbind-*` (only the edge sets those).
-fn outbound_headers(incoming: &HeaderMap) -> HeaderMap {
+/// Whether a client's request header is never forwarded (ATTACKS A25, A26): hop-by-hop
+/// headers (RFC 9110 §7.6.1), `Host` and `Content-Length` (the upstream request has its own),
+/// the credentials (the forwarder adds back the one the credential rule chose), and every
+/// forwarding, client-address and method/URL override header a client could use to lie to the
+/// upstream. `name` is lower case; an `_` counts as `-` (CGI, WSGI and Rack read it so).
+fn never_forwarded(name: &str) -> bool {
+    let normalised;
+    let name = if name.contains('_') {
+        normalised = name.replace('_', "-");
+        normalised.as_str()
+    } else {
+        name
+    };
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "authorization"
+            | "cookie"
+            | "forwarded"
+            | "x-forwarded-for"
+            | "x-forwarded-host"
+            | "x-forwarded-proto"
+            | "x-forwarded-port"
+            | "x-forwarded-prefix"
+            | "x-forwarded-server"
+            | "x-real-ip"
+            | "x-client-ip"
+            | "true-client-ip"
+            | "cf-connecting-ip"
+            | "x-cluster-client-ip"
+            | "x-original-url"
+            | "x-original-uri"
+            | "x-rewrite-url"
+            | "x-http-method-override"
+            | "x-http-method"
+            | "x-method-override"
+    ) || protocol::http::is_cellbind_header(name)
+}
+
+/// The client's headers that may reach an upstream, plus `X-Forwarded-For` (the client address
+/// the edge established) and `X-Forwarded-Proto: https`. Headers the client lists in
+/// `Connection` are hop-by-hop too and go.
+fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> HeaderMap {
+    let listed: Vec<String> = incoming
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase().replace('_', "-"))
+        .filter(|t| !t.is_empty())
+        .collect();
     let mut h = HeaderMap::with_capacity(incoming.len() + 8);
     for (name, value) in incoming {
-        if HOP_BY_HOP.contains(name)
-            || name == header::HOST
-            || name == header::CONTENT_LENGTH
-            || name.as_str().starts_with(CELLBIND_PREFIX)
+        let n = name.as_str();
+        if never_forwarded(n)
+            || (!listed.is_empty() && listed.iter().any(|l| *l == n.replace('_', "-")))
         {
             continue;
         }
         h.append(name.clone(), value.clone());
     }
+    if let Some(ip) = client
+        && let Ok(v) = HeaderValue::from_str(&ip.to_string())
+    {
+        h.insert(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    h.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static("https"),
+    );
     h
 }
 
-/// The `Cookie` header without the session cookie (the app never sees the session).
-fn cookies_without_session(incoming: &HeaderMap) -> Option<HeaderValue> {
+/// The `Cookie` header without the session and CSRF cookies (the app never sees them).
+fn cookies_for_app(incoming: &HeaderMap) -> Option<HeaderValue> {
     let mut kept: Vec<&str> = Vec::new();
     for v in incoming.get_all(header::COOKIE) {
         let Ok(v) = v.to_str() else { continue };
         for pair in v.split(';') {
             let pair = pair.trim_start_matches(' ');
-            let is_session = pair
-                .strip_prefix(SESSION_COOKIE)
-                .is_some_and(|r| r.starts_with('='));
-            if !is_session && !pair.is_empty() {
+            let ours = [protocol::http::SESSION_COOKIE, protocol::http::CSRF_COOKIE]
+                .iter()
+                .any(|c| pair.strip_prefix(c).is_some_and(|r| r.starts_with('=')));
+            if !ours && !pair.is_empty() {
                 kept.push(pair);
             }
         }
@@ -261,7 +376,23 @@ fn cookies_without_session(incoming: &HeaderMap) -> Option<HeaderValue> {
     HeaderValue::from_str(&kept.join("; ")).ok()
 }
 
-async fn read_body(
+/// Reads a whole request body: at most `max_body_bytes` (413), within `body_read_timeout`
+/// from now (408: a declared body that never arrives must not hold the connection).
+pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, EdgeError> {
+    let s = edge.settings();
+    match tokio::time::timeout(
+        s.body_read_timeout,
+        axum::body::to_bytes(body, s.max_body_bytes),
+    )
+    .await
+    {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(_)) => Err(EdgeError::PayloadTooLarge),
+        Err(_) => Err(EdgeError::BodyTimeout),
+    }
+}
+
+async fn read_request(
     edge: &Edge,
     req: Request,
 ) -> Result<(http::request::Parts, bytes::Bytes), EdgeError> {
@@ -276,9 +407,7 @@ async fn read_body(
     {
         return Err(EdgeError::PayloadTooLarge);
     }
-    let bytes = axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| EdgeError::PayloadTooLarge)?;
+    let bytes = read_body(edge, body).await?;
     Ok((parts, bytes))
 }
 
@@ -301,29 +430,112 @@ fn build(
     Ok(req)
 }
 
-/// `/v1/sessions*` → the auth-service, verbatim plus `X-Cellbind-Client-Ip`.
-pub async fn to_auth(State(edge): State<Edge>, req: Request) -> Response {
-    match forward_auth(&edge, req).await {
-        Ok(r) => r,
-        Err(e) => rescue(&e),
+/// The session routes the edge forwards to the auth-service: an allow-list (ATTACKS A23);
+/// every other `/v1/sessions/...` target is answered here (404), never forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionRoute {
+    /// `POST /v1/sessions`: credentials in the body, no session.
+    SignIn,
+    /// `GET|DELETE /v1/sessions/current`.
+    Current,
+    /// `POST /v1/sessions/renew`.
+    Renew,
+    /// `POST /v1/sessions/transfer`.
+    Transfer,
+    /// `POST /v1/sessions/rebind`: a ticket in the body, no session.
+    Rebind,
+}
+
+impl SessionRoute {
+    /// Whether the route acts on the presented session (and so takes a credential).
+    pub fn uses_session(self) -> bool {
+        matches!(
+            self,
+            SessionRoute::Current | SessionRoute::Renew | SessionRoute::Transfer
+        )
     }
 }
 
-async fn forward_auth(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
-    let ip = client_ip(&req);
-    let (parts, body) = read_body(edge, req).await?;
-    let mut headers = outbound_headers(&parts.headers);
-    if let Some(ip) = ip
+/// Sends a request to the auth-service's public listener as this cell's edge: with the edge
+/// token (so the auth-service believes the client address and the cookie) and the client
+/// address the edge established.
+pub(crate) async fn send_to_auth(
+    edge: &Edge,
+    method: Method,
+    path: &str,
+    mut headers: HeaderMap,
+    body: bytes::Bytes,
+    client: Option<std::net::IpAddr>,
+) -> Result<Response, EdgeError> {
+    let up = edge.upstreams();
+    if let Some(ip) = client
         && let Ok(v) = HeaderValue::from_str(&ip.to_string())
     {
-        headers.insert(X_CLIENT_IP, v);
+        headers.insert(HeaderName::from_static(X_CLIENT_IP), v);
     }
-    let out = build(parts.method.clone(), path_and_query(&parts), headers, body)?;
-    let up = edge.upstreams();
+    headers.insert(
+        HeaderName::from_static(X_EDGE_KEY),
+        up.edge_key_header.clone(),
+    );
+    let out = build(method, path, headers, body)?;
     up.auth
         .send(out, up.auth_timeout)
         .await
-        .map_err(|_| EdgeError::AuthUnavailable)
+        .map_err(|e| match e {
+            SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
+            SendError::Unreachable | SendError::Timeout => EdgeError::AuthUnavailable,
+        })
+}
+
+/// `/v1/sessions*` → the auth-service. Only the credential the rule chose travels: the bearer
+/// header or the session cookie, never both, never the other cookies; a cookie request with an
+/// unsafe method has passed the CSRF proof here.
+pub async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
+    match forward_auth(&edge, route, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            edge.metrics().outcome(e.outcome());
+            rescue(&e)
+        }
+    }
+}
+
+async fn forward_auth(
+    edge: &Edge,
+    route: SessionRoute,
+    req: Request,
+) -> Result<Response, EdgeError> {
+    let ip = client_ip(&req);
+    let (parts, body) = read_request(edge, req).await?;
+    let mut headers = outbound_headers(&parts.headers, ip);
+    if route.uses_session() {
+        let chosen = edge
+            .resolve_credential(&parts.headers, &parts.method)
+            .await?;
+        let (name, value) = match chosen.source {
+            protocol::http::Source::Bearer => (
+                header::AUTHORIZATION,
+                format!("{}{}", protocol::http::BEARER_PREFIX, chosen.token),
+            ),
+            protocol::http::Source::Cookie => (
+                header::COOKIE,
+                format!("{}={}", protocol::http::SESSION_COOKIE, chosen.token),
+            ),
+        };
+        let mut v = HeaderValue::from_str(&value)
+            .map_err(|_| EdgeError::Token(protocol::token::TokenError::Malformed))?;
+        v.set_sensitive(true);
+        headers.insert(name, v);
+    }
+    send_to_auth(
+        edge,
+        parts.method.clone(),
+        path_and_query(&parts),
+        headers,
+        body,
+        ip,
+    )
+    .await
 }
 
 /// Validated `/api/*` → the app, with the session's identity in `X-Cellbind-*` headers and
@@ -356,11 +568,10 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     } else {
         None
     };
-    let (parts, body) = read_body(edge, req).await?;
-    let mut headers = outbound_headers(&parts.headers);
-    headers.remove(header::AUTHORIZATION);
-    headers.remove(header::COOKIE);
-    if let Some(c) = cookies_without_session(&parts.headers) {
+    let ip = client_ip(&req);
+    let (parts, body) = read_request(edge, req).await?;
+    let mut headers = outbound_headers(&parts.headers, ip);
+    if let Some(c) = cookies_for_app(&parts.headers) {
         headers.insert(header::COOKIE, c);
     }
     let up = edge.upstreams();
@@ -375,5 +586,76 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     up.app.send(out, up.app_timeout).await.map_err(|e| match e {
         SendError::Timeout => EdgeError::AppTimeout,
         SendError::Unreachable => EdgeError::AppUnavailable,
+        SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn upstream_urls_are_appended_never_resolved() {
+        let base = base_url("t", "https://127.0.0.3:8444/").unwrap();
+        assert_eq!(
+            upstream_url(&base, "/v1/sessions/current?x=1")
+                .unwrap()
+                .as_str(),
+            "https://127.0.0.3:8444/v1/sessions/current?x=1"
+        );
+        for bad in [
+            "/v1/sessions/../../admin/v1/status",
+            "/v1/sessions/%2e%2e/admin",
+            "/api/./x",
+            "api/x",
+            "/api/{x}",
+        ] {
+            assert!(upstream_url(&base, bad).is_none(), "{bad}");
+        }
+        let prefixed = base_url("t", "https://app.internal/cell-03").unwrap();
+        assert_eq!(
+            upstream_url(&prefixed, "/api/routes/today")
+                .unwrap()
+                .as_str(),
+            "https://app.internal/cell-03/api/routes/today"
+        );
+        assert!(base_url("t", "http://x").is_err());
+    }
+
+    #[test]
+    fn forwarding_and_identity_headers_never_come_from_the_client() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-cellbind-contractor", "c-1"),
+            ("x_cellbind_contractor", "c-1"),
+            ("X_Cellbind_Subject", "s"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x_forwarded_for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-original-url", "/internal/v1/x"),
+            ("x-rewrite-url", "/internal/v1/x"),
+            ("x-http-method-override", "DELETE"),
+            ("connection", "x-secret-hop, keep-alive"),
+            ("x-secret-hop", "1"),
+            ("authorization", "Bearer t"),
+            ("cookie", "__Host-cellbind_session=t"),
+            ("accept", "application/json"),
+        ] {
+            h.append(
+                HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        let out = outbound_headers(&h, Some("192.0.2.7".parse().unwrap()));
+        let names: Vec<&str> = out.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            ["accept", "x-forwarded-for", "x-forwarded-proto"],
+            "{out:?}"
+        );
+        assert_eq!(out["x-forwarded-for"], "192.0.2.7");
+        assert_eq!(out["x-forwarded-proto"], "https");
+    }
 }

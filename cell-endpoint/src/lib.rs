@@ -6,7 +6,9 @@
 //! serves to the cell's app. [`app`] builds the whole service so tests drive it in-process.
 
 pub mod browser;
+pub mod client_ip;
 pub mod config;
+pub mod conn;
 pub mod desk;
 pub mod drain;
 pub mod error;
@@ -17,6 +19,7 @@ pub mod revocation_compaction;
 pub mod revocation_freshness;
 pub mod state;
 pub mod sync;
+pub mod target;
 pub mod tls;
 pub mod validate;
 
@@ -30,13 +33,13 @@ use axum::extract::State;
 use axum::handler::Handler as _;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{get, post};
 use protocol::feed::{FeedBody, FeedResponse};
 use protocol::time::SharedClock;
 use tower::ServiceBuilder;
 
 pub use config::{Config, Settings};
-pub use error::{EdgeError, rescue};
+pub use error::{EdgeError, answer, rescue};
 pub use state::CellState;
 
 use crate::forward::Upstreams;
@@ -60,6 +63,10 @@ pub struct Inner {
     limits: Limits,
     refetch: KeyRefetch,
     upstreams: Upstreams,
+    /// This cell's public authority (`host[:port]`), for absolute-form targets.
+    public_authority: String,
+    /// Admission of connections (PROXY v2, the per-address cap).
+    gate: Arc<conn::ConnectionGate>,
     state_dir: Option<PathBuf>,
     in_flight: Arc<crate::drain::InFlight>,
 }
@@ -76,13 +83,21 @@ impl Edge {
     pub fn new(settings: Settings, clock: SharedClock, upstreams: Upstreams) -> Self {
         let limits = Limits::new(&settings);
         let refetch = KeyRefetch::new(settings.kid_refetch_cooldown);
+        let public_authority = target::authority_of(&settings.public_url);
+        let metrics = Metrics::new();
+        let gate = Arc::new(conn::ConnectionGate::new(
+            &settings,
+            metrics.connections_refused(),
+        ));
         Edge(Arc::new(Inner {
+            public_authority,
+            gate,
             settings,
             state: ArcSwapOption::empty(),
             apply_lock: Mutex::new(()),
             last_sync: Mutex::new(None),
             clock,
-            metrics: Metrics::new(),
+            metrics,
             cache: TokenCache::new(),
             limits,
             refetch,
@@ -117,6 +132,11 @@ impl Edge {
 
     pub fn upstreams(&self) -> &Upstreams {
         &self.upstreams
+    }
+
+    /// The admission of this edge's connections (give it to [`tls::serve`]).
+    pub fn connection_gate(&self) -> Arc<conn::ConnectionGate> {
+        self.gate.clone()
     }
 
     /// Writes in flight per contractor (the migration drain).
@@ -219,40 +239,81 @@ impl Edge {
 
 /// The whole edge service. Layers, outermost first, each with why it sits there.
 pub fn app(edge: Edge) -> Router {
-    // Only `/api/*` is validated: sign-in and renewal go to the auth-service, which checks
-    // credentials and sessions itself; health, keys and the map are public.
+    // Only `/api/*` is validated here: the session routes resolve their credential in the
+    // forwarder (the auth-service checks the session itself); health, keys and the map are
+    // public.
     let api = ServiceBuilder::new()
         // Session validation wraps the forwarder directly (no extra router hop): everything it
         // needs (state, cache, limits) is in `Edge`, and what it proves (the verified claims)
         // travels to the forwarder in the request extensions.
         .layer(ValidateLayer::new(edge.clone()))
         .service(forward::to_app.with_state(edge.clone()));
-    Router::new()
+    let session = |route: forward::SessionRoute| {
+        move |State(edge): State<Edge>, req: axum::extract::Request| {
+            forward::to_auth(edge, route, req)
+        }
+    };
+    use forward::SessionRoute as S;
+    // An allow-list: these session routes and `/api/*` are the only targets forwarded
+    // (ATTACKS A23); anything else is answered here.
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .route("/.well-known/jwks.json", get(jwks))
         .route("/v1/placement-map", get(placement_map))
-        .route("/v1/sessions", any(forward::to_auth))
-        .route("/v1/sessions/{*rest}", any(forward::to_auth))
+        .route("/v1/sessions", post(session(S::SignIn)))
+        .route(
+            "/v1/sessions/current",
+            get(session(S::Current)).delete(session(S::Current)),
+        )
+        .route("/v1/sessions/renew", post(session(S::Renew)))
+        .route("/v1/sessions/transfer", post(session(S::Transfer)))
+        .route("/v1/sessions/rebind", post(session(S::Rebind)))
         .route_service("/api/{*rest}", api)
         .merge(desk::routes())
         .fallback(not_found)
-        .layer(
-            ServiceBuilder::new()
-                // The browser rules (CORS preflights, CSRF proof and Origin on cookie writes)
-                // sit outermost: every answer, the per-IP limiter's 429 included, must carry
-                // the CORS headers a fleet page needs to read it, and what this layer does is a
-                // few header comparisons, cheaper than anything below it.
-                .layer(browser::BrowserLayer::new(edge.clone()))
-                // Per-IP rate limit first: a flood is refused before any parsing, token
-                // verification or upstream call is paid for.
-                .layer(axum::middleware::from_fn_with_state(
-                    edge.clone(),
-                    limits::per_ip,
-                )),
-        )
-        .with_state(edge)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(edge.clone());
+    let checked = ServiceBuilder::new()
+        // The browser rules (CORS preflights, foreign origins) sit outermost: every answer, the
+        // per-IP limiter's 429 and a refused target included, must carry the CORS headers a
+        // fleet page needs to read it, and what this layer does is a few header comparisons.
+        .layer(browser::BrowserLayer::new(edge.clone()))
+        // Per-IP rate limit next: it also establishes the client address (trusted proxies)
+        // once for everything below, and a flood is refused before any parsing, token
+        // verification or upstream call is paid for.
+        .layer(axum::middleware::from_fn_with_state(
+            edge.clone(),
+            limits::per_ip,
+        ))
+        // Canonical targets only, before routing (ATTACKS A23): what is routed is exactly what
+        // every upstream, URL library and framework would read, so nothing can be resolved
+        // into a route the edge did not choose.
+        .layer(axum::middleware::from_fn_with_state(
+            edge.clone(),
+            canonical_target,
+        ))
+        .service(routes);
+    Router::new().fallback_service(checked)
+}
+
+async fn canonical_target(
+    State(edge): State<Edge>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match target::check(&req, &edge.public_authority) {
+        Ok(()) => next.run(req).await,
+        Err(why) => {
+            edge.metrics().outcome("bad_request");
+            rescue(&EdgeError::BadRequest(why))
+        }
+    }
+}
+
+async fn method_not_allowed() -> Response {
+    rescue(&EdgeError::MethodNotAllowed)
 }
 
 async fn healthz() -> &'static str {
@@ -320,8 +381,12 @@ pub async fn run(
         "cell-endpoint starting"
     );
     let upstreams = Upstreams::from_config(&config)?;
-    let edge = Edge::new(config.settings(), protocol::time::system_clock(), upstreams)
-        .with_state_dir(config.state_dir.clone());
+    let edge = Edge::new(
+        config.settings()?,
+        protocol::time::system_clock(),
+        upstreams,
+    )
+    .with_state_dir(config.state_dir.clone());
     match state::load(&config.state_dir, &config.cell_id) {
         Ok(Some(s)) => {
             tracing::info!(
@@ -348,7 +413,8 @@ pub async fn run(
         shutdown.await;
         h.graceful_shutdown(Some(tls::GRACEFUL_SHUTDOWN));
     });
-    let result = tls::serve(config.listen, tls, handle, app(edge)).await;
+    let gate = edge.connection_gate();
+    let result = tls::serve(config.listen, tls, handle, gate, app(edge)).await;
     sync_task.abort();
     limits_task.abort();
     watch_task.abort();

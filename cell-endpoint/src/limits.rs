@@ -69,21 +69,43 @@ impl Limits {
     }
 }
 
-/// The client IP of a request: the socket peer (the edge is the public endpoint; it does
-/// not trust forwarding headers).
-pub fn client_ip(req: &Request) -> Option<IpAddr> {
+/// The client address of a request, as [`per_ip`] established it (see `client_ip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIp(pub IpAddr);
+
+/// The connection's peer: the PROXY v2 source a trusted proxy named, else the socket peer.
+fn peer_of(req: &Request) -> Option<IpAddr> {
     req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
+        .get::<crate::conn::ProxiedPeer>()
+        .map(|p| p.0.ip())
+        .or_else(|| {
+            req.extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        })
 }
 
-/// Per-IP middleware.
-pub async fn per_ip(State(edge): State<Edge>, req: Request, next: Next) -> Response {
-    if let Some(ip) = client_ip(&req)
-        && let Err(e) = edge.limits.check_ip(ip)
-    {
-        edge.metrics().outcome(e.outcome());
-        return rescue(&e);
+/// The client IP of a request, as [`per_ip`] established it (ATTACKS A27); without that
+/// record, the connection's peer. `None` only for in-process requests without a connection.
+pub fn client_ip(req: &Request) -> Option<IpAddr> {
+    match req.extensions().get::<ClientIp>() {
+        Some(ClientIp(ip)) => Some(*ip),
+        None => peer_of(req),
+    }
+}
+
+/// Per-IP middleware: establishes the client address once (recorded for the forwarders) and
+/// takes one request from its bucket.
+pub async fn per_ip(State(edge): State<Edge>, mut req: Request, next: Next) -> Response {
+    if let Some(peer) = peer_of(&req) {
+        let s = edge.settings();
+        let ip =
+            crate::client_ip::resolve(peer, req.headers(), &s.trusted_proxies, s.client_ip_header);
+        req.extensions_mut().insert(ClientIp(ip));
+        if let Err(e) = edge.limits.check_ip(ip) {
+            edge.metrics().outcome(e.outcome());
+            return rescue(&e);
+        }
     }
     next.run(req).await
 }

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 type Labels = [(&'static str, &'static str); 1];
 
 /// Every outcome label of `cellbind_edge_requests_total`.
-pub const OUTCOMES: [&str; 10] = [
+pub const OUTCOMES: [&str; 12] = [
     "served",
     "wrong_cell",
     "handoff",
@@ -24,6 +24,8 @@ pub const OUTCOMES: [&str; 10] = [
     "upstream_error",
     "missing",
     "rate_limited",
+    "forbidden",
+    "bad_request",
 ];
 
 /// The edge's metrics.
@@ -40,6 +42,7 @@ pub struct Metrics {
     feed_rejected: Counter,
     feed_syncs: Counter,
     key_refetches: Counter<u64, AtomicU64>,
+    connections_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -59,7 +62,7 @@ impl Metrics {
             .collect();
         registry.register(
             "requests",
-            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited)",
+            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited, forbidden, bad_request)",
             requests.clone(),
         );
         // 1 µs .. ~16 ms.
@@ -95,6 +98,12 @@ impl Metrics {
             "Key refetches caused by an unknown kid (single-flight, rate-limited)",
             key_refetches.clone(),
         );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because their address already had the most allowed open",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             requests,
@@ -105,7 +114,13 @@ impl Metrics {
             feed_rejected,
             feed_syncs,
             key_refetches,
+            connections_refused,
         }
+    }
+
+    /// The refused-connections counter (shared with the connection gate).
+    pub fn connections_refused(&self) -> Counter {
+        self.connections_refused.clone()
     }
 
     pub fn outcome(&self, outcome: &'static str) {

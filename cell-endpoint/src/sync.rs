@@ -53,7 +53,7 @@ pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse
     let timeout = Duration::from_millis(wait_ms) + FEED_TIMEOUT_MARGIN;
     let resp = edge
         .upstreams()
-        .auth
+        .feed
         .send(req, timeout)
         .await
         .map_err(|e| EdgeError::Upstream(format!("feed: {e:?}")))?;

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use std::sync::Arc;
 
+use crate::conn::{ConnectionGate, GateAcceptor};
 use crate::error::EdgeError;
 
 /// How long in-flight requests may finish after shutdown is asked for.
@@ -19,8 +21,14 @@ pub const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 100;
 /// Largest HTTP/2 header list, in bytes.
 pub const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;
-/// Time allowed for a client to send its request headers.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for a TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most concurrent HTTP/2 streams per connection.
+pub const MAX_H2_STREAMS: u32 = 128;
+/// Interval of HTTP/2 keep-alive pings (a dead peer's connection is closed).
+pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// Time an HTTP/2 keep-alive ping may take before the connection is closed.
+pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Loads the certificate chain and key.
 pub async fn load(cert: &Path, key: &Path) -> Result<RustlsConfig, EdgeError> {
@@ -64,30 +72,44 @@ pub async fn serve(
     listen: SocketAddr,
     tls: RustlsConfig,
     handle: Handle<SocketAddr>,
+    gate: Arc<ConnectionGate>,
     app: Router,
 ) -> Result<(), EdgeError> {
     let listener = std::net::TcpListener::bind(listen)?;
     listener.set_nonblocking(true)?;
-    serve_listener(listener, tls, handle, app).await
+    serve_listener(listener, tls, handle, gate, app).await
 }
 
-/// Serves on an already bound listener (tests bind port 0).
+/// Serves on an already bound listener (tests bind port 0). Each connection passes the
+/// [`ConnectionGate`] (PROXY v2 from trusted proxies, the per-address cap) before TLS; the
+/// header read timeout bounds the wait for every request's headers, first one included.
 pub async fn serve_listener(
     listener: std::net::TcpListener,
     tls: RustlsConfig,
     handle: Handle<SocketAddr>,
+    gate: Arc<ConnectionGate>,
     app: Router,
 ) -> Result<(), EdgeError> {
-    let mut server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle);
+    let header_timeout = gate.header_timeout();
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
+        .acceptor(GateAcceptor::new(gate));
+    let mut server = axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
+        .handle(handle)
+        .first_request_timeout(header_timeout);
     let builder = server.http_builder();
     builder
         .http1()
         .max_buf_size(MAX_HTTP1_BUF_BYTES)
         .max_headers(MAX_HEADERS)
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(header_timeout);
     builder
         .http2()
-        .max_header_list_size(MAX_H2_HEADER_LIST_BYTES);
+        .max_header_list_size(MAX_H2_HEADER_LIST_BYTES)
+        .max_concurrent_streams(MAX_H2_STREAMS)
+        .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
     server
         .serve(app.into_make_service_with_connect_info::<SocketAddr>())
         .await?;

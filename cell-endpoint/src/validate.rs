@@ -2,12 +2,14 @@
 //!
 //! Order (each step only runs if the previous passed):
 //! 1. cell state loaded, else `503 NOT_READY` (never 401: the client keeps its session);
-//! 2. the token from `Authorization: Bearer` or the `__Host-cellbind_session` cookie, size-capped
-//!    (8 KiB header, 4 KiB cookie) before anything is parsed; none → `401 SESSION_MISSING`;
+//! 2. the credential, by the one rule of `protocol::http` (a bearer request only if its bearer
+//!    session is valid, else a cookie request), size-capped (8 KiB header, 4 KiB cookie) before
+//!    anything is parsed; none → `401 SESSION_MISSING`. "Valid" is steps 3 and 4:
 //! 3. the verified-token cache (a keyed 64-bit hash, constant-time comparison of the whole
 //!    token, entries die at `exp`), else `protocol::token::parse` + the key from the held set
 //!    (an unknown kid triggers at most one single-flight refetch per cooldown) + `verify`;
 //! 4. revocation (every time, cached or not) → `401 SESSION_REVOKED`;
+//!    then a cookie request with an unsafe method needs the CSRF proof → `403 FORBIDDEN`;
 //! 5. per-subject rate limit → `429`;
 //! 6. the ownership decision (`protocol::ownership::decide`) → served, `409`, `404` or `503`;
 //! 7. for writes, the write lease → `503 CELL_STATE_STALE`.
@@ -23,11 +25,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request};
 use axum::response::Response;
 use futures::future::Either;
 use protocol::Kid;
-use protocol::ids::{MAX_TOKEN_COOKIE_BYTES, MAX_TOKEN_HEADER_BYTES};
+use protocol::http::{Presented, Source};
 use protocol::ownership::{Access, Decision, decide};
 use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, parse};
 use subtle::ConstantTimeEq as _;
@@ -35,18 +37,23 @@ use tower::{Layer, Service};
 
 use crate::Edge;
 use crate::error::{EdgeError, rescue};
-use crate::forward::{X_CONTRACTOR, X_GENERATION, X_SESSION, X_SUBJECT};
 use crate::state::CellState;
-
-/// Name of the browser session cookie (DESIGN §4).
-pub const SESSION_COOKIE: &str = "__Host-cellbind_session";
+use protocol::http::{X_CONTRACTOR, X_GENERATION, X_SESSION, X_SUBJECT};
 /// Most verified tokens kept in the cache (about 1 KiB each: the token, its claims and the
 /// rendered identity headers, so at most ~32 MiB). More active sessions than this per
 /// instance only cost signature checks, never a wrong verdict.
 pub const TOKEN_CACHE_CAPACITY: usize = 32_768;
 /// Longest a request waits for an unknown-kid key refetch, in milliseconds.
 pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
-const BEARER: &str = "Bearer ";
+
+/// The credential the rule chose, verified.
+#[derive(Debug)]
+pub struct Resolved<'h> {
+    pub validated: Arc<Validated>,
+    pub source: Source,
+    /// The token as presented (the forwarder passes exactly this one on).
+    pub token: &'h str,
+}
 
 /// What the validation layer proved about a request; the forwarder reads it (as
 /// `Arc<Validated>` in the request extensions).
@@ -250,6 +257,99 @@ impl Edge {
         self.current().filter(|s| s.has_kid(kid))
     }
 
+    /// Steps 2–4 for one token: cached or verified, and not revoked.
+    fn verify_token(
+        &self,
+        state: &CellState,
+        token: &str,
+        source: Source,
+    ) -> Result<Arc<Validated>, EdgeError> {
+        let now = self.clock().now();
+        let settings = self.settings();
+        let verified = match self.cache.get(token, state, now) {
+            Some(v) => v,
+            None => {
+                let parsed = parse(token, SESSION_TYP, source.cap())?;
+                // A revoked key has left the set: its sessions are revoked, not unknown, and
+                // never worth a key refetch.
+                if state.revocations.is_key_revoked(&parsed.kid) {
+                    return Err(EdgeError::Revoked);
+                }
+                let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
+                    return Err(TokenError::UnknownKid(parsed.kid).into());
+                };
+                let expect = Expectations {
+                    issuer: &settings.public_url,
+                    audience: &settings.cell_id,
+                    max_lifetime_s: settings.session_lifetime_s,
+                    leeway_s: LEEWAY_S,
+                };
+                let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;
+                self.cache.insert(token, v)?
+            }
+        };
+        if state
+            .revocations
+            .is_revoked(&verified.claims, &verified.kid)
+        {
+            return Err(EdgeError::Revoked);
+        }
+        Ok(verified)
+    }
+
+    /// The credential rule (`protocol::http`) with this edge's verification, then the CSRF
+    /// proof for a cookie request with an unsafe method. Never waits: an unknown kid is
+    /// returned as `TokenError::UnknownKid`.
+    fn resolve_now<'h>(
+        &self,
+        state: &CellState,
+        headers: &'h HeaderMap,
+        access: Access,
+    ) -> Result<Resolved<'h>, EdgeError> {
+        let ((validated, token), source) = Presented::from_headers(headers)
+            .resolve(EdgeError::SessionMissing, |t, src| {
+                self.verify_token(state, t, src).map(|v| (v, t))
+            })?;
+        if source == Source::Cookie && access == Access::Write {
+            protocol::http::check_csrf_proof(headers, |o| {
+                crate::browser::origin_allowed(o, &self.settings().public_url, Some(state))
+            })
+            .map_err(EdgeError::CsrfProof)?;
+        }
+        Ok(Resolved {
+            validated,
+            source,
+            token,
+        })
+    }
+
+    /// The held view, when it has keys.
+    fn ready_state(&self) -> Result<Arc<CellState>, EdgeError> {
+        self.current()
+            .filter(|s| !s.keyset.is_empty())
+            .ok_or(EdgeError::NotReady)
+    }
+
+    /// Steps 1–4 and the CSRF proof, with the unknown-kid refetch: what the session routes
+    /// forwarded to the auth-service need (they act on the session, not on ownership).
+    pub async fn resolve_credential<'h>(
+        &self,
+        headers: &'h HeaderMap,
+        method: &http::Method,
+    ) -> Result<Resolved<'h>, EdgeError> {
+        let access = Access::of_method(method.as_str());
+        let state = self.ready_state()?;
+        match self.resolve_now(&state, headers, access) {
+            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
+                match self.refetch_for(&kid).await {
+                    Some(state) => self.resolve_now(&state, headers, access),
+                    None => Err(TokenError::UnknownKid(kid).into()),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Steps 1–7 of the module doc, including the unknown-kid refetch.
     pub async fn validate(
         &self,
@@ -275,46 +375,9 @@ impl Edge {
         headers: &HeaderMap,
         access: Access,
     ) -> Result<Arc<Validated>, EdgeError> {
-        let state = self
-            .current()
-            .filter(|s| !s.keyset.is_empty())
-            .ok_or(EdgeError::NotReady)?;
-        let (token, cap) = extract_token(headers)?;
-        if cap == MAX_TOKEN_COOKIE_BYTES && access == Access::Write {
-            // The browser layer checks this too; repeated here for apps that embed only this
-            // layer.
-            crate::browser::check_csrf_proof(headers, &self.settings().public_url, Some(&state))?;
-        }
-        let now = self.clock().now();
+        let state = self.ready_state()?;
         let settings = self.settings();
-        let expect = Expectations {
-            issuer: &settings.public_url,
-            audience: &settings.cell_id,
-            max_lifetime_s: settings.session_lifetime_s,
-            leeway_s: LEEWAY_S,
-        };
-        let verified = match self.cache.get(token, &state, now) {
-            Some(v) => v,
-            None => {
-                let parsed = parse(token, SESSION_TYP, cap)?;
-                // A revoked key has left the set: its sessions are revoked, not unknown, and
-                // never worth a key refetch.
-                if state.revocations.is_key_revoked(&parsed.kid) {
-                    return Err(EdgeError::Revoked);
-                }
-                let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
-                    return Err(TokenError::UnknownKid(parsed.kid).into());
-                };
-                let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;
-                self.cache.insert(token, v)?
-            }
-        };
-        if state
-            .revocations
-            .is_revoked(&verified.claims, &verified.kid)
-        {
-            return Err(EdgeError::Revoked);
-        }
+        let verified = self.resolve_now(&state, headers, access)?.validated;
         self.limits.check_subject(&verified.claims.sub)?;
         let c = &verified.claims;
         match decide(state.ownership(&c.ctr), c.r#gen, access) {
@@ -351,58 +414,6 @@ impl Edge {
         }
         Ok(verified)
     }
-}
-
-/// The session token and the size cap for where it came from. The cap is applied to the raw
-/// header before anything is parsed.
-fn extract_token(headers: &HeaderMap) -> Result<(&str, usize), EdgeError> {
-    let invalid = |_| EdgeError::Token(TokenError::Malformed);
-    let mut auth = headers.get_all(header::AUTHORIZATION).iter();
-    if let Some(value) = auth.next() {
-        if auth.next().is_some() {
-            return Err(EdgeError::Token(TokenError::Malformed));
-        }
-        if value.len() > MAX_TOKEN_HEADER_BYTES + BEARER.len() {
-            return Err(EdgeError::Token(TokenError::TooLarge {
-                max: MAX_TOKEN_HEADER_BYTES,
-            }));
-        }
-        let value = value.to_str().map_err(invalid)?;
-        let Some(token) = value.strip_prefix(BEARER) else {
-            return Err(EdgeError::Token(TokenError::Malformed));
-        };
-        return Ok((token, MAX_TOKEN_HEADER_BYTES));
-    }
-    let mut found = None;
-    for value in headers.get_all(header::COOKIE) {
-        if value.len() > MAX_TOKEN_HEADER_BYTES {
-            return Err(EdgeError::Token(TokenError::TooLarge {
-                max: MAX_TOKEN_COOKIE_BYTES,
-            }));
-        }
-        let Ok(value) = value.to_str() else { continue };
-        for pair in value.split(';') {
-            let pair = pair.trim_start_matches(' ');
-            if let Some(v) = pair
-                .strip_prefix(SESSION_COOKIE)
-                .and_then(|r| r.strip_prefix('='))
-            {
-                if found.is_some() {
-                    // Two session cookies: ambiguous, refuse rather than pick one.
-                    return Err(EdgeError::Token(TokenError::Malformed));
-                }
-                if v.len() > MAX_TOKEN_COOKIE_BYTES {
-                    return Err(EdgeError::Token(TokenError::TooLarge {
-                        max: MAX_TOKEN_COOKIE_BYTES,
-                    }));
-                }
-                found = Some(v);
-            }
-        }
-    }
-    found
-        .map(|t| (t, MAX_TOKEN_COOKIE_BYTES))
-        .ok_or(EdgeError::SessionMissing)
 }
 
 /// The validation layer.

@@ -1,6 +1,6 @@
-//! Browser rules of the edge, in process: CORS for the fleet's origins only, the CSRF proof on
-//! cookie-session writes, the CSRF cookie beside the session cookie, and the desk's assets and
-//! session hand-over.
+//! Browser rules of the edge, in process: CORS for the fleet's origins only (never on session
+//! answers), the CSRF proof on cookie-session writes, the CSRF cookie beside the session cookie,
+//! and the desk's assets and cross-cell sign-in form.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod common;
@@ -8,6 +8,7 @@ mod common;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
+use axum::response::IntoResponse as _;
 use axum::routing::any;
 use common::*;
 use protocol::ClientKind;
@@ -25,10 +26,10 @@ fn cookie_named<'a>(all: &'a [String], name: &str) -> Option<&'a String> {
     all.iter().find(|c| c.starts_with(&format!("{name}=")))
 }
 
-fn preflight(origin: &str) -> Request<Body> {
+fn preflight(origin: &str, path: &str) -> Request<Body> {
     Request::builder()
         .method("OPTIONS")
-        .uri("/v1/sessions")
+        .uri(path)
         .header("origin", origin)
         .header("access-control-request-method", "POST")
         .header("access-control-request-headers", "content-type")
@@ -39,7 +40,7 @@ fn preflight(origin: &str) -> Request<Body> {
 #[tokio::test]
 async fn preflights_are_answered_for_fleet_origins_only() {
     let (edge, _seen, _c) = edge();
-    let (status, h, _) = send(&edge, preflight(OTHER_ENDPOINT)).await;
+    let (status, h, _) = send(&edge, preflight(OTHER_ENDPOINT, "/api/jobs/j-1/complete")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(h["access-control-allow-origin"], OTHER_ENDPOINT);
     assert_eq!(h["access-control-allow-credentials"], "true");
@@ -49,10 +50,22 @@ async fn preflights_are_answered_for_fleet_origins_only() {
             .unwrap()
             .contains("x-cellbind-csrf")
     );
-    let (status, h, body) = send(&edge, preflight(EVIL)).await;
+    let (status, h, body) = send(&edge, preflight(EVIL, "/api/jobs/j-1/complete")).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(code(&body), "FORBIDDEN");
     assert!(h.get("access-control-allow-origin").is_none());
+    // Session routes answer with tokens: never open to another origin, fleet or not
+    // (ATTACKS A24).
+    for path in [
+        "/v1/sessions",
+        "/v1/sessions/renew",
+        "/v1/sessions/transfer",
+        "/desk/sign-in",
+    ] {
+        let (status, h, _) = send(&edge, preflight(OTHER_ENDPOINT, path)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+        assert!(h.get("access-control-allow-origin").is_none(), "{path}");
+    }
 }
 
 #[tokio::test]
@@ -123,34 +136,51 @@ async fn cookie_writes_need_the_csrf_proof_and_a_fleet_origin() {
     assert_eq!(send(&edge, r).await.0, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn a_csrf_cookie_follows_the_session_cookie_in_and_out() {
+/// A fake auth-service: signs in with a cookie, signs out clearing it, and records what each
+/// request carried.
+fn recording_auth() -> (Router, Seen) {
+    let seen = Seen::default();
+    let (s1, s2) = (seen.clone(), seen.clone());
     let auth = Router::new()
         .route(
             "/v1/sessions",
-            any(|| async {
-                (
-                    StatusCode::CREATED,
-                    [(
-                        "set-cookie",
-                        "__Host-cellbind_session=abc; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000",
-                    )],
-                    "{}",
-                )
+            any(move |req: Request<Body>| {
+                let s = s1.clone();
+                async move {
+                    s.0.lock().unwrap().push((req.uri().to_string(), req.headers().clone()));
+                    (
+                        StatusCode::CREATED,
+                        [(
+                            "set-cookie",
+                            "__Host-cellbind_session=abc; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=2592000",
+                        )],
+                        "{}",
+                    )
+                }
             }),
         )
         .route(
             "/v1/sessions/current",
-            any(|| async {
-                (
-                    StatusCode::NO_CONTENT,
-                    [(
-                        "set-cookie",
-                        "__Host-cellbind_session=; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
-                    )],
-                )
+            any(move |req: Request<Body>| {
+                let s = s2.clone();
+                async move {
+                    s.0.lock().unwrap().push((req.uri().to_string(), req.headers().clone()));
+                    (
+                        StatusCode::NO_CONTENT,
+                        [(
+                            "set-cookie",
+                            "__Host-cellbind_session=; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
+                        )],
+                    )
+                }
             }),
         );
+    (auth, seen)
+}
+
+#[tokio::test]
+async fn a_csrf_cookie_follows_the_session_cookie_in_and_out() {
+    let (auth, auth_seen) = recording_auth();
     let (edge, _seen, _c) = edge_with(settings(), Some(auth));
     let sign_in = Request::builder()
         .method("POST")
@@ -166,15 +196,19 @@ async fn a_csrf_cookie_follows_the_session_cookie_in_and_out() {
     assert!(!csrf.contains("HttpOnly"));
     let value = &csrf["__Host-cellbind_csrf=".len()..csrf.find(';').unwrap()];
     assert_eq!(value.len(), 22);
+    assert!(h.get("access-control-allow-origin").is_none());
 
-    // Signing out (with its proof) clears both.
+    // Signing out (with its proof) clears both; only the session cookie travels upstream.
+    let mut c = claims(CTR, 1);
+    c.cli = ClientKind::Desk;
+    let desk = mint(&c);
     let sign_out = Request::builder()
         .method("DELETE")
         .uri("/v1/sessions/current")
         .header("origin", ISSUER)
         .header(
             "cookie",
-            format!("__Host-cellbind_session=abc; __Host-cellbind_csrf={value}"),
+            format!("__Host-cellbind_session={desk}; __Host-cellbind_csrf={value}; theme=dark"),
         )
         .header("x-cellbind-csrf", value)
         .body(Body::empty())
@@ -187,15 +221,22 @@ async fn a_csrf_cookie_follows_the_session_cookie_in_and_out() {
             .unwrap()
             .contains("Max-Age=0")
     );
+    let (_, up) = auth_seen.last();
+    assert_eq!(up["cookie"], format!("__Host-cellbind_session={desk}"));
+    assert!(up.get("authorization").is_none());
+    assert!(up.get("x-cellbind-csrf").is_none());
+    assert!(up.get("x-cellbind-edge-key").is_some());
+    let before = auth_seen.count();
     // Without the proof, sign-out is refused before it reaches the auth-service.
     let bare = Request::builder()
         .method("DELETE")
         .uri("/v1/sessions/current")
         .header("origin", ISSUER)
-        .header("cookie", "__Host-cellbind_session=abc")
+        .header("cookie", format!("__Host-cellbind_session={desk}"))
         .body(Body::empty())
         .unwrap();
     assert_eq!(send(&edge, bare).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(auth_seen.count(), before);
     // A sign-in posted from outside the fleet is refused (login CSRF).
     let foreign = Request::builder()
         .method("POST")
@@ -204,6 +245,7 @@ async fn a_csrf_cookie_follows_the_session_cookie_in_and_out() {
         .body(Body::from("{}"))
         .unwrap();
     assert_eq!(send(&edge, foreign).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(auth_seen.count(), before);
 }
 
 #[tokio::test]
@@ -220,8 +262,9 @@ async fn the_desk_is_served_with_its_security_headers() {
         let csp = h["content-security-policy"].to_str().unwrap();
         assert!(csp.starts_with("default-src 'self';"), "{csp}");
         assert!(csp.contains("frame-ancestors 'none'"));
+        assert!(csp.contains("connect-src 'self';"), "{csp}");
         assert!(
-            csp.contains(&format!("connect-src 'self' {ISSUER} {OTHER_ENDPOINT};")),
+            csp.contains(&format!("form-action 'self' {ISSUER} {OTHER_ENDPOINT};")),
             "{csp}"
         );
         assert_eq!(h["x-content-type-options"], "nosniff");
@@ -232,52 +275,125 @@ async fn the_desk_is_served_with_its_security_headers() {
     assert_eq!(h["location"], "/desk/");
 }
 
-fn adopt(origin: &str, body: String) -> Request<Body> {
-    Request::builder()
+fn desk_sign_in(origin: Option<&str>, body: &str) -> Request<Body> {
+    let mut b = Request::builder()
         .method("POST")
-        .uri("/desk/session")
-        .header("origin", origin)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Body::from(body))
-        .unwrap()
+        .uri("/desk/sign-in")
+        .header("content-type", "application/x-www-form-urlencoded");
+    if let Some(o) = origin {
+        b = b.header("origin", o);
+    }
+    b.body(Body::from(body.to_owned())).unwrap()
+}
+
+/// A fake auth-service answering sign-in with `status` and `body`, recording what it got.
+fn auth_answering(status: StatusCode, body: &'static str) -> (Router, Seen) {
+    let seen = Seen::default();
+    let s = seen.clone();
+    let auth = Router::new().route(
+        "/v1/sessions",
+        any(move |req: Request<Body>| {
+            let s = s.clone();
+            async move {
+                let (parts, body_in) = req.into_parts();
+                let bytes = axum::body::to_bytes(body_in, 4096).await.unwrap();
+                let mut h = parts.headers.clone();
+                h.insert("x-test-body", String::from_utf8_lossy(&bytes).parse().unwrap());
+                s.0.lock().unwrap().push((parts.uri.to_string(), h));
+                let mut resp = (status, body).into_response();
+                if status == StatusCode::CREATED {
+                    resp.headers_mut().insert(
+                        "set-cookie",
+                        "__Host-cellbind_session=minted; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=600"
+                            .parse()
+                            .unwrap(),
+                    );
+                }
+                resp
+            }
+        }),
+    );
+    (auth, seen)
 }
 
 #[tokio::test]
-async fn a_desk_session_handed_over_by_a_fleet_page_becomes_this_cells_cookie() {
-    let (edge, _seen, _c) = edge();
-    let mut c = claims(CTR, 1);
-    c.cli = ClientKind::Desk;
-    let desk = mint(&c);
-    let (status, h, _) = send(&edge, adopt(OTHER_ENDPOINT, format!("session={desk}"))).await;
+async fn the_desk_sign_in_form_sets_this_cells_cookies_without_showing_the_session() {
+    let (auth, seen) = auth_answering(StatusCode::CREATED, r#"{"session":"minted"}"#);
+    let (edge, _app, _c) = edge_with(settings(), Some(auth));
+    let form = "contractor_id=c-40711&login=disp-1&password=p%40ss";
+    let (status, h, body) = send(&edge, desk_sign_in(Some(OTHER_ENDPOINT), form)).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(h["location"], "/desk/");
-    let all = set_cookies(&h);
-    let cookie = cookie_named(&all, "__Host-cellbind_session").expect("session cookie");
     assert_eq!(
-        cookie,
-        &format!(
-            "__Host-cellbind_session={desk}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-            c.exp - NOW
-        )
+        body,
+        serde_json::Value::Null,
+        "no body, so no token a script could read"
+    );
+    assert!(h.get("access-control-allow-origin").is_none());
+    let all = set_cookies(&h);
+    assert!(
+        cookie_named(&all, "__Host-cellbind_session")
+            .unwrap()
+            .contains("HttpOnly")
     );
     assert!(cookie_named(&all, "__Host-cellbind_csrf").is_some());
+    let (_, up) = seen.last();
+    let sent: serde_json::Value =
+        serde_json::from_str(up["x-test-body"].to_str().unwrap()).unwrap();
+    assert_eq!(sent["client"], "desk");
+    assert_eq!(sent["contractor_id"], "c-40711");
+    assert_eq!(sent["password"], "p@ss");
+    assert!(up.get("x-cellbind-edge-key").is_some());
 
-    // A field session, garbage, or a revoked-looking token: back to the desk with the code.
-    let field = session();
-    for (body, want) in [
-        (format!("session={field}"), "/desk/?error=INVALID_REQUEST"),
-        ("session=a.b.c".to_owned(), "/desk/?error=SESSION_INVALID"),
-        ("nothing".to_owned(), "/desk/?error=INVALID_REQUEST"),
+    // Refusals land on the desk with the code; nothing is set.
+    for (status, answer, want) in [
+        (
+            StatusCode::UNAUTHORIZED,
+            r#"{"error":"INVALID_CREDENTIALS","message":"x"}"#,
+            "/desk/?error=INVALID_CREDENTIALS",
+        ),
+        (
+            StatusCode::CONFLICT,
+            r#"{"error":"WRONG_CELL","message":"x","owner_cell":"cell-01","owner_endpoint":"https://127.0.0.1:8443"}"#,
+            "/desk/?error=CELLS_DISAGREE",
+        ),
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"error":"RATE_LIMITED","message":"x"}"#,
+            "/desk/?error=RATE_LIMITED",
+        ),
     ] {
-        let (status, h, _) = send(&edge, adopt(ISSUER, body)).await;
-        assert_eq!(status, StatusCode::SEE_OTHER);
+        let (auth, _) = auth_answering(status, answer);
+        let (edge, _app, _c) = edge_with(settings(), Some(auth));
+        let (s, h, _) = send(&edge, desk_sign_in(Some(ISSUER), form)).await;
+        assert_eq!(s, StatusCode::SEE_OTHER);
         assert_eq!(h["location"], want);
         assert!(set_cookies(&h).is_empty());
     }
-    // Posted from outside the fleet: refused outright.
-    let (status, h, _) = send(&edge, adopt(EVIL, format!("session={desk}"))).await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
+    // A malformed form, a form without an Origin, and one from outside the fleet.
+    let before = seen.count();
+    let (s, h, _) = send(
+        &edge,
+        desk_sign_in(Some(ISSUER), "contractor_id=../x&login=a&password=b"),
+    )
+    .await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/desk/?error=INVALID_REQUEST")
+    );
+    let (s, h, _) = send(&edge, desk_sign_in(None, form)).await;
+    assert_eq!(
+        (s, h["location"].to_str().unwrap()),
+        (StatusCode::SEE_OTHER, "/desk/?error=FORBIDDEN")
+    );
+    let (s, h, _) = send(&edge, desk_sign_in(Some(EVIL), form)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
     assert!(set_cookies(&h).is_empty());
+    assert_eq!(
+        seen.count(),
+        before,
+        "no refused form reached the auth-service"
+    );
 }
 
 #[tokio::test]

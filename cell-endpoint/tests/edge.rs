@@ -353,11 +353,12 @@ async fn upstreams_down_fail_fast_with_the_right_codes() {
     let (status, _, body) = send(&edge, get("/api/x", Some(&session()))).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert_eq!(code(&body), "UPSTREAM_UNAVAILABLE");
-    assert_eq!(edge.metrics().outcome_count("upstream_error"), 1);
+    // Both refusals count: the auth-service's and the app's.
+    assert_eq!(edge.metrics().outcome_count("upstream_error"), 2);
 }
 
 #[tokio::test]
-async fn sessions_routes_are_forwarded_to_the_auth_service_verbatim() {
+async fn sign_in_is_forwarded_with_the_edges_client_address_and_no_credentials() {
     let seen = Arc::new(std::sync::Mutex::new(None));
     let s = seen.clone();
     let auth = Router::new().route(
@@ -401,7 +402,13 @@ async fn sessions_routes_are_forwarded_to_the_auth_service_verbatim() {
     let h = seen.lock().unwrap().clone().unwrap();
     assert_eq!(h["x-cellbind-client-ip"], "192.0.2.7");
     assert_eq!(h.get_all("x-cellbind-client-ip").iter().count(), 1);
-    assert_eq!(h["authorization"], "Bearer abc");
+    // Sign-in takes no session: no credential travels, and the edge vouches for the address.
+    assert!(h.get("authorization").is_none());
+    assert_eq!(
+        h["x-cellbind-edge-key"],
+        cellbind_cell_endpoint::forward::LOCAL_EDGE_TOKEN
+    );
+    assert_eq!(h["x-forwarded-for"], "192.0.2.7");
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ async fn the_binary_exits_when_its_stdin_closes() {
     let pki = make_pki(dir, "edge");
     write_secret(&dir.join("feed.token"), "feed-token");
     write_secret(&dir.join("app.token"), "app-token");
+    write_secret(&dir.join("edge.token"), "edge-token");
     let port = free_port();
     let unused = free_port();
     let config = dir.join("edge.toml");
@@ -28,9 +29,11 @@ instance_id = "edge-1"
 listen = "127.0.0.1:{port}"
 public_url = "https://127.0.0.1:{port}"
 auth_service_url = "https://127.0.0.1:{unused}"
+feed_url = "https://127.0.0.1:{unused}"
 app_url = "https://127.0.0.1:{unused}"
 feed_token_file = "{d}/feed.token"
 app_token_file = "{d}/app.token"
+edge_token_file = "{d}/edge.token"
 state_dir = "{d}/state"
 tls_cert = "{cert}"
 tls_key = "{key}"

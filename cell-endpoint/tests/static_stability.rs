@@ -23,6 +23,7 @@ const CELL: &str = "cell-03";
 const CTR: &str = "c-40711";
 const ADMIN_TOKEN: &str = "admin-token-for-the-static-stability-test";
 const FEED_TOKEN: &str = "feed-token-for-the-static-stability-test";
+const EDGE_TOKEN: &str = "edge-token-for-the-static-stability-test";
 const APP_TOKEN: &str = "edge-key-for-the-static-stability-test";
 const PASSWORD: &str = "correct horse battery staple";
 /// Short write lease so the test sees it lapse quickly.
@@ -86,6 +87,7 @@ struct Fleet {
     dir: PathBuf,
     pki: Pki,
     auth_port: u16,
+    auth_public_port: u16,
     auth_config: PathBuf,
     auth: Option<Proc>,
     app_addr: SocketAddr,
@@ -108,8 +110,10 @@ impl Fleet {
         write_secret(&dir.join("admin.token"), ADMIN_TOKEN);
         write_secret(&dir.join("feed.token"), FEED_TOKEN);
         write_secret(&dir.join("app.token"), APP_TOKEN);
+        write_secret(&dir.join("edge.token"), EDGE_TOKEN);
         let (app_addr, seen, app_handle) = start_app(&pki).await;
         let auth_port = free_port();
+        let auth_public_port = free_port();
         // Every edge instance of the cell answers for the same public URL (the issuer).
         let public_url = format!("https://127.0.0.1:{}", free_port());
         let auth_config = dir.join("auth.toml");
@@ -118,12 +122,14 @@ impl Fleet {
             &auth_config,
             format!(
                 r#"cell_id = "{CELL}"
-listen = "127.0.0.1:{auth_port}"
+listen = "127.0.0.1:{auth_public_port}"
+internal_listen = "127.0.0.1:{auth_port}"
 issuer = "{public_url}"
 data_dir = "{d}/auth-data"
 kek_file = "{d}/kek.bin"
 admin_token_file = "{d}/admin.token"
 feed_token_file = "{d}/feed.token"
+edge_token_file = "{d}/edge.token"
 tls_cert = "{cert}"
 tls_key = "{key}"
 ca_cert = "{ca}"
@@ -140,6 +146,7 @@ ca_cert = "{ca}"
             http: client(&pki.ca),
             pki,
             auth_port,
+            auth_public_port,
             auth_config,
             auth: None,
             app_addr,
@@ -151,8 +158,14 @@ ca_cert = "{ca}"
         fleet
     }
 
+    /// The auth-service's internal listener (feed, admin).
     fn auth_url(&self) -> String {
         format!("https://127.0.0.1:{}", self.auth_port)
+    }
+
+    /// The auth-service's public listener (what the edge forwards sessions to).
+    fn auth_public_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.auth_public_port)
     }
 
     async fn start_auth(&mut self, bin: &Path) {
@@ -230,10 +243,12 @@ ca_cert = "{ca}"
 instance_id = "{name}"
 listen = "127.0.0.1:{port}"
 public_url = "{public}"
-auth_service_url = "{auth}"
+auth_service_url = "{auth_public}"
+feed_url = "{auth}"
 app_url = "https://{app}"
 feed_token_file = "{d}/feed.token"
 app_token_file = "{d}/app.token"
+edge_token_file = "{d}/edge.token"
 state_dir = "{state}"
 tls_cert = "{cert}"
 tls_key = "{key}"
@@ -243,6 +258,7 @@ feed_wait_ms = {FEED_WAIT_MS}
 "#,
                 public = self.public_url,
                 auth = self.auth_url(),
+                auth_public = self.auth_public_url(),
                 app = self.app_addr,
                 d = self.dir.display(),
                 state = state_dir.display(),

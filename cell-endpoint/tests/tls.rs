@@ -43,6 +43,7 @@ async fn https_edge_speaks_h1_and_h2_reloads_its_certificate_and_drains_on_shutd
         listener,
         config,
         handle.clone(),
+        edge.connection_gate(),
         cellbind_cell_endpoint::app(edge.clone()),
     ));
 

@@ -1,0 +1,178 @@
+//! Canonical request targets (ATTACKS A23). The edge routes and forwards a target only when it
+//! is already in the one form every component reads the same way, so no upstream, URL library
+//! or framework can resolve it into something the edge did not route:
+//!
+//! | refused (400 `INVALID_REQUEST`)                  | why                                              |
+//! |--------------------------------------------------|--------------------------------------------------|
+//! | a segment `.` or `..` (also `..;x`, `.;x`)       | dot segments are resolved by URL libraries (RFC 3986 §5.2.4) and by some servers after a `;` |
+//! | `%2e`, `%2f`, `%5c` (any case)                   | encoded dot, slash, backslash: decoded later, past the edge's routing |
+//! | `%25`                                            | double encoding (`%252e` decodes to `%2e`)       |
+//! | `%00`–`%1f`, `%7f`, a `%` not followed by 2 hex   | control bytes and malformed escapes              |
+//! | a raw `\`                                        | read as `/` by some servers                      |
+//! | `//` anywhere in the path                        | empty segments collapse differently in every parser |
+//! | not starting with `/`, `*`                       | only origin-form is routed                       |
+//! | HTTP/1 absolute-form naming another authority    | the target would name a host the edge is not     |
+//!
+//! The query is not inspected (it is never used for routing); it is forwarded byte for byte.
+//! HTTP/2's `:path` is the same check (hyper gives it as the URI's path), and its `:authority`
+//! is treated like `Host`.
+
+use axum::body::Body;
+use axum::http::{Request, Uri, Version};
+
+/// Why a target was refused (the message of the 400).
+pub const NOT_CANONICAL: &str = "the request target is not in canonical form";
+
+/// Checks a request's target; `authority` is this cell's public authority (`host[:port]`,
+/// lower case, default port dropped), which an HTTP/1 absolute-form target must name.
+pub fn check(req: &Request<Body>, authority: &str) -> Result<(), &'static str> {
+    let uri = req.uri();
+    if matches!(
+        req.version(),
+        Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
+    ) && let Some(a) = uri.authority()
+        && !same_authority(a.as_str(), uri, authority)
+    {
+        return Err(NOT_CANONICAL);
+    }
+    check_path(uri.path())
+}
+
+fn same_authority(a: &str, uri: &Uri, ours: &str) -> bool {
+    let a = a.to_ascii_lowercase();
+    let default = match uri.scheme_str() {
+        Some("https") => ":443",
+        Some("http") => ":80",
+        _ => "",
+    };
+    let a = if !default.is_empty() && a.ends_with(default) {
+        &a[..a.len() - default.len()]
+    } else {
+        &a
+    };
+    a == ours
+}
+
+/// The path rules of the module doc.
+pub fn check_path(path: &str) -> Result<(), &'static str> {
+    if !path.starts_with('/') || path.contains("//") || path.contains('\\') {
+        return Err(NOT_CANONICAL);
+    }
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or(NOT_CANONICAL)?;
+            let decoded = std::str::from_utf8(hex)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or(NOT_CANONICAL)?;
+            if matches!(decoded, b'.' | b'/' | b'\\' | b'%' | 0x00..=0x1f | 0x7f) {
+                return Err(NOT_CANONICAL);
+            }
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    for segment in path.split('/').skip(1) {
+        let name = segment.split(';').next().unwrap_or(segment);
+        if name == "." || name == ".." {
+            return Err(NOT_CANONICAL);
+        }
+    }
+    Ok(())
+}
+
+/// This cell's public authority from its public URL (`https://Cell.Example:443/` →
+/// `cell.example`).
+pub fn authority_of(public_url: &str) -> String {
+    crate::browser::origin_of(public_url)
+        .and_then(|o| o.split_once("://").map(|(_, a)| a.to_owned()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn non_canonical_paths_are_refused() {
+        for bad in [
+            "/v1/sessions/../../admin/v1/status",
+            "/v1/sessions/%2e%2e/%2E%2E/admin/v1/status",
+            "/v1/sessions/.%2e/.%2e/admin/v1/status",
+            "/v1/sessions/./../admin",
+            "/api/..%2finternal/v1/contractors",
+            "/api/..%2Finternal",
+            "/api/%5c..%5cinternal",
+            "/api/..\\internal",
+            "//admin/v1/status",
+            "/api//routes/today",
+            "/api/..;/internal",
+            "/api/.;x/routes",
+            "/api/%252e%252e/internal",
+            "/api/x%00y",
+            "/api/x%0a",
+            "/api/x%",
+            "/api/x%2",
+            "/api/x%zz",
+            "/api/.",
+            "/api/..",
+            "",
+        ] {
+            assert_eq!(check_path(bad), Err(NOT_CANONICAL), "{bad}");
+        }
+    }
+
+    #[test]
+    fn canonical_paths_pass() {
+        for good in [
+            "/",
+            "/v1/sessions",
+            "/v1/sessions/current",
+            "/api/routes/today",
+            "/api/jobs/j-1/complete",
+            "/api/jobs/a%20b/complete",
+            "/api/x.y/..z/...",
+            "/desk/",
+            "/.well-known/jwks.json",
+        ] {
+            assert_eq!(check_path(good), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn an_absolute_form_target_must_name_this_cell() {
+        let me = authority_of("https://127.0.0.4:8443");
+        assert_eq!(me, "127.0.0.4:8443");
+        let req = |uri: &str, v: Version| {
+            Request::builder()
+                .uri(uri)
+                .version(v)
+                .body(Body::empty())
+                .unwrap()
+        };
+        assert!(check(&req("https://127.0.0.4:8443/api/x", Version::HTTP_11), &me).is_ok());
+        assert!(check(&req("https://127.0.0.9:8443/api/x", Version::HTTP_11), &me).is_err());
+        assert!(
+            check(
+                &req("http://internal:8446/admin/v1/status", Version::HTTP_11),
+                &me
+            )
+            .is_err()
+        );
+        assert!(check(&req("/api/x", Version::HTTP_11), &me).is_ok());
+        // HTTP/2 always carries :authority; it is Host, not a target to route elsewhere.
+        assert!(check(&req("https://127.0.0.9:8443/api/x", Version::HTTP_2), &me).is_ok());
+        assert!(
+            check(
+                &req("https://127.0.0.4:8443/api/../x", Version::HTTP_2),
+                &me
+            )
+            .is_err()
+        );
+        assert_eq!(authority_of("https://Cell.Example:443/"), "cell.example");
+    }
+}
