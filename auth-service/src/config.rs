@@ -18,10 +18,16 @@ pub const DEFAULT_MAP_POLL_INTERVAL_MS: u64 = 5_000;
 pub const DEFAULT_KEY_ROTATION_INTERVAL_S: u64 = 30 * 24 * 3600;
 /// Default session lifetime: 30 days, in seconds.
 pub const DEFAULT_SESSION_LIFETIME_S: u64 = protocol::token::DEFAULT_SESSION_LIFETIME_S;
-/// Default per-account sign-in burst (attempts).
-pub const DEFAULT_SIGNIN_ACCOUNT_BURST: u32 = 10;
-/// Default per-account sign-in refill: attempts per minute.
-pub const DEFAULT_SIGNIN_ACCOUNT_PER_MINUTE: u32 = 10;
+/// Default per-(account, client IP) sign-in burst (attempts).
+pub const DEFAULT_SIGNIN_ACCOUNT_IP_BURST: u32 = 10;
+/// Default per-(account, client IP) sign-in refill: attempts per minute.
+pub const DEFAULT_SIGNIN_ACCOUNT_IP_PER_MINUTE: u32 = 10;
+/// Default per-account sign-in ceiling across all addresses: burst (attempts). Burst + hourly
+/// refill stay within OWASP ASVS's "at most 100 failed attempts per hour on one account" in
+/// every sliding hour, the first included.
+pub const DEFAULT_SIGNIN_ACCOUNT_BURST: u32 = 50;
+/// Default per-account sign-in ceiling refill: attempts per hour.
+pub const DEFAULT_SIGNIN_ACCOUNT_PER_HOUR: u32 = 50;
 /// Default per-client-IP sign-in burst (attempts).
 pub const DEFAULT_SIGNIN_IP_BURST: u32 = 300;
 /// Default per-client-IP sign-in refill: attempts per minute.
@@ -37,8 +43,12 @@ pub const ENV_PREFIX: &str = "CELLBIND_";
 pub struct Config {
     /// This cell (`aud` and `cell` claims).
     pub cell_id: CellId,
-    /// Address to listen on (HTTPS).
+    /// The PUBLIC listener (HTTPS): only the client routes (sign-in, the session routes,
+    /// transfer and rebind, the JWKS, the placement map, health). Reached through the edge.
     pub listen: SocketAddr,
+    /// The INTERNAL listener (HTTPS): every route, plus the feed, the admin API and metrics.
+    /// Never exposed to clients.
+    pub internal_listen: SocketAddr,
     /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers).
     pub issuer: String,
     /// Directory of the SQLite file `auth.db`.
@@ -49,6 +59,9 @@ pub struct Config {
     pub admin_token_file: PathBuf,
     /// Bearer token of the internal feed.
     pub feed_token_file: PathBuf,
+    /// The cell's edge token: a request whose `X-Cellbind-Edge-Key` equals it comes from an
+    /// authenticated edge (its `X-Cellbind-Client-Ip` and session cookie are then believed).
+    pub edge_token_file: PathBuf,
     /// PEM certificate chain served.
     pub tls_cert: PathBuf,
     /// PEM private key of `tls_cert`.
@@ -71,12 +84,18 @@ pub struct Config {
     /// Signing-key rotation interval in seconds.
     #[serde(default = "d_rotation")]
     pub key_rotation_interval_s: u64,
-    /// Per-account sign-in burst.
+    /// Per-(account, client IP) sign-in burst.
+    #[serde(default = "d_acc_ip_burst")]
+    pub signin_account_ip_burst: u32,
+    /// Per-(account, client IP) sign-in attempts per minute.
+    #[serde(default = "d_acc_ip_rate")]
+    pub signin_account_ip_per_minute: u32,
+    /// Per-account sign-in ceiling across all addresses: burst.
     #[serde(default = "d_acc_burst")]
     pub signin_account_burst: u32,
-    /// Per-account sign-in attempts per minute.
+    /// Per-account sign-in ceiling across all addresses: attempts per hour.
     #[serde(default = "d_acc_rate")]
-    pub signin_account_per_minute: u32,
+    pub signin_account_per_hour: u32,
     /// Per-client-IP sign-in burst.
     #[serde(default = "d_ip_burst")]
     pub signin_ip_burst: u32,
@@ -97,11 +116,17 @@ fn d_session() -> u64 {
 fn d_rotation() -> u64 {
     DEFAULT_KEY_ROTATION_INTERVAL_S
 }
+fn d_acc_ip_burst() -> u32 {
+    DEFAULT_SIGNIN_ACCOUNT_IP_BURST
+}
+fn d_acc_ip_rate() -> u32 {
+    DEFAULT_SIGNIN_ACCOUNT_IP_PER_MINUTE
+}
 fn d_acc_burst() -> u32 {
     DEFAULT_SIGNIN_ACCOUNT_BURST
 }
 fn d_acc_rate() -> u32 {
-    DEFAULT_SIGNIN_ACCOUNT_PER_MINUTE
+    DEFAULT_SIGNIN_ACCOUNT_PER_HOUR
 }
 fn d_ip_burst() -> u32 {
     DEFAULT_SIGNIN_IP_BURST
@@ -149,6 +174,11 @@ impl Config {
                 "key_rotation_interval_s and map_poll_interval_ms must be positive".into(),
             ));
         }
+        if self.listen == self.internal_listen && self.listen.port() != 0 {
+            return Err(Error::Config(
+                "listen and internal_listen must be different addresses".into(),
+            ));
+        }
         if self.control_plane_url.is_some()
             && (self.map_public_key.is_none() || self.ca_cert.is_none())
         {
@@ -161,8 +191,10 @@ impl Config {
                 .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
         }
         if [
+            self.signin_account_ip_burst,
+            self.signin_account_ip_per_minute,
             self.signin_account_burst,
-            self.signin_account_per_minute,
+            self.signin_account_per_hour,
             self.signin_ip_burst,
             self.signin_ip_per_minute,
         ]

@@ -92,7 +92,10 @@ impl Error {
     pub fn code(&self) -> ErrorCode {
         match self {
             Error::BadRequest(_) => ErrorCode::InvalidRequest,
-            Error::InvalidCredentials | Error::Unauthorized(_) => ErrorCode::InvalidCredentials,
+            Error::InvalidCredentials => ErrorCode::InvalidCredentials,
+            // A missing or wrong admin or feed token: not a sign-in failure, a refusal (403), like
+            // the app's and the control plane's (ATTACKS A30).
+            Error::Unauthorized(_) => ErrorCode::Forbidden,
             Error::SessionMissing => ErrorCode::SessionMissing,
             Error::Session(e) => e.code(),
             Error::SessionRevoked => ErrorCode::SessionRevoked,

@@ -1,21 +1,18 @@
 //! Request plumbing shared by the handlers: the JSON body extractor (typed 400/413 errors),
-//! bearer and cookie token extraction, the client IP, and the admin/feed token guards.
+//! the authenticated edge and the client IP, the session credentials under the one credential
+//! rule of `protocol::http`, and the admin/feed token guards.
 
 use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
+use protocol::http::{Presented, X_CLIENT_IP, X_EDGE_KEY};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::state::{AppState, Secret};
-
-/// Name of the desk session cookie (DESIGN §4).
-pub const SESSION_COOKIE: &str = "__Host-cellbind_session";
-/// Header the edge sets to the client's address.
-pub const CLIENT_IP_HEADER: &str = "x-cellbind-client-ip";
 
 /// A JSON body whose refusals are typed: 413 `PAYLOAD_TOO_LARGE` over the route's limit,
 /// 400 `INVALID_REQUEST` for anything that is not the expected JSON.
@@ -54,67 +51,87 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-/// The client's address: `X-Cellbind-Client-Ip` (set by the edge), else the socket peer.
-pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>) -> IpAddr {
-    headers
-        .get(CLIENT_IP_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<IpAddr>().ok())
+/// Whether the request comes from an authenticated edge of this cell: exactly one
+/// `X-Cellbind-Edge-Key` header equal to the cell's edge token (compared in constant time).
+pub fn from_edge(headers: &HeaderMap, edge_token: &Secret) -> bool {
+    let mut keys = headers.get_all(X_EDGE_KEY).iter();
+    match (keys.next(), keys.next()) {
+        (Some(key), None) => key.to_str().is_ok_and(|k| edge_token.matches(k)),
+        _ => false,
+    }
+}
+
+/// The client's address for throttling: `X-Cellbind-Client-Ip` only from an authenticated
+/// edge (exactly one header holding an address); otherwise, and when the edge sent none, the
+/// socket peer. A client that reaches the auth-service directly cannot choose its bucket.
+pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, from_edge: bool) -> IpAddr {
+    let told = || {
+        let mut all = headers.get_all(X_CLIENT_IP).iter();
+        match (all.next(), all.next()) {
+            (Some(v), None) => v.to_str().ok()?.trim().parse::<IpAddr>().ok(),
+            _ => None,
+        }
+    };
+    from_edge
+        .then(told)
+        .flatten()
         .or(peer.map(|p| p.ip()))
         .unwrap_or(IpAddr::from([0, 0, 0, 0]))
 }
 
-/// The socket peer, when the server recorded it.
+/// Who is calling: whether from an authenticated edge, and the client's address.
 #[derive(Debug, Clone, Copy)]
-pub struct Peer(pub Option<SocketAddr>);
+pub struct Caller {
+    /// The request carried this cell's edge token.
+    pub from_edge: bool,
+    /// The address the sign-in throttles count against ([`client_ip`]).
+    pub ip: IpAddr,
+}
 
-impl<S: Send + Sync> FromRequestParts<S> for Peer {
+impl FromRequestParts<AppState> for Caller {
     type Rejection = std::convert::Infallible;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0),
-        ))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let from_edge = from_edge(&parts.headers, &state.edge_token);
+        Ok(Caller {
+            from_edge,
+            ip: client_ip(&parts.headers, peer, from_edge),
+        })
     }
 }
 
-/// A bearer token from `Authorization`, if any.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = v.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token)
-}
-
-/// Where a presented session came from (the size caps differ).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenSource {
-    Bearer,
-    Cookie,
-}
-
-/// The session token presented: bearer first, else the session cookie.
-pub fn session_token(headers: &HeaderMap) -> Option<(&str, TokenSource)> {
-    if let Some(t) = bearer(headers) {
-        return Some((t, TokenSource::Bearer));
+/// The session credentials of a request under the one credential rule
+/// ([`protocol::http::Presented::resolve`]). The session cookie counts only from an
+/// authenticated edge, which enforces the CSRF proof on cookie requests; a cookie sent
+/// straight to the auth-service is ignored.
+pub fn presented<'a>(headers: &'a HeaderMap, edge_token: &Secret) -> Presented<'a> {
+    let mut p = Presented::from_headers(headers);
+    if p.cookie.is_some() && !from_edge(headers, edge_token) {
+        tracing::debug!("ignored a session cookie that did not come through the edge");
+        p.cookie = None;
     }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| (value, TokenSource::Cookie))
+    p
 }
 
 fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()> {
-    match bearer(headers) {
-        Some(t) if secret.matches(t) => Ok(()),
-        Some(_) => {
+    // The same strict reading as sessions: exactly one header, scheme exactly `Bearer `.
+    match Presented::from_headers(headers).authorization {
+        Some(Ok(t)) if secret.matches(t) => Ok(()),
+        Some(Ok(_)) => {
             tracing::warn!(api = what, "refused a wrong bearer token");
             Err(Error::Unauthorized("the bearer token is wrong"))
+        }
+        Some(Err(e)) => {
+            tracing::warn!(api = what, error = %e, "refused an unreadable Authorization header");
+            Err(Error::Unauthorized(
+                "exactly one `Authorization: Bearer <token>` header is required",
+            ))
         }
         None => {
             tracing::warn!(api = what, "refused a request without a bearer token");
@@ -122,7 +139,6 @@ fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()>
         }
     }
 }
-
 /// Proof that the request carried the admin token.
 #[derive(Debug)]
 pub struct Admin;

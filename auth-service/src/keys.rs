@@ -57,7 +57,9 @@ impl Kek {
                 if let Ok(meta) = std::fs::metadata(path)
                     && meta.permissions().mode() & 0o077 != 0
                 {
-                    tracing::warn!(path = %path.display(), "key-encryption key file is readable by group or others");
+                    tracing::warn!(path = %path.display(), "key-encryption key file was readable by group or others: made 0600");
+                    runtime::restrict_files(&[path])
+                        .map_err(Error::io(format!("restrict {}", path.display())))?;
                 }
                 Zeroizing::new(b)
             }
@@ -336,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn kek_file_is_created_0600_and_reused() {
+    fn kek_file_is_created_0600_reused_and_kept_0600() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kek");
         let rng = SystemRandom::new();
@@ -345,11 +347,15 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(std::fs::read(&path).unwrap().len(), KEK_BYTES);
         let (_, row) = generate(&rng, &a, KeyState::Next, 1).unwrap();
+        // A key file someone widened is made 0600 again when loaded.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let b = Kek::load_or_create(&path, &rng).unwrap();
         assert!(
             b.open(&row.kid, row.sealed_seed.as_deref().unwrap())
                 .is_ok()
         );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         std::fs::write(&path, [1u8; 5]).unwrap();
         assert!(Kek::load_or_create(&path, &rng).is_err());
     }

@@ -6,9 +6,12 @@
 //! Embedding and tests:
 //! - [`Config`]: the TOML configuration ([`Config::load`]).
 //! - [`open`]: opens the store, keys and secrets named by a config → [`AppState`].
-//! - [`router`]: the HTTP routes over an [`AppState`] (drive it with `tower::ServiceExt::oneshot`).
-//! - [`serve`]: serves the router over TLS on a listener; [`spawn_background`] starts key
-//!   rotation, the placement-map poller and throttle housekeeping; [`run`] does all of it.
+//! - [`public_router`] and [`internal_router`]: the HTTP routes of the two listeners over an
+//!   [`AppState`] (drive them with `tower::ServiceExt::oneshot`). The public listener serves
+//!   the client routes only; the internal one serves those plus the feed, the admin API and
+//!   metrics. Both write one `access` log line per request.
+//! - [`serve`]: serves both routers over TLS on their listeners; [`spawn_background`] starts
+//!   key rotation, the placement-map poller and throttle housekeeping; [`run`] does all of it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,8 +61,11 @@ pub const JWKS_CACHE_CONTROL: &str = "public, max-age=60";
 /// The environment switch that makes the binary exit when stdin reaches EOF.
 pub const EXIT_ON_STDIN_EOF_ENV: &str = "CELLBIND_EXIT_ON_STDIN_EOF";
 
-/// The HTTP routes.
-pub fn router(state: AppState) -> Router {
+pub use runtime::access::Listener;
+
+/// The routes a client may reach (through the edge): sign-in, the session routes, transfer
+/// and rebind, the JWKS, the placement map and health.
+fn public_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/sessions", post(sessions::sign_in))
         .route(
@@ -73,6 +79,11 @@ pub fn router(state: AppState) -> Router {
         .route(map::MAP_PATH, get(map::get_map))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+}
+
+/// The routes only the cell's own components reach: the feed, the admin API and metrics.
+fn internal_only_routes() -> Router<AppState> {
+    Router::new()
         .route("/metrics", get(metrics))
         .route(protocol::feed::FEED_PATH, get(feed::feed))
         .route("/admin/v1/users", post(admin::create_user))
@@ -112,11 +123,33 @@ pub fn router(state: AppState) -> Router {
             post(migration::import).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
         )
         .route("/admin/v1/drain/{ctr}", get(migration::drain))
+}
+
+fn finish(routes: Router<AppState>, listener: Listener, state: AppState) -> Router {
+    let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT));
+    runtime::access::logged(routes, listener).with_state(state)
 }
+
+/// The PUBLIC listener's routes (`listen`): the client routes only. Every other path is a
+/// `404 NOT_FOUND` here, the admin API and the feed included.
+pub fn public_router(state: AppState) -> Router {
+    finish(public_routes(), Listener::Public, state)
+}
+
+/// The INTERNAL listener's routes (`internal_listen`): the client routes, the feed, the admin
+/// API and metrics.
+pub fn internal_router(state: AppState) -> Router {
+    finish(
+        public_routes().merge(internal_only_routes()),
+        Listener::Internal,
+        state,
+    )
+}
+
+pub use runtime::access::ACCESS_LOG_TARGET;
 
 async fn not_found() -> Error {
     Error::NotFound("route".into())
@@ -160,8 +193,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
     resp
 }
 
-/// Opens everything a config names: the data directory and SQLite store, the key-encryption
-/// key (created if missing), the admin and feed tokens, and the control-plane client.
+/// Opens everything a config names: the data directory (0700) and SQLite store (0600), the
+/// key-encryption key (created 0600 if missing), the admin, feed and edge tokens, and the
+/// control-plane client.
 pub async fn open(config: Config) -> Result<AppState> {
     open_with_clock(config, protocol::time::system_clock()).await
 }
@@ -171,14 +205,18 @@ pub async fn open_with_clock(
     config: Config,
     clock: protocol::time::SharedClock,
 ) -> Result<AppState> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&config.data_dir)
+    // ATTACKS A30: the data folder is owner-only even when it already existed, and the
+    // database exists 0600 before SQLite opens it (its -wal and -shm inherit that mode).
+    runtime::private_dir(&config.data_dir)
         .map_err(Error::io(format!("create {}", config.data_dir.display())))?;
     let db = config.db_path();
-    let store = state::blocking(move || store::SqliteStore::open(&db)).await?;
+    runtime::private_sqlite(&db).map_err(Error::io(format!("create {}", db.display())))?;
+    let store = state::blocking(move || {
+        let store = store::SqliteStore::open(&db)?;
+        runtime::private_sqlite(&db).map_err(Error::io(format!("restrict {}", db.display())))?;
+        Ok(store)
+    })
+    .await?;
     let rng = ring::rand::SystemRandom::new();
     let kek = keys::Kek::load_or_create(&config.kek_file, &rng)?;
     let http = match (&config.control_plane_url, &config.ca_cert) {
@@ -193,6 +231,7 @@ pub async fn open_with_clock(
         kek,
         admin_token: state::Secret::from_file(&config.admin_token_file)?,
         feed_token: state::Secret::from_file(&config.feed_token_file)?,
+        edge_token: state::Secret::from_file(&config.edge_token_file)?,
         clock,
         http,
     };
@@ -235,33 +274,90 @@ pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
     tasks
 }
 
-/// Serves the router over TLS (certificate and key from the config) on `listener`.
-pub async fn serve(state: AppState, listener: std::net::TcpListener) -> Result<()> {
+/// Serves [`public_router`] on `public` and [`internal_router`] on `internal`, both over the
+/// TLS certificate and key of the config. The two stop together: when one listener fails, the
+/// other is shut down and the first error is returned.
+pub async fn serve(
+    state: AppState,
+    public: std::net::TcpListener,
+    internal: std::net::TcpListener,
+) -> Result<()> {
     tls::install_crypto_provider();
     let tls = tls::server_config(&state.config.tls_cert, &state.config.tls_key).await?;
-    listener
-        .set_nonblocking(true)
-        .map_err(Error::io("configure the listener"))?;
-    let addr = listener
-        .local_addr()
-        .map_err(Error::io("listener address"))?;
-    let server = axum_server::from_tcp_rustls(listener, tls).map_err(Error::io("listen"))?;
-    tracing::info!(%addr, cell = %state.config.cell_id, "auth-service listening");
-    server
-        .serve(router(state).into_make_service_with_connect_info::<SocketAddr>())
-        .await
-        .map_err(Error::io("serve"))
+    let control = axum_server::Control::new();
+    let one = |listener: std::net::TcpListener, which: Listener| {
+        let tls = tls.clone();
+        let state = state.clone();
+        let handle = axum_server::Handle::<SocketAddr>::with_control(control.clone());
+        async move {
+            listener
+                .set_nonblocking(true)
+                .map_err(Error::io("configure the listener"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(Error::io("listener address"))?;
+            let server = axum_server::from_tcp_rustls(listener, tls)
+                .map_err(Error::io("listen"))?
+                .handle(handle);
+            tracing::info!(
+                %addr,
+                listener = which.as_str(),
+                cell = %state.config.cell_id,
+                "auth-service listening"
+            );
+            let app = match which {
+                Listener::Public => public_router(state),
+                Listener::Internal => internal_router(state),
+            };
+            server
+                .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .map_err(Error::io(format!("serve the {} listener", which.as_str())))
+        }
+    };
+    // Stops both servers and their connections however this function ends (an error of
+    // either listener, or the caller dropping the future).
+    let _stop_both = StopOnDrop(control.clone());
+    let public = one(public, Listener::Public);
+    let internal = one(internal, Listener::Internal);
+    tokio::pin!(public, internal);
+    let (first, public_ended) = tokio::select! {
+        r = &mut public => (r, true),
+        r = &mut internal => (r, false),
+    };
+    control.shutdown();
+    let other = if public_ended {
+        internal.await
+    } else {
+        public.await
+    };
+    if let Err(e) = other {
+        tracing::warn!(error = %e, "the other listener failed while stopping");
+    }
+    first
 }
 
-/// Opens, starts the background tasks, binds `listen` and serves until the process ends.
+/// Shuts the servers of a [`axum_server::Control`] down when dropped.
+struct StopOnDrop(axum_server::Control);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+/// Opens, starts the background tasks, binds `listen` and `internal_listen` and serves both
+/// until the process ends.
 pub async fn run(config: Config) -> Result<()> {
     tls::install_crypto_provider();
-    let listen = config.listen;
+    let (listen, internal_listen) = (config.listen, config.internal_listen);
     let state = open(config).await?;
-    let listener =
+    let public =
         std::net::TcpListener::bind(listen).map_err(Error::io(format!("bind {listen}")))?;
+    let internal = std::net::TcpListener::bind(internal_listen)
+        .map_err(Error::io(format!("bind {internal_listen}")))?;
     let _tasks = spawn_background(&state);
-    serve(state, listener).await
+    serve(state, public, internal).await
 }
 
 /// When `CELLBIND_EXIT_ON_STDIN_EOF=1`, exits the process as soon as stdin reaches EOF (the

@@ -3,7 +3,8 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use protocol::api::{SignInRequest, SignInResponse};
+use protocol::api::{CookieSessionResponse, SignInRequest, SignInResponse};
+use protocol::http::{Source, clear_session_cookie, session_cookie};
 use protocol::ownership::{Access, Decision, OwnershipRecord, decide};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
@@ -13,7 +14,7 @@ use protocol::token::{
 use protocol::{CellId, ClientKind, ContractorId, Generation, SessionId, SessionToken, SubjectId};
 
 use crate::error::{Error, Result};
-use crate::http::{JsonBody, Peer, SESSION_COOKIE, TokenSource, client_ip, session_token};
+use crate::http::{Caller, JsonBody};
 use crate::keys::random;
 use crate::state::{AppState, blocking};
 use crate::store::UserStatus;
@@ -37,27 +38,25 @@ fn outcome(r: &Result<Response>) -> &'static str {
 /// `POST /v1/sessions`.
 pub async fn sign_in(
     State(state): State<AppState>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
+    caller: Caller,
     body: Result<JsonBody<SignInRequest>, Error>,
 ) -> Result<Response> {
-    let result = sign_in_inner(&state, &headers, peer, body).await;
+    let result = sign_in_inner(&state, caller, body).await;
     state.metrics.signin(outcome(&result));
     result
 }
 
 async fn sign_in_inner(
     state: &AppState,
-    headers: &HeaderMap,
-    peer: Option<std::net::SocketAddr>,
+    caller: Caller,
     body: Result<JsonBody<SignInRequest>, Error>,
 ) -> Result<Response> {
     let JsonBody(req) = body?;
-    state.throttle.check_ip(client_ip(headers, peer))?;
+    state.throttle.check_ip(caller.ip)?;
     let generation = owned_generation(state, &req.contractor_id)?;
     state
         .throttle
-        .check_account(&req.contractor_id, &req.login)?;
+        .check_account(&req.contractor_id, &req.login, caller.ip)?;
 
     let store = state.store.clone();
     let (ctr, login) = (req.contractor_id.clone(), req.login.clone());
@@ -165,18 +164,6 @@ pub(crate) fn mint(
     Ok((token, claims))
 }
 
-/// `Set-Cookie` of the desk session; `None` for a token over the cookie cap (ATTACKS A20: a
-/// cookie over 4096 bytes is never issued; the edge would refuse it anyway).
-fn session_cookie(value: &str, max_age: u64) -> Option<HeaderValue> {
-    if value.len() > protocol::ids::MAX_TOKEN_COOKIE_BYTES {
-        return None;
-    }
-    HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={value}; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}"
-    ))
-    .ok()
-}
-
 pub(crate) fn session_answer(
     state: &AppState,
     token: SessionToken,
@@ -204,13 +191,11 @@ pub(crate) fn session_answer(
     resp
 }
 
-/// Verifies the presented session against this cell's keys and revocations.
-pub fn verify_presented(state: &AppState, headers: &HeaderMap) -> Result<Verified<SessionClaims>> {
-    let (token, source) = session_token(headers).ok_or(Error::SessionMissing)?;
-    let max = match source {
-        TokenSource::Bearer => protocol::ids::MAX_TOKEN_HEADER_BYTES,
-        TokenSource::Cookie => protocol::ids::MAX_TOKEN_COOKIE_BYTES,
-    };
+/// Verifies one presented token from one source against this cell's keys and revocations:
+/// parsed under the source's size cap, its key not revoked, signature and claims valid, the
+/// session itself not revoked.
+fn verify_token(state: &AppState, token: &str, source: Source) -> Result<Verified<SessionClaims>> {
+    let max = source.cap();
     let inner = state.read();
     let expect = Expectations {
         issuer: &state.config.issuer,
@@ -235,15 +220,28 @@ pub fn verify_presented(state: &AppState, headers: &HeaderMap) -> Result<Verifie
     Ok(verified)
 }
 
+/// The request's session under the one credential rule (`protocol::http`): a valid bearer
+/// session wins; otherwise the session cookie, which counts only from an authenticated edge.
+/// No credential is `SESSION_MISSING`; an unreadable one `SESSION_INVALID`.
+pub fn verify_presented(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(Verified<SessionClaims>, Source)> {
+    crate::http::presented(headers, &state.edge_token)
+        .resolve(Error::SessionMissing, |token, source| {
+            verify_token(state, token, source)
+        })
+}
+
 /// `GET /v1/sessions/current`: the validated session's claims.
 pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let v = verify_presented(&state, &headers)?;
+    let (v, _) = verify_presented(&state, &headers)?;
     Ok(axum::Json(v.claims).into_response())
 }
 
 /// `DELETE /v1/sessions/current`: revokes this session (204) and clears the cookie.
 pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let v = verify_presented(&state, &headers)?;
+    let (v, _) = verify_presented(&state, &headers)?;
     let now = state.now();
     let (jti, exp) = (v.claims.jti.clone(), v.claims.exp);
     state
@@ -259,16 +257,17 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Resu
         .await?;
     tracing::info!(jti = %v.claims.jti, "signed out");
     let mut resp = StatusCode::NO_CONTENT.into_response();
-    if let Some(c) = session_cookie("", 0) {
-        resp.headers_mut().insert(header::SET_COOKIE, c);
-    }
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, clear_session_cookie());
     Ok(resp)
 }
 
 /// `POST /v1/sessions/renew`: a fresh session, `auth_time` kept, capped at
-/// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`.
+/// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`. Renewed with the session cookie, the new session
+/// travels only in `Set-Cookie` and the body is a [`CookieSessionResponse`] (no token a script
+/// could read, ATTACKS A24); renewed with a bearer, the answer is as a sign-in's.
 pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let v = verify_presented(&state, &headers)?;
+    let (v, source) = verify_presented(&state, &headers)?;
     let c = v.claims;
     {
         let inner = state.read();
@@ -311,23 +310,32 @@ pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<
     let (token, claims) = mint(&state, c.sub, c.ctr, c.r#gen, c.cli, c.auth_time, now, exp)?;
     crate::revocations::record_minted(&state, &token, &claims).await?;
     tracing::info!(sub = %claims.sub, jti = %claims.jti, "renewed a session");
-    Ok(session_answer(&state, token, &claims, now))
+    match source {
+        Source::Bearer => Ok(session_answer(&state, token, &claims, now)),
+        Source::Cookie => cookie_session_answer(&state, &token, &claims, now),
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_session_cookie_over_the_cap_is_never_issued() {
-        let max = protocol::ids::MAX_TOKEN_COOKIE_BYTES;
-        let fits = session_cookie(&"a".repeat(max), 60).map(|v| v.len());
-        assert!(fits.is_some_and(|n| n > max));
-        assert!(session_cookie(&"a".repeat(max + 1), 60).is_none());
-        let cleared = session_cookie("", 0).expect("clearing cookie");
-        assert_eq!(
-            cleared.to_str().ok(),
-            Some("__Host-cellbind_session=; Secure; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
-        );
-    }
+/// The `201` of a cookie renewal: `Set-Cookie` with the new session, a body without it.
+fn cookie_session_answer(
+    state: &AppState,
+    token: &SessionToken,
+    claims: &SessionClaims,
+    now: UnixSeconds,
+) -> Result<Response> {
+    let cookie = session_cookie(token.expose(), claims.exp.saturating_sub(now))
+        .ok_or_else(|| Error::Internal("the renewed session does not fit in a cookie".into()))?;
+    let body = CookieSessionResponse {
+        session_id: claims.jti.clone(),
+        cell_id: state.config.cell_id.clone(),
+        endpoint: state.config.issuer.clone(),
+        generation: claims.r#gen,
+        expires_at: claims.exp,
+        subject: claims.sub.clone(),
+    };
+    let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::SET_COOKIE, cookie);
+    Ok(resp)
 }

@@ -185,6 +185,8 @@ pub struct Shared {
     pub instances: Mutex<HashMap<String, InstanceSeen>>,
     pub admin_token: Secret,
     pub feed_token: Secret,
+    /// The cell's edge token (`X-Cellbind-Edge-Key` of an authenticated edge).
+    pub edge_token: Secret,
     pub map_key: Option<PublicKey>,
     pub throttle: Throttle,
     pub metrics: Metrics,
@@ -221,6 +223,7 @@ pub struct Parts {
     pub kek: Kek,
     pub admin_token: Secret,
     pub feed_token: Secret,
+    pub edge_token: Secret,
     pub clock: SharedClock,
     pub http: Option<reqwest::Client>,
 }
@@ -279,6 +282,7 @@ impl AppState {
             instances: Mutex::new(HashMap::new()),
             admin_token: parts.admin_token,
             feed_token: parts.feed_token,
+            edge_token: parts.edge_token,
             map_key,
             metrics,
             dummy_hash,

@@ -1,4 +1,21 @@
-//! Sign-in throttles (governor): one bucket per account and one per client IP.
+//! Sign-in throttles (governor), built so that a third party cannot turn them into a lockout
+//! of the account's owner (ATTACKS A31, OWASP ASVS V6):
+//!
+//! ```text
+//!   attempt ──▶ client IP bucket ──▶ (account, client IP) bucket ──▶ account ceiling ──▶ password
+//!               every attempt         10 burst, 10/min by default     50 burst, 50/h
+//! ```
+//!
+//! - The per-IP bucket bounds what one address can try across all accounts.
+//! - The per-(account, IP) bucket is the one an attacker at one address exhausts: the owner at
+//!   another address has a bucket of their own and still signs in.
+//! - The per-account ceiling bounds guesses on one account from all addresses together (ASVS:
+//!   at most 100 attempts on one account in any hour, burst + hourly rate). It is only reached
+//!   by attempts the first two buckets let through, so one address hammering an account does
+//!   not drain it.
+//!
+//! The client IP is the socket peer, or the edge's `X-Cellbind-Client-Ip` from an
+//! authenticated edge only (`crate::http::client_ip`).
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -13,14 +30,14 @@ use crate::error::{Error, Result};
 /// The sign-in throttles.
 #[derive(Debug)]
 pub struct Throttle {
-    account: DefaultKeyedRateLimiter<(ContractorId, Login)>,
     ip: DefaultKeyedRateLimiter<IpAddr>,
+    account_ip: DefaultKeyedRateLimiter<(ContractorId, Login, IpAddr)>,
+    account: DefaultKeyedRateLimiter<(ContractorId, Login)>,
 }
 
-fn quota(per_minute: u32, burst: u32) -> Quota {
-    let rate = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
-    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-    Quota::per_minute(rate).allow_burst(burst)
+fn nonzero(n: u32) -> NonZeroU32 {
+    // The config refuses zero; a zero here would only ever mean "as strict as possible".
+    NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
 }
 
 fn refuse(not_until: governor::NotUntil<governor::clock::QuantaInstant>) -> Error {
@@ -33,12 +50,20 @@ fn refuse(not_until: governor::NotUntil<governor::clock::QuantaInstant>) -> Erro
 
 impl Throttle {
     pub fn new(config: &Config) -> Throttle {
+        let per_minute = |rate, burst| Quota::per_minute(nonzero(rate)).allow_burst(nonzero(burst));
         Throttle {
-            account: RateLimiter::keyed(quota(
-                config.signin_account_per_minute,
-                config.signin_account_burst,
+            ip: RateLimiter::keyed(per_minute(
+                config.signin_ip_per_minute,
+                config.signin_ip_burst,
             )),
-            ip: RateLimiter::keyed(quota(config.signin_ip_per_minute, config.signin_ip_burst)),
+            account_ip: RateLimiter::keyed(per_minute(
+                config.signin_account_ip_per_minute,
+                config.signin_account_ip_burst,
+            )),
+            account: RateLimiter::keyed(
+                Quota::per_hour(nonzero(config.signin_account_per_hour))
+                    .allow_burst(nonzero(config.signin_account_burst)),
+            ),
         }
     }
 
@@ -47,8 +72,17 @@ impl Throttle {
         self.ip.check_key(&ip).map_err(refuse)
     }
 
-    /// Takes one attempt from the account's bucket.
-    pub fn check_account(&self, contractor: &ContractorId, login: &Login) -> Result<()> {
+    /// Takes one attempt from the (account, client IP) bucket, then, only when that one let it
+    /// through, one from the account's ceiling.
+    pub fn check_account(
+        &self,
+        contractor: &ContractorId,
+        login: &Login,
+        ip: IpAddr,
+    ) -> Result<()> {
+        self.account_ip
+            .check_key(&(contractor.clone(), login.clone(), ip))
+            .map_err(refuse)?;
         self.account
             .check_key(&(contractor.clone(), login.clone()))
             .map_err(refuse)
@@ -56,9 +90,11 @@ impl Throttle {
 
     /// Forgets buckets that are full again (bounds memory).
     pub fn shrink(&self) {
-        self.account.retain_recent();
         self.ip.retain_recent();
-        self.account.shrink_to_fit();
+        self.account_ip.retain_recent();
+        self.account.retain_recent();
         self.ip.shrink_to_fit();
+        self.account_ip.shrink_to_fit();
+        self.account.shrink_to_fit();
     }
 }

@@ -3,19 +3,29 @@
 //!
 //! ```text
 //!  client (session at S, gen g)          source S                       target T
-//!  ── POST /v1/sessions/transfer ──▶ session valid here (sig, exp, revocations)?
+//!  ── POST /v1/sessions/transfer ──▶ bearer session valid here (sig, exp, revocations)?
+//!                                    (a cookie session is refused: cookie_session)
 //!                                    record == released(g, T, g')?  (exactly g)
+//!                                    first transfer of sid? record (sid → jti, iat, exp)
+//!                                      (durable); else the recorded ticket while unexpired,
+//!                                      already_transferred after
 //!                                    sign ticket {typ transfer, aud T, src S, gen g,
 //!                                      new_gen g', sid, sexp, auth_time, exp ≤ 5 min}
 //!  ◀── 200 {ticket, target_cell, target_endpoint}
 //!  ── POST /v1/sessions/rebind {ticket} ───────────────────────────▶ S's keys (peer JWKS cache,
 //!                                                                    S's endpoint from the map)
 //!                                                                    record == active(g')?
-//!                                                                    burn ticket jti (durable)
+//!                                                                    burn ticket jti and sid
+//!                                                                      (one transaction)
 //!                                                                    mint session at g',
 //!                                                                    exp = min(now+life, sexp)
 //!  ◀── 201 as sign-in ─────────────────────────────────────────────
 //! ```
+//!
+//! A session id is transferred at most once (ATTACKS A28): the source issues one ticket per
+//! session (a repeated transfer, e.g. after an answer lost on a phone network, gets the same
+//! claims, so the same ticket, until it expires), and the target burns the session id with
+//! the ticket, so a second ticket for the same session is refused as `replayed`.
 //!
 //! Every refusal is `403 FORBIDDEN` with a message that starts with the [`TicketRefusal`]
 //! name, so a client knows to fall back to sign-in; a ticket is never accepted as a session
@@ -30,6 +40,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use protocol::api::{RebindRequest, TransferResponse};
+use protocol::http::Source;
 use protocol::jwks::KeySet;
 use protocol::ownership::OwnershipRecord;
 use protocol::token::{Expectations, LEEWAY_S, TICKET_MAX_LIFETIME_S, TICKET_TYP, TicketClaims};
@@ -40,7 +51,7 @@ use crate::error::{Error, Result};
 use crate::http::JsonBody;
 use crate::keys::random;
 use crate::state::{AppState, blocking};
-use crate::store::UserStatus;
+use crate::store::{TicketBurn, TransferRecord, UserStatus};
 
 /// Lifetime of a transfer ticket, in seconds (at most [`TICKET_MAX_LIFETIME_S`]).
 pub const TICKET_LIFETIME_S: u64 = 120;
@@ -66,6 +77,10 @@ pub enum TicketRefusal {
     WrongGeneration,
     /// The ticket names a source cell this cell cannot find or reach in its map.
     UnknownSource,
+    /// A browser (cookie) session is not transferred: sign in at the new cell.
+    CookieSession,
+    /// This session was transferred already and its ticket has expired.
+    AlreadyTransferred,
 }
 
 impl TicketRefusal {
@@ -76,6 +91,8 @@ impl TicketRefusal {
             TicketRefusal::Replayed => "replayed",
             TicketRefusal::WrongGeneration => "wrong_generation",
             TicketRefusal::UnknownSource => "unknown_source",
+            TicketRefusal::CookieSession => "cookie_session",
+            TicketRefusal::AlreadyTransferred => "already_transferred",
         }
     }
 }
@@ -88,9 +105,15 @@ fn refuse(refusal: TicketRefusal, detail: impl Into<String>) -> Error {
 }
 
 /// `POST /v1/sessions/transfer`: a ticket for the successor, only when this cell released the
-/// contractor at exactly the session's generation.
+/// contractor at exactly the session's generation, and only one ticket per session.
 pub async fn transfer(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let v = crate::sessions::verify_presented(&state, &headers)?;
+    let (v, source) = crate::sessions::verify_presented(&state, &headers)?;
+    if source == Source::Cookie {
+        return Err(refuse(
+            TicketRefusal::CookieSession,
+            "a browser session is not transferred; sign in at the new cell",
+        ));
+    }
     let c = v.claims;
     let (successor, successor_gen, endpoint) = {
         let inner = state.read();
@@ -126,6 +149,20 @@ pub async fn transfer(State(state): State<AppState>, headers: HeaderMap) -> Resu
         .map(|k| k.signer.clone())
         .ok_or(Error::NotReady("no signing key"))?;
     let now = state.now();
+    let proposed = TransferRecord {
+        ticket_jti: SessionId::from_random(*random::<16>(&state.rng)?),
+        iat: now,
+        exp: now.saturating_add(TICKET_LIFETIME_S.min(TICKET_MAX_LIFETIME_S)),
+    };
+    let store = state.store.clone();
+    let (sid, sexp) = (c.jti.clone(), c.exp);
+    let held = blocking(move || store.record_transfer(&sid, sexp, &proposed, now)).await?;
+    if now >= held.exp {
+        return Err(refuse(
+            TicketRefusal::AlreadyTransferred,
+            "this session was transferred already and its ticket has expired; sign in again",
+        ));
+    }
     let claims = TicketClaims {
         iss: state.config.issuer.clone(),
         aud: successor.clone(),
@@ -138,10 +175,10 @@ pub async fn transfer(State(state): State<AppState>, headers: HeaderMap) -> Resu
         sexp: c.exp,
         auth_time: c.auth_time,
         cli: c.cli,
-        iat: now,
-        nbf: now,
-        exp: now.saturating_add(TICKET_LIFETIME_S.min(TICKET_MAX_LIFETIME_S)),
-        jti: SessionId::from_random(*random::<16>(&state.rng)?),
+        iat: held.iat,
+        nbf: held.iat,
+        exp: held.exp,
+        jti: held.ticket_jti,
     };
     let ticket = signer
         .mint(&claims)
@@ -157,7 +194,7 @@ pub async fn transfer(State(state): State<AppState>, headers: HeaderMap) -> Resu
 
 /// The `src` of a ticket read before verification, only to choose whose keys verify it.
 #[derive(Deserialize)]
-struct Source {
+struct TicketSource {
     src: CellId,
 }
 
@@ -166,7 +203,9 @@ fn peek_source(ticket: &str) -> Option<CellId> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)
         .ok()?;
-    serde_json::from_slice::<Source>(&bytes).ok().map(|s| s.src)
+    serde_json::from_slice::<TicketSource>(&bytes)
+        .ok()
+        .map(|s| s.src)
 }
 
 /// `POST /v1/sessions/rebind` `{ticket}`: a session at the new generation (201 as sign-in).
@@ -244,12 +283,17 @@ pub async fn rebind(
         return Err(Error::SessionRevoked);
     }
     let store = state.store.clone();
-    let (jti, exp) = (t.jti.clone(), t.exp);
-    let fresh = blocking(move || store.burn_ticket(&jti, exp, now)).await?;
+    let burn = TicketBurn {
+        jti: t.jti.clone(),
+        exp: t.exp,
+        sid: t.sid.clone(),
+        sexp: t.sexp,
+    };
+    let fresh = blocking(move || store.burn_ticket(&burn, now)).await?;
     if !fresh {
         return Err(refuse(
             TicketRefusal::Replayed,
-            "this ticket was already used",
+            "this ticket or this session was already transferred here",
         ));
     }
     let exp = now

@@ -136,7 +136,7 @@ async fn sign_in_mints_exactly_the_designed_token() {
 }
 
 #[tokio::test]
-async fn desk_sign_in_sets_the_host_cookie_and_current_reads_it() {
+async fn desk_sign_in_sets_the_host_cookie_and_current_reads_it_through_the_edge() {
     let f = Fixture::new().await;
     f.seed("c-1", "disp", "pw-desk-123", 1).await;
     let r = f.sign_in("c-1", "disp", "pw-desk-123", "desk").await;
@@ -155,13 +155,24 @@ async fn desk_sign_in_sets_the_host_cookie_and_current_reads_it() {
         .call(
             Method::GET,
             "/v1/sessions/current",
-            &[("cookie", &c)],
+            &[("cookie", &c), ("x-cellbind-edge-key", EDGE)],
             Body::empty(),
         )
         .await;
     assert_eq!(cur.status, StatusCode::OK);
     assert_eq!(cur.json["cli"], "desk");
     assert_eq!(cur.json["jti"], r.json["session_id"]);
+    // Straight to the auth-service (no edge key, or a wrong one), the cookie is not a
+    // credential: the edge enforces the CSRF proof on cookie requests.
+    for key in [None, Some("not-the-edge-token")] {
+        let mut headers = vec![("cookie", c.as_str())];
+        headers.extend(key.map(|k| ("x-cellbind-edge-key", k)));
+        let cur = f
+            .call(Method::GET, "/v1/sessions/current", &headers, Body::empty())
+            .await;
+        assert_eq!(cur.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(cur.json["error"], "SESSION_MISSING");
+    }
 }
 
 #[tokio::test]
@@ -188,7 +199,9 @@ async fn same_answer_for_unknown_user_wrong_password_and_disabled_user() {
     }
     assert!(bodies.iter().all(|b| b == &bodies[0]), "{bodies:?}");
     assert!(bodies[0].contains("\"INVALID_CREDENTIALS\""));
-    let m = f.call(Method::GET, "/metrics", &[], Body::empty()).await;
+    let m = f
+        .call_internal(Method::GET, "/metrics", &[], Body::empty())
+        .await;
     assert!(
         m.text
             .contains("cellbind_auth_signins_total{outcome=\"invalid_credentials\"} 3"),
@@ -295,7 +308,7 @@ async fn no_map_and_no_record_is_unknown_contractor() {
 #[tokio::test]
 async fn throttles_answer_429_with_retry_after() {
     let f = Fixture::with_extra(
-        "signin_account_burst = 3\nsignin_account_per_minute = 1\nsignin_ip_burst = 5\nsignin_ip_per_minute = 1",
+        "signin_account_ip_burst = 3\nsignin_account_ip_per_minute = 1\nsignin_ip_burst = 5\nsignin_ip_per_minute = 1",
     )
     .await;
     f.seed("c-3", "eve", "pw-throttle", 1).await;
@@ -311,6 +324,7 @@ async fn throttles_answer_429_with_retry_after() {
     // another account from the same (edge-reported) IP: 5th attempt overall passes, 6th is throttled
     let ip = [
         ("content-type", "application/json"),
+        ("x-cellbind-edge-key", EDGE),
         ("x-cellbind-client-ip", "203.0.113.9"),
     ];
     let body = |i: usize| {
@@ -329,6 +343,7 @@ async fn throttles_answer_429_with_retry_after() {
     // a different client IP is not affected
     let other = [
         ("content-type", "application/json"),
+        ("x-cellbind-edge-key", EDGE),
         ("x-cellbind-client-ip", "203.0.113.10"),
     ];
     assert_eq!(
@@ -577,8 +592,10 @@ async fn feed_delta_snapshot_long_poll_and_status() {
     let state = f.state.clone();
     let poll = tokio::spawn(async move {
         let auth = format!("Bearer {FEED}");
-        call(
+        call_on(
             &state,
+            Listener::Internal,
+            None,
             Method::GET,
             &format!("/internal/v1/feed?since={head}&instance=edge-a&wait_ms=20000"),
             &[("authorization", &auth)],
@@ -638,16 +655,16 @@ async fn feed_delta_snapshot_long_poll_and_status() {
     assert_eq!(f.feed(head + 100).await["body"]["kind"], "snapshot");
     // feed token required
     let r = f
-        .call(
+        .call_internal(
             Method::GET,
             "/internal/v1/feed?since=0&instance=x",
             &[],
             Body::empty(),
         )
         .await;
-    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
     let r = f
-        .call(
+        .call_internal(
             Method::GET,
             "/internal/v1/feed?since=0&instance=x",
             &[("authorization", &format!("Bearer {ADMIN}"))],
@@ -656,7 +673,7 @@ async fn feed_delta_snapshot_long_poll_and_status() {
         .await;
     assert_eq!(
         r.status,
-        StatusCode::UNAUTHORIZED,
+        StatusCode::FORBIDDEN,
         "the admin token is not the feed token"
     );
 }
@@ -701,7 +718,9 @@ async fn placement_map_push_verifies_signature_and_version() {
         assert_eq!(r.json["error"], "INVALID_REQUEST");
     }
     assert_eq!(f.head().await, head);
-    let m = f.call(Method::GET, "/metrics", &[], Body::empty()).await;
+    let m = f
+        .call_internal(Method::GET, "/metrics", &[], Body::empty())
+        .await;
     assert!(
         m.text
             .contains("cellbind_auth_map_refused_total{reason=\"bad_signature\"} 2"),

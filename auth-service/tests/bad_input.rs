@@ -141,8 +141,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/users",
             None,
             user.clone(),
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "admin user with wrong token",
@@ -150,8 +150,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/users",
             Some("not-the-admin-token"),
             user.clone(),
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "admin user with the feed token",
@@ -159,8 +159,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/users",
             Some(FEED),
             user.clone(),
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "admin rotate without token",
@@ -168,8 +168,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/keys/rotate",
             None,
             "",
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "admin user malformed JSON",
@@ -267,8 +267,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/ownership/c-1",
             None,
             r#"{"state":"active","gen":9}"#,
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "bulk ownership one refused",
@@ -321,8 +321,8 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             "/admin/v1/placement-map",
             None,
             "{}",
-            401,
-            "INVALID_CREDENTIALS",
+            403,
+            "FORBIDDEN",
         ),
         case(
             "feed bad since",
@@ -378,7 +378,7 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
             headers.push(("authorization", a.as_str()));
         }
         let r = f
-            .call(c.method, &c.path, &headers, Body::from(c.body))
+            .call_internal(c.method, &c.path, &headers, Body::from(c.body))
             .await;
         assert_eq!(r.status, c.status, "{}: {}", c.name, r.text);
         assert_eq!(r.json["error"], c.code, "{}: {}", c.name, r.text);

@@ -18,7 +18,7 @@ async fn report(f: &Fixture, instance: &str, since: u64, busy: &str) -> Resp {
     } else {
         format!("&busy={busy}")
     };
-    f.call(
+    f.call_internal(
         Method::GET,
         &format!("/internal/v1/feed?since={since}&instance={instance}{busy}"),
         &[("authorization", &auth)],

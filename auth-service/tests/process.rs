@@ -12,21 +12,31 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two distinct free ports (both held while the second is chosen).
+fn free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 struct Service {
     child: Child,
+    /// The public listener's base URL.
     base: String,
+    /// The internal listener's base URL.
+    internal: String,
     client: reqwest::Client,
 }
 
-fn start(config: &std::path::Path, base: &str, ca_pem: &str, log: &std::path::Path) -> Service {
+fn start(
+    config: &std::path::Path,
+    (base, internal): (&str, &str),
+    ca_pem: &str,
+    log: &std::path::Path,
+) -> Service {
     let child = Command::new(env!("CARGO_BIN_EXE_cellbind-auth-service"))
         .arg("--config")
         .arg(config)
@@ -41,6 +51,7 @@ fn start(config: &std::path::Path, base: &str, ca_pem: &str, log: &std::path::Pa
     Service {
         child,
         base: base.to_owned(),
+        internal: internal.to_owned(),
         client,
     }
 }
@@ -76,7 +87,16 @@ impl Service {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        // The admin API, the feed and metrics are served on the internal listener only.
+        let base = if ["/admin/", "/internal/", "/metrics"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        {
+            &self.internal
+        } else {
+            &self.base
+        };
+        let mut req = self.client.request(method, format!("{base}{path}"));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -103,21 +123,48 @@ impl Service {
 async fn restart_after_sigkill_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();
     let tls = make_tls(dir.path());
-    std::fs::write(dir.path().join("admin.token"), ADMIN).unwrap();
-    std::fs::write(dir.path().join("feed.token"), FEED).unwrap();
-    let port = free_port();
+    write_tokens(dir.path());
+    let (port, internal_port) = free_ports();
     let cfg = dir.path().join("auth.toml");
     std::fs::write(
         &cfg,
-        config_toml(dir.path(), &tls, &format!("127.0.0.1:{port}"), ""),
+        config_toml(
+            dir.path(),
+            &tls,
+            &format!("127.0.0.1:{port}"),
+            &format!("127.0.0.1:{internal_port}"),
+            "",
+        ),
     )
     .unwrap();
     let base = format!("https://127.0.0.1:{port}");
+    let internal = format!("https://127.0.0.1:{internal_port}");
     let log = dir.path().join("auth.log");
 
-    let mut svc = start(&cfg, &base, &tls.ca_pem, &log);
+    let mut svc = start(&cfg, (&base, &internal), &tls.ca_pem, &log);
     svc.wait_healthy(&log).await;
     use reqwest::Method as M;
+    // The admin API is not on the public listener, and the access log says what was reached
+    // (never the query string).
+    let r = svc
+        .client
+        .get(format!("{base}/admin/v1/status?secret-query=1"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let line = "listener=\"public\" method=GET path=/admin/v1/status status=404";
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains(line) {
+            assert!(!text.contains("secret-query"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < until, "no access line {line:?} in {text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (s, _) = svc
         .send(M::POST, "/admin/v1/users", Some(ADMIN), Some(json!({"contractor_id":"c-40711","login":"ana","role":"technician","password":"pw-restart-1"})))
         .await;
@@ -155,7 +202,7 @@ async fn restart_after_sigkill_keeps_everything() {
     svc.child.kill().unwrap(); // SIGKILL
     svc.child.wait().unwrap();
 
-    let mut svc = start(&cfg, &base, &tls.ca_pem, &log);
+    let mut svc = start(&cfg, (&base, &internal), &tls.ca_pem, &log);
     svc.wait_healthy(&log).await;
     let (_, keys_after) = svc.send(M::GET, "/admin/v1/keys", Some(ADMIN), None).await;
     assert_eq!(keys_after, keys_before, "same kids and statuses");
@@ -208,11 +255,16 @@ async fn restart_after_sigkill_keeps_everything() {
 }
 
 #[tokio::test]
-async fn in_process_tls_server_serves_jwks_and_refuses_untrusting_clients() {
+async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clients() {
     let f = Fixture::new().await;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(cellbind_auth_service::serve(f.state.clone(), listener));
+    let public = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let internal = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (addr, internal_addr) = (public.local_addr().unwrap(), internal.local_addr().unwrap());
+    let server = tokio::spawn(cellbind_auth_service::serve(
+        f.state.clone(),
+        public,
+        internal,
+    ));
     let client = cellbind_auth_service::tls::client_trusting(f.tls.ca_pem.as_bytes()).unwrap();
     let until = Instant::now() + DEADLINE;
     let resp = loop {
@@ -232,17 +284,49 @@ async fn in_process_tls_server_serves_jwks_and_refuses_untrusting_clients() {
     assert_eq!(resp.headers()["cache-control"], "public, max-age=60");
     let jwks: Value = resp.json().await.unwrap();
     assert_eq!(jwks["keys"].as_array().unwrap().len(), 2);
-    // A client that does not trust this CA is refused at the handshake.
-    let other = make_tls(tempfile::tempdir().unwrap().path());
-    let stranger = cellbind_auth_service::tls::client_trusting(other.ca_pem.as_bytes()).unwrap();
-    assert!(
-        stranger
-            .get(format!("https://{addr}/healthz"))
+    // The admin API, the feed and metrics exist on the internal listener only.
+    for (path, token) in [
+        ("/admin/v1/status", ADMIN),
+        ("/internal/v1/feed?since=0&instance=t", FEED),
+        ("/metrics", ADMIN),
+    ] {
+        let on_public = client
+            .get(format!("https://{addr}{path}"))
+            .bearer_auth(token)
             .send()
             .await
-            .is_err()
-    );
+            .unwrap();
+        assert_eq!(on_public.status(), 404, "{path} on the public listener");
+        let on_internal = client
+            .get(format!("https://{internal_addr}{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(on_internal.status(), 200, "{path} on the internal listener");
+    }
+    // A client that does not trust this CA is refused at the handshake, on both listeners.
+    let other = make_tls(tempfile::tempdir().unwrap().path());
+    let stranger = cellbind_auth_service::tls::client_trusting(other.ca_pem.as_bytes()).unwrap();
+    for a in [addr, internal_addr] {
+        assert!(
+            stranger
+                .get(format!("https://{a}/healthz"))
+                .send()
+                .await
+                .is_err()
+        );
+    }
+    // Stopping the server stops both listeners.
     server.abort();
+    let _ = server.await;
+    let until = Instant::now() + DEADLINE;
+    for a in [addr, internal_addr] {
+        while std::net::TcpStream::connect(a).is_ok() {
+            assert!(Instant::now() < until, "{a} still accepts after the stop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 #[tokio::test]
@@ -320,7 +404,7 @@ async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
     assert_eq!(f.state.read().map.as_ref().unwrap().map.version, 5);
     assert_eq!(f.head().await, head);
     let m = f
-        .call(
+        .call_internal(
             axum::http::Method::GET,
             "/metrics",
             &[],

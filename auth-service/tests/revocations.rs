@@ -163,14 +163,14 @@ async fn refusals_bad_audit_text_far_future_and_no_token() {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.json);
     }
     let r = f
-        .call(
+        .call_internal(
             Method::POST,
             "/admin/v1/revocations",
             &[("content-type", "application/json")],
             Body::from(json!({"kind": "cell", "before": T0, "reason": "x", "by": "y"}).to_string()),
         )
         .await;
-    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(
         f.feed(0).await["body"]["snapshot"]["revocations"],
         json!([]),
@@ -244,8 +244,10 @@ async fn the_audit_log_keeps_every_revocation_after_compaction() {
     assert_eq!(arr.json[0], lines[1]);
     // ... and after a restart.
     let again = f.reopen().await;
-    let r = call(
+    let r = call_on(
         &again,
+        Listener::Internal,
+        None,
         Method::GET,
         "/admin/v1/audit/revocations?format=json",
         &[("authorization", &format!("Bearer {ADMIN}"))],

@@ -14,7 +14,7 @@ use cellbind_auth_service::{AppState, Config};
 use common::*;
 use protocol::jwks::KeySet;
 use protocol::token::{SigningKey, TicketClaims};
-use protocol::{CellId, Kid};
+use protocol::{CellId, Kid, SessionId};
 use serde_json::{Value, json};
 
 const CTR: &str = "c-77";
@@ -24,7 +24,7 @@ const PW: &str = "correct horse battery";
 async fn peer(f: &Fixture, n: u8) -> AppState {
     let dir = f.dir.path().join(format!("cell-0{n}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "")
+    let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "127.0.0.1:0", "")
         .replace(CELL, &format!("cell-0{n}"))
         .replace(ISSUER, &format!("https://127.0.0.{n}:8443"))
         .replace(
@@ -44,8 +44,10 @@ async fn admin(state: &AppState, method: Method, path: &str, body: Value) -> Res
     } else {
         Body::from(body.to_string())
     };
-    call(
+    call_on(
         state,
+        Listener::Internal,
+        None,
         method,
         path,
         &[
@@ -107,6 +109,11 @@ async fn rebind(state: &AppState, ticket: &str) -> Resp {
         Body::from(json!({ "ticket": ticket }).to_string()),
     )
     .await
+}
+
+/// The source cell's current signing key (to mint tickets by hand).
+fn source_key(f: &Fixture) -> std::sync::Arc<SigningKey> {
+    f.state.read().ring.current().unwrap().signer.clone()
 }
 
 fn assert_refused(r: &Resp, reason: &str) {
@@ -230,14 +237,20 @@ async fn the_ticket_attack_table() {
     let (target, session) = migrated(&f).await;
     let ticket = |r: &Resp| r.json["ticket"].as_str().unwrap().to_owned();
 
-    // Expired: a ticket older than five minutes.
-    let expired = ticket(&transfer(&f.state, &session).await);
-    f.clock.advance(6 * 60);
-    assert_refused(&rebind(&target, &expired).await, "invalid_ticket");
+    let good = ticket(&transfer(&f.state, &session).await);
+
+    // Expired: a ticket of the source, older than five minutes (a session is transferred once,
+    // so this one is minted with the source's key).
+    let mut old: TicketClaims = serde_json::from_value(segment(&good, 1)).unwrap();
+    old.iat -= 6 * 60;
+    old.nbf = old.iat;
+    old.exp = old.iat + 120;
+    old.jti = SessionId::from_random([1; 16]);
+    let expired = source_key(&f).mint(&old).unwrap();
+    assert_refused(&rebind(&target, expired.expose()).await, "invalid_ticket");
 
     // Forged: a flipped signature byte; and a ticket signed by a key the source never published
     // under the source's kid.
-    let good = ticket(&transfer(&f.state, &session).await);
     let mut parts: Vec<String> = good.split('.').map(str::to_owned).collect();
     let sig = parts[2].clone();
     let flipped = if sig.starts_with('A') { "B" } else { "A" };
@@ -309,4 +322,95 @@ async fn a_source_that_did_not_release_at_the_session_generation_refuses() {
     .await;
     own(&f.state, json!({"state": "active", "gen": 3})).await;
     assert_refused(&transfer(&f.state, &session).await, "not_released");
+}
+
+#[tokio::test]
+async fn three_transfers_of_one_session_answer_one_ticket_that_rebinds_once() {
+    let f = Fixture::new().await;
+    let (target, session) = migrated(&f).await;
+    // A phone that lost the answer asks again, twice: the same ticket every time.
+    let mut tickets = Vec::new();
+    for _ in 0..3 {
+        let r = transfer(&f.state, &session).await;
+        assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        tickets.push(r.json["ticket"].as_str().unwrap().to_owned());
+        f.clock.advance(10);
+    }
+    assert_eq!(tickets[0], tickets[1]);
+    assert_eq!(tickets[1], tickets[2]);
+    let mut created = 0;
+    for t in &tickets {
+        let r = rebind(&target, t).await;
+        if r.status == StatusCode::CREATED {
+            created += 1;
+        } else {
+            assert_refused(&r, "replayed");
+        }
+    }
+    assert_eq!(created, 1, "one session at the target, not three");
+}
+
+#[tokio::test]
+async fn a_second_ticket_carrying_an_already_rebound_session_is_refused_as_replayed() {
+    let f = Fixture::new().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let first = r.json["ticket"].as_str().unwrap().to_owned();
+    // A second, different ticket for the same session, signed with the source's key (what a
+    // source without the one-ticket record, or a replica of it, would issue).
+    let mut claims: TicketClaims = serde_json::from_value(segment(&first, 1)).unwrap();
+    claims.jti = SessionId::from_random([2; 16]);
+    let second = source_key(&f).mint(&claims).unwrap();
+    assert_ne!(second.expose(), first);
+    let r = rebind(&target, &first).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    assert_refused(&rebind(&target, second.expose()).await, "replayed");
+    // The session id stays burned after a restart of the target.
+    let restarted = peer(&f, 2).await;
+    restarted.peers.insert(
+        CellId::new(CELL).unwrap(),
+        "https://127.0.0.1:8443".into(),
+        jwks_of(&f.state).await,
+    );
+    let mut third = claims.clone();
+    third.jti = SessionId::from_random([3; 16]);
+    let third = source_key(&f).mint(&third).unwrap();
+    assert_refused(&rebind(&restarted, third.expose()).await, "replayed");
+}
+
+#[tokio::test]
+async fn a_transfer_after_the_ticket_lifetime_is_refused_as_already_transferred() {
+    let f = Fixture::new().await;
+    let (_target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let t = segment(r.json["ticket"].as_str().unwrap(), 1);
+    let lifetime = t["exp"].as_u64().unwrap() - t["iat"].as_u64().unwrap();
+    f.clock.advance(lifetime);
+    assert_refused(&transfer(&f.state, &session).await, "already_transferred");
+    // Also after a restart of the source (the record is durable).
+    let restarted = f.reopen().await;
+    assert_refused(&transfer(&restarted, &session).await, "already_transferred");
+}
+
+#[tokio::test]
+async fn a_ticket_whose_session_was_revoked_at_the_target_is_refused() {
+    let f = Fixture::new().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    let t = segment(&ticket, 1);
+    let r = admin(
+        &target,
+        Method::POST,
+        "/admin/v1/revocations",
+        json!({"kind": "session", "jti": t["sid"], "exp": t["sexp"],
+               "reason": "stolen phone", "by": "ops"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:?}", r.json);
+    assert_eq!(r.json["error"], "SESSION_REVOKED");
+    assert!(r.json["session"].is_null(), "nothing minted");
 }

@@ -163,6 +163,26 @@ pub struct Loaded {
     pub users: u64,
 }
 
+/// What a rebind burns: the ticket's id and the transferred session's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TicketBurn {
+    /// The ticket's `jti`, kept until `exp`.
+    pub jti: protocol::SessionId,
+    pub exp: UnixSeconds,
+    /// The transferred session's id (the ticket's `sid`), kept until `sexp`.
+    pub sid: protocol::SessionId,
+    pub sexp: UnixSeconds,
+}
+
+/// The one ticket a source cell issues for a transferred session: its `jti`, `iat` and `exp`
+/// (every other claim follows from the session and the ownership record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferRecord {
+    pub ticket_jti: protocol::SessionId,
+    pub iat: UnixSeconds,
+    pub exp: UnixSeconds,
+}
+
 /// The durable store.
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Loads the state, keeping the newest `retain` feed entries.
@@ -179,14 +199,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>>;
     /// Every user of a contractor (a migration's export).
     fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>>;
-    /// Burns a transfer ticket id until `exp` (then forgotten); `false` when it was burned
-    /// already. Durable before it answers.
-    fn burn_ticket(
+    /// Burns a transfer ticket's id (until the ticket's `exp`) and the session id it carries
+    /// (until the session's `sexp`) in one transaction; then both are forgotten. `false`, and
+    /// nothing burned, when either was burned already. Durable before it answers.
+    fn burn_ticket(&self, ticket: &TicketBurn, now: UnixSeconds) -> Result<bool>;
+    /// Records the first transfer of session `sid` (expiring at `sexp`) with the `proposed`
+    /// ticket, unless one is recorded; answers the recorded ticket either way. Records of
+    /// sessions expired before `now` are forgotten. Durable before it answers.
+    fn record_transfer(
         &self,
-        jti: &protocol::SessionId,
-        exp: UnixSeconds,
+        sid: &protocol::SessionId,
+        sexp: UnixSeconds,
+        proposed: &TransferRecord,
         now: UnixSeconds,
-    ) -> Result<bool>;
+    ) -> Result<TransferRecord>;
     /// Records a minted session (per-cell revocation: listing a subject's sessions).
     fn record_session(&self, session: &crate::revocations::MintedSession) -> Result<()>;
     /// A subject's recorded sessions expiring after `now`, newest first, at most `limit`.

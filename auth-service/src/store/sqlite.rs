@@ -13,8 +13,9 @@ use rusqlite::{Connection, OptionalExtension as _, params};
 use super::{Commit, KeyRow, KeyState, Loaded, Role, Store, UserRecord, UserStatus, Write};
 use crate::error::{Error, Result};
 
-/// Schema version written to `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+/// Schema version written to `PRAGMA user_version`. Version 1 is [`SCHEMA`]; each later
+/// version is reached from the one before by its entry in [`MIGRATIONS`].
+pub const SCHEMA_VERSION: i64 = 2;
 /// How long a writer waits for a lock held by another connection, in milliseconds.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 
@@ -80,6 +81,29 @@ CREATE TABLE burned_tickets (
 ) WITHOUT ROWID;
 ";
 
+/// `(version reached, SQL)`: the steps from version 1 to [`SCHEMA_VERSION`], applied in order
+/// in one transaction with the version bump.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    2,
+    "
+-- A session id is transferred at most once (ATTACKS A28). At a target: the session ids
+-- already rebound here, burned with the ticket, kept until the session's expiry.
+CREATE TABLE burned_sessions (
+    sid TEXT PRIMARY KEY,
+    sexp INTEGER NOT NULL
+) WITHOUT ROWID;
+-- At a source: the one ticket issued for each transferred session (repeated transfers answer
+-- the same ticket until it expires), kept until the session's expiry.
+CREATE TABLE transferred_sessions (
+    sid TEXT PRIMARY KEY,
+    ticket_jti TEXT NOT NULL,
+    iat INTEGER NOT NULL,
+    exp INTEGER NOT NULL,
+    sexp INTEGER NOT NULL
+) WITHOUT ROWID;
+",
+)];
+
 /// The SQLite store. One connection, serialised by a mutex (writes are serialised anyway).
 #[derive(Debug)]
 pub struct SqliteStore {
@@ -120,17 +144,27 @@ impl SqliteStore {
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        match version {
-            0 => {
-                conn.execute_batch(&format!(
-                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                ))?;
+        if !(0..=SCHEMA_VERSION).contains(&version) {
+            return Err(Error::Config(format!(
+                "database schema version {version} is not one this binary reads (0..={SCHEMA_VERSION})"
+            )));
+        }
+        if version < SCHEMA_VERSION {
+            let mut sql = String::from("BEGIN IMMEDIATE;");
+            if version == 0 {
+                sql.push_str(SCHEMA);
             }
-            SCHEMA_VERSION => {}
-            other => {
-                return Err(Error::Config(format!(
-                    "database schema version {other} is newer than this binary ({SCHEMA_VERSION})"
-                )));
+            for (_, step) in MIGRATIONS.iter().filter(|(v, _)| *v > version.max(1)) {
+                sql.push_str(step);
+            }
+            sql.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
+            conn.execute_batch(&sql)?;
+            if version > 0 {
+                tracing::info!(
+                    from = version,
+                    to = SCHEMA_VERSION,
+                    "migrated the database schema"
+                );
             }
         }
         Ok(SqliteStore {
@@ -410,11 +444,20 @@ impl Store for SqliteStore {
 
     fn burn_ticket(
         &self,
-        jti: &protocol::SessionId,
-        exp: protocol::time::UnixSeconds,
+        ticket: &super::TicketBurn,
         now: protocol::time::UnixSeconds,
     ) -> Result<bool> {
-        super::sqlite_migration::burn_ticket(&mut self.conn(), jti, exp, now)
+        super::sqlite_migration::burn_ticket(&mut self.conn(), ticket, now)
+    }
+
+    fn record_transfer(
+        &self,
+        sid: &protocol::SessionId,
+        sexp: protocol::time::UnixSeconds,
+        proposed: &super::TransferRecord,
+        now: protocol::time::UnixSeconds,
+    ) -> Result<super::TransferRecord> {
+        super::sqlite_migration::record_transfer(&mut self.conn(), sid, sexp, proposed, now)
     }
 
     fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>> {
@@ -451,6 +494,38 @@ mod tests {
         conn.execute_batch("PRAGMA user_version = 99").unwrap();
         drop(conn);
         assert!(SqliteStore::open(&path).is_err());
+    }
+
+    #[test]
+    fn a_version_1_database_is_migrated_and_keeps_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 1;"))
+                .unwrap();
+            conn.execute(
+                "INSERT INTO burned_tickets (jti, exp) VALUES ('t-kept', 99)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let conn = store.conn();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let kept: i64 = conn
+            .query_row("SELECT COUNT(*) FROM burned_tickets", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 1);
+        for table in ["burned_sessions", "transferred_sessions"] {
+            let n: i64 = conn
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 0, "{table}");
+        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
-//! SQLite queries of the migration feature: a contractor's users (export) and the single-use
-//! transfer tickets burned at this cell (table `burned_tickets` in the version-1 schema).
+//! SQLite queries of the migration feature: a contractor's users (export), the single-use
+//! transfer tickets and transferred session ids burned at this cell as a target
+//! (`burned_tickets`, version 1; `burned_sessions`, version 2), and the one ticket recorded
+//! per transferred session at this cell as a source (`transferred_sessions`, version 2).
 
 use protocol::time::UnixSeconds;
 use protocol::{ContractorId, SessionId};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 
-use super::UserRecord;
 use super::sqlite::{USER_COLUMNS, user_from_row, user_parse};
-use crate::error::Result;
+use super::{TicketBurn, TransferRecord, UserRecord};
+use crate::error::{Error, Result};
 
 fn i(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -26,23 +28,145 @@ pub fn users_of(conn: &Connection, contractor: &ContractorId) -> Result<Vec<User
     Ok(out)
 }
 
-/// Burns a ticket id until `exp`; `false` when it was burned already. Expired ids are
-/// forgotten in the same transaction (a replay after that is refused as expired anyway).
-pub fn burn_ticket(
+/// Burns a ticket id until its `exp` and its session id until the session's `sexp`, in one
+/// transaction; `false` (and nothing written) when either was burned already. Expired entries
+/// are forgotten in the same transaction (a replay after that is refused as expired anyway).
+pub fn burn_ticket(conn: &mut Connection, t: &TicketBurn, now: UnixSeconds) -> Result<bool> {
+    let cutoff = i(now.saturating_sub(protocol::token::LEEWAY_S));
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute("DELETE FROM burned_tickets WHERE exp < ?1", params![cutoff])?;
+    tx.execute(
+        "DELETE FROM burned_sessions WHERE sexp < ?1",
+        params![cutoff],
+    )?;
+    let fresh_ticket = tx.execute(
+        "INSERT INTO burned_tickets (jti, exp) VALUES (?1, ?2) ON CONFLICT (jti) DO NOTHING",
+        params![t.jti.as_str(), i(t.exp)],
+    )? == 1;
+    let fresh_session = fresh_ticket
+        && tx.execute(
+            "INSERT INTO burned_sessions (sid, sexp) VALUES (?1, ?2) ON CONFLICT (sid) DO NOTHING",
+            params![t.sid.as_str(), i(t.sexp)],
+        )? == 1;
+    if !fresh_session {
+        // Dropping the transaction rolls it back: a ticket refused for its session id is not
+        // burned either (it is refused again anyway).
+        return Ok(false);
+    }
+    tx.commit()?;
+    Ok(true)
+}
+
+/// Records `proposed` as the ticket of session `sid` unless one is recorded; answers the
+/// recorded one. Records of sessions expired before `now` (less the leeway) are forgotten.
+pub fn record_transfer(
     conn: &mut Connection,
-    jti: &SessionId,
-    exp: UnixSeconds,
+    sid: &SessionId,
+    sexp: UnixSeconds,
+    proposed: &TransferRecord,
     now: UnixSeconds,
-) -> Result<bool> {
+) -> Result<TransferRecord> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     tx.execute(
-        "DELETE FROM burned_tickets WHERE exp < ?1",
+        "DELETE FROM transferred_sessions WHERE sexp < ?1",
         params![i(now.saturating_sub(protocol::token::LEEWAY_S))],
     )?;
-    let fresh = tx.execute(
-        "INSERT INTO burned_tickets (jti, exp) VALUES (?1, ?2) ON CONFLICT (jti) DO NOTHING",
-        params![jti.as_str(), i(exp)],
+    tx.execute(
+        "INSERT INTO transferred_sessions (sid, ticket_jti, iat, exp, sexp)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (sid) DO NOTHING",
+        params![
+            sid.as_str(),
+            proposed.ticket_jti.as_str(),
+            i(proposed.iat),
+            i(proposed.exp),
+            i(sexp)
+        ],
     )?;
+    let held = tx
+        .query_row(
+            "SELECT ticket_jti, iat, exp FROM transferred_sessions WHERE sid = ?1",
+            params![sid.as_str()],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            },
+        )
+        .optional()?;
     tx.commit()?;
-    Ok(fresh == 1)
+    let (jti, iat, exp) =
+        held.ok_or_else(|| Error::Internal("a transfer record vanished while written".into()))?;
+    let corrupt = || Error::Internal("a stored transfer record is corrupt".into());
+    Ok(TransferRecord {
+        ticket_jti: SessionId::new(jti).map_err(|_| corrupt())?,
+        iat: u64::try_from(iat).map_err(|_| corrupt())?,
+        exp: u64::try_from(exp).map_err(|_| corrupt())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SqliteStore, Store as _};
+
+    fn id(n: u8) -> SessionId {
+        SessionId::from_random([n; 16])
+    }
+
+    #[test]
+    fn a_session_id_is_burned_once_whatever_ticket_carries_it() {
+        let store = SqliteStore::in_memory().unwrap();
+        let burn = |jti: u8, sid: u8| TicketBurn {
+            jti: id(jti),
+            exp: 1_000,
+            sid: id(sid),
+            sexp: 5_000,
+        };
+        assert!(store.burn_ticket(&burn(1, 9), 900).unwrap());
+        assert!(!store.burn_ticket(&burn(1, 9), 900).unwrap(), "same ticket");
+        assert!(
+            !store.burn_ticket(&burn(2, 9), 900).unwrap(),
+            "same session"
+        );
+        // The refused ticket was not burned: with another session it would pass.
+        assert!(store.burn_ticket(&burn(2, 8), 900).unwrap());
+        // The session id is kept past the ticket's expiry, until the session's.
+        assert!(!store.burn_ticket(&burn(3, 9), 4_000).unwrap());
+        let after = 5_000 + protocol::token::LEEWAY_S + 1;
+        assert!(store.burn_ticket(&burn(3, 9), after).unwrap());
+    }
+
+    #[test]
+    fn a_session_keeps_its_first_transfer_record_until_it_expires() {
+        let store = SqliteStore::in_memory().unwrap();
+        let rec = |jti: u8, iat: u64| TransferRecord {
+            ticket_jti: id(jti),
+            iat,
+            exp: iat + 120,
+        };
+        let sexp = 10_000;
+        let first = store
+            .record_transfer(&id(7), sexp, &rec(1, 100), 100)
+            .unwrap();
+        assert_eq!(first, rec(1, 100));
+        let again = store
+            .record_transfer(&id(7), sexp, &rec(2, 500), 500)
+            .unwrap();
+        assert_eq!(again, rec(1, 100), "the first ticket is answered again");
+        let other = store
+            .record_transfer(&id(8), sexp, &rec(3, 500), 500)
+            .unwrap();
+        assert_eq!(other, rec(3, 500));
+        let later = sexp + protocol::token::LEEWAY_S + 1;
+        let forgotten = store
+            .record_transfer(&id(7), sexp, &rec(4, later), later)
+            .unwrap();
+        assert_eq!(
+            forgotten,
+            rec(4, later),
+            "forgotten after the session's expiry"
+        );
+    }
 }

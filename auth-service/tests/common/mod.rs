@@ -1,11 +1,14 @@
 //! Test fixtures: a throwaway CA and certificate, token files, a config, and a oneshot driver.
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
+pub use cellbind_auth_service::Listener;
 use cellbind_auth_service::{AppState, Config};
 use http_body_util::BodyExt as _;
 use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap};
@@ -17,6 +20,7 @@ use tower::ServiceExt as _;
 
 pub const ADMIN: &str = "admin-token-for-tests-0123456789";
 pub const FEED: &str = "feed-token-for-tests-0123456789";
+pub const EDGE: &str = "edge-token-for-tests-0123456789";
 pub const CELL: &str = "cell-01";
 pub const ISSUER: &str = "https://127.0.0.1:8443";
 /// Start of the fake clock (2026-01-01).
@@ -96,16 +100,25 @@ pub struct Fixture {
     pub state: AppState,
 }
 
-pub fn config_toml(dir: &Path, tls: &Tls, listen: &str, extra: &str) -> String {
+/// Writes the admin, feed and edge token files into `dir`.
+pub fn write_tokens(dir: &Path) {
+    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
+    std::fs::write(dir.join("feed.token"), FEED).unwrap();
+    std::fs::write(dir.join("edge.token"), EDGE).unwrap();
+}
+
+pub fn config_toml(dir: &Path, tls: &Tls, listen: &str, internal: &str, extra: &str) -> String {
     format!(
         r#"
 cell_id = "{CELL}"
 listen = "{listen}"
+internal_listen = "{internal}"
 issuer = "{ISSUER}"
 data_dir = "{data}"
 kek_file = "{data}/kek.bin"
 admin_token_file = "{dir}/admin.token"
 feed_token_file = "{dir}/feed.token"
+edge_token_file = "{dir}/edge.token"
 tls_cert = "{cert}"
 tls_key = "{key}"
 ca_cert = "{ca}"
@@ -130,10 +143,15 @@ impl Fixture {
         cellbind_auth_service::tls::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let tls = make_tls(dir.path());
-        std::fs::write(dir.path().join("admin.token"), format!("{ADMIN}\n")).unwrap();
-        std::fs::write(dir.path().join("feed.token"), FEED).unwrap();
-        let config =
-            Config::from_toml(&config_toml(dir.path(), &tls, "127.0.0.1:0", extra)).unwrap();
+        write_tokens(dir.path());
+        let config = Config::from_toml(&config_toml(
+            dir.path(),
+            &tls,
+            "127.0.0.1:0",
+            "127.0.0.1:0",
+            extra,
+        ))
+        .unwrap();
         let clock = FakeClock::at(T0);
         let state = cellbind_auth_service::open_with_clock(config.clone(), Arc::new(clock.clone()))
             .await
@@ -154,6 +172,7 @@ impl Fixture {
             .unwrap()
     }
 
+    /// A request on the PUBLIC listener (no socket peer recorded).
     pub async fn call(
         &self,
         method: Method,
@@ -164,6 +183,47 @@ impl Fixture {
         call(&self.state, method, path, headers, body).await
     }
 
+    /// A request on the INTERNAL listener (every route).
+    pub async fn call_internal(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Body,
+    ) -> Resp {
+        call_on(
+            &self.state,
+            Listener::Internal,
+            None,
+            method,
+            path,
+            headers,
+            body,
+        )
+        .await
+    }
+
+    /// A request on the PUBLIC listener from socket peer `peer`.
+    pub async fn call_from(
+        &self,
+        peer: SocketAddr,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Body,
+    ) -> Resp {
+        call_on(
+            &self.state,
+            Listener::Public,
+            Some(peer),
+            method,
+            path,
+            headers,
+            body,
+        )
+        .await
+    }
+
     pub async fn admin(&self, method: Method, path: &str, body: Value) -> Resp {
         let auth = format!("Bearer {ADMIN}");
         let body = if body.is_null() {
@@ -171,7 +231,7 @@ impl Fixture {
         } else {
             Body::from(body.to_string())
         };
-        self.call(
+        self.call_internal(
             method,
             path,
             &[
@@ -186,7 +246,7 @@ impl Fixture {
     pub async fn feed(&self, since: u64) -> Value {
         let auth = format!("Bearer {FEED}");
         let r = self
-            .call(
+            .call_internal(
                 Method::GET,
                 &format!("/internal/v1/feed?since={since}&instance=test-1"),
                 &[("authorization", &auth)],
@@ -249,8 +309,22 @@ pub struct Resp {
     pub text: String,
 }
 
+/// A request on the PUBLIC listener.
 pub async fn call(
     state: &AppState,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Body,
+) -> Resp {
+    call_on(state, Listener::Public, None, method, path, headers, body).await
+}
+
+/// A request on one listener, with the socket peer the server would have recorded.
+pub async fn call_on(
+    state: &AppState,
+    listener: Listener,
+    peer: Option<SocketAddr>,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
@@ -260,10 +334,15 @@ pub async fn call(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = cellbind_auth_service::router(state.clone())
-        .oneshot(req.body(body).unwrap())
-        .await
-        .unwrap();
+    let mut req = req.body(body).unwrap();
+    if let Some(p) = peer {
+        req.extensions_mut().insert(ConnectInfo(p));
+    }
+    let router = match listener {
+        Listener::Public => cellbind_auth_service::public_router(state.clone()),
+        Listener::Internal => cellbind_auth_service::internal_router(state.clone()),
+    };
+    let resp = router.oneshot(req).await.unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
