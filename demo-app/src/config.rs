@@ -17,23 +17,40 @@ pub const ENV_PREFIX: &str = "CELLBIND_";
 #[derive(Debug, Clone, Deserialize)]
 pub struct Config {
     pub cell_id: CellId,
+    /// The public listener: `/api/*` (edge key required) and `/healthz`. The edge forwards to it.
     pub listen: SocketAddr,
+    /// The internal listener: `/internal/v1/*` (admin token required) and `/healthz`. Never
+    /// reachable through the edge; the control plane's migration orchestrator calls it.
+    pub internal_listen: SocketAddr,
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
-    /// Holds `app.db`.
+    /// Holds `app.db` (the folder is made 0700 and the database files 0600).
     pub data_dir: PathBuf,
-    /// The edge key required on `/api/*`.
+    /// The cell's app token: the edge key required on `/api/*`.
     pub app_token_file: PathBuf,
-    /// The bearer token of `/internal/*`.
+    /// The cell's admin token: the bearer token of `/internal/*`.
     pub admin_token_file: PathBuf,
 }
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config> {
-        Figment::new()
+        let cfg: Config = Figment::new()
             .merge(Toml::file_exact(path))
             .merge(Env::prefixed(ENV_PREFIX).ignore(&["exit_on_stdin_eof"]))
             .extract()
-            .map_err(|e| AppError::Config(e.to_string()))
+            .map_err(|e| AppError::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Refuses settings that would serve the internal routes where public traffic arrives.
+    pub fn validate(&self) -> Result<()> {
+        if self.listen == self.internal_listen && self.listen.port() != 0 {
+            return Err(AppError::Config(format!(
+                "listen and internal_listen must differ (both are {})",
+                self.listen
+            )));
+        }
+        Ok(())
     }
 }

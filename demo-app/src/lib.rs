@@ -6,7 +6,11 @@
 //! - `/internal/v1/…` (bearer admin token): seeding and the migration interface
 //!   (export, import, freeze, activate, release) plus the list of applied completions.
 //!
+//! Two listeners: the public one ([`public_router`], what the edge forwards to) serves only
+//! `/api/*` and `/healthz`; the internal one ([`internal_router`]) only `/internal/v1/*` and
+//! `/healthz`, so no path sent through the edge can reach the migration interface (ATTACKS A23).
 //! `/api/*` is only served with the edge key (`X-Cellbind-Edge-Key`), compared in constant time.
+//! Every request is logged on the `access` target with its listener, method, path and status.
 
 pub mod config;
 pub mod error;
@@ -35,11 +39,11 @@ pub use error::{AppError, Result};
 use store::{CompleteOutcome, CompleteRequest, ExportDoc, Lifecycle, Store};
 
 /// Header carrying the edge key on forwarded requests.
-pub const EDGE_KEY_HEADER: &str = "x-cellbind-edge-key";
-pub const SUBJECT_HEADER: &str = "x-cellbind-subject";
-pub const CONTRACTOR_HEADER: &str = "x-cellbind-contractor";
-pub const GENERATION_HEADER: &str = "x-cellbind-generation";
-pub const SESSION_HEADER: &str = "x-cellbind-session";
+pub const EDGE_KEY_HEADER: &str = protocol::http::X_EDGE_KEY;
+pub const SUBJECT_HEADER: &str = protocol::http::X_SUBJECT;
+pub const CONTRACTOR_HEADER: &str = protocol::http::X_CONTRACTOR;
+pub const GENERATION_HEADER: &str = protocol::http::X_GENERATION;
+pub const SESSION_HEADER: &str = protocol::http::X_SESSION;
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// Longest accepted idempotency key, in bytes.
 pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
@@ -410,12 +414,24 @@ async fn not_found() -> AppError {
     AppError::NotFound
 }
 
-/// The app's routes.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+pub use runtime::access::{ACCESS_LOG_TARGET, Listener};
+
+/// The public listener's routes: `/api/*` (edge key required) and `/healthz`. Nothing else,
+/// whatever token a request carries: every other path is `404 NOT_FOUND`.
+pub fn public_router(state: AppState) -> Router {
+    let r = Router::new()
         .route("/healthz", get(healthz))
         .route("/api/routes/today", get(routes_today))
         .route("/api/jobs/{id}/complete", post(complete_job))
+        .fallback(not_found)
+        .with_state(state);
+    runtime::access::logged(r, Listener::Public)
+}
+
+/// The internal listener's routes: `/internal/v1/*` (admin token required) and `/healthz`.
+pub fn internal_router(state: AppState) -> Router {
+    let r = Router::new()
+        .route("/healthz", get(healthz))
         .route("/internal/v1/contractors", put(seed))
         .route("/internal/v1/contractors/{ctr}/export", get(export))
         .route("/internal/v1/contractors/{ctr}/import", post(import))
@@ -427,14 +443,11 @@ pub fn router(state: AppState) -> Router {
             get(completions),
         )
         .fallback(not_found)
-        .with_state(state)
+        .with_state(state);
+    runtime::access::logged(r, Listener::Internal)
 }
 
 /// Builds the state from a configuration (opens the store, reads the token files).
-pub fn app(config: &Config) -> Result<Router> {
-    Ok(router(state_from_config(config)?))
-}
-
 pub fn state_from_config(config: &Config) -> Result<AppState> {
     Ok(AppState::new(
         config.cell_id.clone(),

@@ -1,4 +1,4 @@
-//! Serving over TLS until a signal (or, when asked, the end of stdin).
+//! Serving both listeners over TLS until a signal (or, when asked, the end of stdin).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 
 use crate::error::{AppError, Result};
-use crate::{Config, state_from_config};
+use crate::{Config, internal_router, public_router, state_from_config};
 
 /// Grace period for in-flight requests at shutdown, in milliseconds.
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
@@ -28,25 +28,66 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// Runs the app over TLS until [`shutdown_signal`].
+/// Serves `router` on `listener` over `tls` until `handle` is shut down.
+async fn serve(
+    listener: std::net::TcpListener,
+    tls: RustlsConfig,
+    handle: Handle<SocketAddr>,
+    router: axum::Router,
+    what: &str,
+) -> Result<()> {
+    axum_server::from_tcp_rustls(listener, tls)
+        .map_err(|e| AppError::io(format!("starting the {what} listener"), e))?
+        .handle(handle)
+        .serve(router.into_make_service())
+        .await
+        .map_err(|e| AppError::io(format!("serving the {what} listener"), e))
+}
+
+/// Runs the app over TLS, on its public (`listen`) and internal (`internal_listen`) listeners,
+/// until [`shutdown_signal`]; both stop together, and if one fails the other is stopped too.
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
+    config.validate()?;
     let state = state_from_config(&config)?;
     let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
         .await
         .map_err(|e| AppError::io("loading the TLS certificate and key", e))?;
-    let listener = bind(config.listen)?;
-    let handle: Handle<SocketAddr> = Handle::new();
-    let h = handle.clone();
+    let public = bind(config.listen)?;
+    let internal = bind(config.internal_listen)?;
+    let public_handle: Handle<SocketAddr> = Handle::new();
+    let internal_handle: Handle<SocketAddr> = Handle::new();
+    let (ph, ih) = (public_handle.clone(), internal_handle.clone());
+    let grace = Some(Duration::from_millis(SHUTDOWN_GRACE_MS));
     tokio::spawn(async move {
         shutdown_signal().await;
-        h.graceful_shutdown(Some(Duration::from_millis(SHUTDOWN_GRACE_MS)));
+        ph.graceful_shutdown(grace);
+        ih.graceful_shutdown(grace);
     });
-    tracing::info!(cell = %config.cell_id, listen = %config.listen, "demo app serving");
-    axum_server::from_tcp_rustls(listener, tls)
-        .map_err(|e| AppError::io("starting the server", e))?
-        .handle(handle)
-        .serve(crate::router(state).into_make_service())
-        .await
-        .map_err(|e| AppError::io("serving", e))
+    tracing::info!(
+        cell = %config.cell_id,
+        listen = %config.listen,
+        internal_listen = %config.internal_listen,
+        "demo app serving"
+    );
+    let served = tokio::try_join!(
+        serve(
+            public,
+            tls.clone(),
+            public_handle.clone(),
+            public_router(state.clone()),
+            "public",
+        ),
+        serve(
+            internal,
+            tls,
+            internal_handle.clone(),
+            internal_router(state),
+            "internal",
+        ),
+    );
+    // Whichever way it ended, neither listener outlives the other.
+    public_handle.shutdown();
+    internal_handle.shutdown();
+    served.map(|_| ())
 }

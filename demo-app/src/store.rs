@@ -11,6 +11,8 @@ use crate::error::{AppError, Result};
 
 /// Schema version of `app.db` and of the export document.
 pub const SCHEMA_VERSION: u32 = 1;
+/// File name of the database in the data directory.
+pub const DB_FILE: &str = "app.db";
 /// How long a writer waits for SQLite's lock, in milliseconds.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
 
@@ -121,12 +123,21 @@ fn to_i64(v: u64) -> Result<i64> {
 }
 
 impl Store {
-    /// Opens (creating if needed) `app.db` in `data_dir`.
+    /// Opens (creating if needed) `app.db` in `data_dir`. The folder is made owner-only
+    /// (0700) even if it existed, and the database with its `-wal`/`-shm` files 0600; the
+    /// database file is created 0600 before SQLite opens it, so it is never readable by others
+    /// (ATTACKS A30).
     pub fn open(data_dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(data_dir)
+        runtime::private_dir(data_dir)
             .map_err(|e| AppError::io(format!("creating {}", data_dir.display()), e))?;
-        let conn = Connection::open(data_dir.join("app.db"))?;
-        Self::init(conn)
+        let db = data_dir.join(DB_FILE);
+        runtime::private_sqlite(&db)
+            .map_err(|e| AppError::io(format!("restricting {}", db.display()), e))?;
+        let store = Self::init(Connection::open(&db)?)?;
+        // SQLite gives the -wal/-shm it creates the database's mode; make sure of it.
+        runtime::private_sqlite(&db)
+            .map_err(|e| AppError::io(format!("restricting {}", db.display()), e))?;
+        Ok(store)
     }
 
     /// An in-memory store (tests).

@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cellbind_demo_app::store::Store;
-use cellbind_demo_app::{AppState, RouteToday, Secret, router};
+use cellbind_demo_app::{AppState, RouteToday, Secret, internal_router, public_router};
 use http_body_util::BodyExt as _;
 use protocol::CellId;
 use protocol::time::FakeClock;
@@ -16,18 +16,39 @@ const EDGE: &str = "edge-key-for-tests";
 const ADMIN: &str = "admin-token-for-tests";
 const NOW: u64 = 1_795_000_000;
 
-fn app() -> axum::Router {
-    router(AppState::new(
+/// One app's two listeners, as the binary serves them.
+#[derive(Clone)]
+struct App {
+    public: axum::Router,
+    internal: axum::Router,
+}
+
+fn app() -> App {
+    let state = AppState::new(
         CellId::new("cell-02").unwrap(),
         Store::open_in_memory().unwrap(),
         Secret::new(EDGE),
         Secret::new(ADMIN),
         Arc::new(FakeClock::at(NOW)),
-    ))
+    );
+    App {
+        public: public_router(state.clone()),
+        internal: internal_router(state),
+    }
 }
 
-async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, Value) {
-    let resp = app.clone().oneshot(req).await.unwrap();
+/// Sends `/internal/…` to the internal listener and everything else to the public one.
+async fn send(app: &App, req: Request<Body>) -> (StatusCode, Value) {
+    let to = if req.uri().path().starts_with("/internal/") {
+        &app.internal
+    } else {
+        &app.public
+    };
+    send_to(to, req).await
+}
+
+async fn send_to(listener: &axum::Router, req: Request<Body>) -> (StatusCode, Value) {
+    let resp = listener.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     let v = if bytes.is_empty() {
@@ -63,7 +84,7 @@ fn admin(method: &str, path: &str, body: Value) -> Request<Body> {
         .unwrap()
 }
 
-async fn seeded() -> axum::Router {
+async fn seeded() -> App {
     let app = app();
     let (s, v) = send(
         &app,
@@ -209,6 +230,7 @@ async fn generation_fence_on_writes() {
     .await;
     assert_eq!(s, StatusCode::OK);
     let resp = app
+        .public
         .clone()
         .oneshot(api("POST", "/api/jobs/j/complete", "c-2", 5, Some("c")))
         .await
@@ -322,4 +344,102 @@ async fn migration_interface_moves_a_contractor_between_apps() {
     );
     let (s, _) = send(&src, api("GET", "/api/routes/today", "c-1", 1, None)).await;
     assert_eq!(s, StatusCode::CONFLICT);
+}
+
+/// Every route of the internal listener, as (method, path).
+const INTERNAL_ROUTES: [(&str, &str); 7] = [
+    ("PUT", "/internal/v1/contractors"),
+    ("GET", "/internal/v1/contractors/c-1/export"),
+    ("POST", "/internal/v1/contractors/c-1/import"),
+    ("POST", "/internal/v1/contractors/c-1/freeze"),
+    ("POST", "/internal/v1/contractors/c-1/activate"),
+    ("POST", "/internal/v1/contractors/c-1/release"),
+    ("GET", "/internal/v1/contractors/c-1/completions"),
+];
+
+#[tokio::test]
+async fn the_public_listener_answers_404_to_every_internal_route_even_with_the_admin_token() {
+    let app = seeded().await;
+    let bodies = [
+        json!({"contractors": {"c-9": 1}}),
+        json!({"generation": 7}),
+        json!(null),
+    ];
+    let mut refused = 0;
+    for (method, path) in INTERNAL_ROUTES {
+        // The same path in other spellings a hostile client might try.
+        let tail = path.trim_start_matches("/internal/");
+        let forms = [
+            path.to_owned(),
+            format!("/api/../internal/{tail}"),
+            format!("/api/..%2finternal/{tail}"),
+            format!("//internal/{tail}"),
+            format!("/INTERNAL/{tail}"),
+            format!("{path}/"),
+        ];
+        for form in &forms {
+            for body in &bodies {
+                let req = Request::builder()
+                    .method(method)
+                    .uri(form.as_str())
+                    .header("authorization", format!("Bearer {ADMIN}"))
+                    .header("x-cellbind-edge-key", EDGE)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_string()))
+                    .unwrap();
+                let (s, v) = send_to(&app.public, req).await;
+                assert_eq!(s, StatusCode::NOT_FOUND, "{method} {form}: {v}");
+                assert_eq!(v["error"], "NOT_FOUND", "{method} {form}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, INTERNAL_ROUTES.len() * 6 * 3);
+    // Nothing happened: c-1 still takes writes at generation 1 (not frozen, released or
+    // re-activated), and c-9 was not seeded.
+    let (s, v) = send(
+        &app,
+        api("POST", "/api/jobs/j/complete", "c-1", 1, Some("after")),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = send(&app, api("GET", "/api/routes/today", "c-9", 1, None)).await;
+    assert_eq!(
+        (s, v["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("CELL_STATE_STALE"))
+    );
+    // The internal listener serves them with the admin token.
+    let (s, v) = send_to(
+        &app.internal,
+        admin(
+            "GET",
+            "/internal/v1/contractors/c-1/completions",
+            json!(null),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+#[tokio::test]
+async fn the_internal_listener_does_not_serve_the_api_even_with_the_edge_key() {
+    let app = seeded().await;
+    for (method, path) in [
+        ("GET", "/api/routes/today"),
+        ("POST", "/api/jobs/j-1/complete"),
+    ] {
+        let (s, v) = send_to(&app.internal, api(method, path, "c-1", 1, Some("k"))).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{method} {path}: {v}");
+    }
+    let (s, v) = send_to(
+        &app.internal,
+        admin(
+            "GET",
+            "/internal/v1/contractors/c-1/completions",
+            json!(null),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["completions"].as_array().unwrap().len(), 0);
 }

@@ -1,12 +1,38 @@
-//! One real-socket test: the binary's server code over TLS, trusting only a test CA.
+//! Real-socket tests: the binary's server code over TLS on its two listeners, trusting only a
+//! test CA; and the modes of the files it writes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cellbind_demo_app::Config;
+use serde_json::json;
 
-#[tokio::test]
-async fn serves_over_tls_to_a_client_trusting_only_the_ca() {
+const EDGE: &str = "edge";
+const ADMIN: &str = "admin";
+
+struct Served {
+    _dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    ca_pem: String,
+    public: String,
+    internal: String,
+    server: tokio::task::JoinHandle<cellbind_demo_app::Result<()>>,
+}
+
+/// Two free ports on 127.0.0.1 (both held while the second is found).
+fn two_free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
+}
+
+/// Starts the server with a test CA; the data folder already exists with a wide mode.
+async fn serve() -> Served {
     cellbind_demo_app::server::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -22,17 +48,15 @@ async fn serves_over_tls_to_a_client_trusting_only_the_ca() {
     let p = |n: &str| dir.path().join(n);
     std::fs::write(p("cert.pem"), leaf.pem()).unwrap();
     std::fs::write(p("key.pem"), leaf_key.serialize_pem()).unwrap();
-    std::fs::write(p("app-token"), "edge\n").unwrap();
-    std::fs::write(p("admin-token"), "admin\n").unwrap();
-    // Find a free port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    std::fs::write(p("app-token"), format!("{EDGE}\n")).unwrap();
+    std::fs::write(p("admin-token"), format!("{ADMIN}\n")).unwrap();
+    std::fs::create_dir(p("data")).unwrap();
+    std::fs::set_permissions(p("data"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (public_port, internal_port) = two_free_ports();
     let cfg = Config {
         cell_id: protocol::CellId::new("cell-01").unwrap(),
-        listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        listen: format!("127.0.0.1:{public_port}").parse().unwrap(),
+        internal_listen: format!("127.0.0.1:{internal_port}").parse().unwrap(),
         tls_cert: p("cert.pem"),
         tls_key: p("key.pem"),
         data_dir: p("data"),
@@ -40,44 +64,176 @@ async fn serves_over_tls_to_a_client_trusting_only_the_ca() {
         admin_token_file: p("admin-token"),
     };
     let server = tokio::spawn(cellbind_demo_app::server::run(cfg));
+    Served {
+        data: p("data"),
+        _dir: dir,
+        ca_pem: ca_cert.pem(),
+        public: format!("https://127.0.0.1:{public_port}"),
+        internal: format!("https://127.0.0.1:{internal_port}"),
+        server,
+    }
+}
 
-    let certs = reqwest::Certificate::from_pem_bundle(ca_cert.pem().as_bytes()).unwrap();
+fn client_trusting(ca_pem: &str) -> reqwest::Client {
+    let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).unwrap();
     assert!(!certs.is_empty());
-    let client = reqwest::Client::builder()
+    reqwest::Client::builder()
         .tls_certs_only(certs)
         .build()
-        .unwrap();
-    let url = format!("https://127.0.0.1:{port}/healthz");
+        .unwrap()
+}
+
+/// Waits (bounded) until `url` answers.
+async fn up(client: &reqwest::Client, url: &str) -> reqwest::Response {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let resp = loop {
-        match client.get(&url).send().await {
-            Ok(r) => break r,
+    loop {
+        match client.get(url).send().await {
+            Ok(r) => return r,
             Err(e) if Instant::now() < deadline => {
                 let _ = e;
-                tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Err(e) => panic!("never came up: {e}"),
+            Err(e) => panic!("{url} never came up: {e}"),
         }
-    };
-    assert_eq!(resp.status(), 200);
-    let v: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(v["cell_id"], "cell-01");
+    }
+}
 
-    // A client that does not trust the test CA is refused.
-    let stranger = reqwest::Client::builder()
-        .tls_certs_only(
-            reqwest::Certificate::from_pem_bundle(
-                rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
-                    .unwrap()
-                    .cert
-                    .pem()
-                    .as_bytes(),
-            )
-            .unwrap(),
-        )
-        .build()
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn serves_both_listeners_over_tls_to_a_client_trusting_only_the_ca() {
+    let s = serve().await;
+    let client = client_trusting(&s.ca_pem);
+    for base in [&s.public, &s.internal] {
+        let resp = up(&client, &format!("{base}/healthz")).await;
+        assert_eq!(resp.status(), 200, "{base}");
+        let v: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(v["cell_id"], "cell-01");
+    }
+
+    // The migration interface is on the internal listener only.
+    let seed = |base: &str| {
+        client
+            .put(format!("{base}/internal/v1/contractors"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"contractors": {"c-1": 1}}))
+            .send()
+    };
+    assert_eq!(seed(&s.public).await.unwrap().status(), 404);
+    assert_eq!(seed(&s.internal).await.unwrap().status(), 200);
+    // The API is on the public listener only.
+    let route = |base: &str| {
+        client
+            .get(format!("{base}/api/routes/today"))
+            .header("x-cellbind-edge-key", EDGE)
+            .header("x-cellbind-contractor", "c-1")
+            .header("x-cellbind-subject", "c-1.tech-1")
+            .header("x-cellbind-generation", "1")
+            .send()
+    };
+    assert_eq!(route(&s.public).await.unwrap().status(), 200);
+    assert_eq!(route(&s.internal).await.unwrap().status(), 404);
+
+    // A client that does not trust the test CA is refused on both.
+    let stranger = client_trusting(
+        &rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
+            .unwrap()
+            .cert
+            .pem(),
+    );
+    for base in [&s.public, &s.internal] {
+        assert!(
+            stranger
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_err()
+        );
+    }
+    s.server.abort();
+}
+
+#[tokio::test]
+async fn the_data_folder_is_0700_and_the_database_files_0600_after_a_write() {
+    let s = serve().await;
+    let client = client_trusting(&s.ca_pem);
+    up(&client, &format!("{}/healthz", s.internal)).await;
+    let r = client
+        .put(format!("{}/internal/v1/contractors", s.internal))
+        .bearer_auth(ADMIN)
+        .json(&json!({"contractors": {"c-1": 1}}))
+        .send()
+        .await
         .unwrap();
-    assert!(stranger.get(&url).send().await.is_err());
-    server.abort();
+    assert_eq!(r.status(), 200);
+    let r = client
+        .post(format!("{}/api/jobs/j-1/complete", s.public))
+        .header("x-cellbind-edge-key", EDGE)
+        .header("x-cellbind-contractor", "c-1")
+        .header("x-cellbind-subject", "c-1.tech-1")
+        .header("x-cellbind-generation", "1")
+        .header("idempotency-key", "k-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    assert_eq!(mode(&s.data), 0o700, "the data folder existed as 0755");
+    let mut files = 0;
+    for entry in std::fs::read_dir(&s.data).unwrap() {
+        let p = entry.unwrap().path();
+        assert!(p.is_file(), "{} is not a file", p.display());
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+        files += 1;
+    }
+    for name in ["app.db", "app.db-wal", "app.db-shm"] {
+        assert!(s.data.join(name).is_file(), "{name} exists");
+    }
+    assert_eq!(files, 3);
+    s.server.abort();
+}
+
+#[tokio::test]
+async fn a_database_left_readable_by_an_earlier_version_is_made_private_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    drop(cellbind_demo_app::store::Store::open(&data).unwrap());
+    for (p, m) in [(data.clone(), 0o755), (data.join("app.db"), 0o644)] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    let _store = cellbind_demo_app::store::Store::open(&data).unwrap();
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("app.db")), 0o600);
+}
+
+#[test]
+fn a_config_serving_both_listeners_on_one_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("app.toml");
+    std::fs::write(
+        &p,
+        r#"cell_id = "cell-01"
+listen = "127.0.0.1:9445"
+internal_listen = "127.0.0.1:9445"
+tls_cert = "c.pem"
+tls_key = "k.pem"
+data_dir = "data"
+app_token_file = "app.token"
+admin_token_file = "admin.token"
+"#,
+    )
+    .unwrap();
+    let err = Config::load(&p).unwrap_err().to_string();
+    assert!(err.contains("must differ"), "{err}");
+    // And internal_listen is required.
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replace("internal_listen = \"127.0.0.1:9445\"\n", ""),
+    )
+    .unwrap();
+    let err = Config::load(&p).unwrap_err().to_string();
+    assert!(err.contains("internal_listen"), "{err}");
 }
