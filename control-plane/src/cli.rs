@@ -77,7 +77,8 @@ pub struct DevArgs {
     /// The fleet directory.
     #[arg(long, default_value = dev::DEFAULT_DIR)]
     pub dir: PathBuf,
-    /// First port: control plane at B, cell n's edge at 127.0.0.n:B+3, auth-service B+4, app B+5.
+    /// First port: control plane at B; cell n on 127.0.0.n: edge B+3, auth-service B+4 (public)
+    /// and B+6 (internal), app B+5 (public) and B+7 (internal).
     #[arg(long, default_value_t = dev::DEFAULT_PORT_BASE)]
     pub port_base: u16,
 }
@@ -238,16 +239,22 @@ fn print_dev_summary(fleet: &dev::Fleet, fleet_path: &Path) {
     );
     for c in &f.cells {
         println!(
-            "  {}        {}  edge pid {}, auth-service {} pid {}, app {} pid {}",
+            "  {}        {}  edge pid {}, auth-service {} (internal {}) pid {}, app {} (internal {}) pid {}",
             c.id,
             c.endpoint,
             c.endpoint_pid,
+            c.auth_public_url,
             c.auth_service.url,
             c.auth_service.pid,
             c.app_url,
+            c.app_internal_url,
             c.app_pid
         );
     }
+    println!(
+        "  secrets        {}/secrets/<cell>/{{admin,feed,app,edge}}.token, control-plane.token",
+        fleet.dir().display()
+    );
     println!("  logs           {}/<component>.log", fleet.dir().display());
     if let Some(u) = f.demo.technicians.first()
         && let Some(cell) = f.cell(&u.cell_id)
@@ -340,17 +347,12 @@ pub struct ControlPlaneReport {
 /// Probe timeout of `cellctl status`, in milliseconds.
 pub const STATUS_TIMEOUT_MS: u64 = 3_000;
 
-async fn cell_report(
-    client: &reqwest::Client,
-    admin: &Secret,
-    cell: &dev::FleetCell,
-    now: u64,
-) -> CellReport {
+async fn cell_report(client: &reqwest::Client, cell: &dev::FleetCell, now: u64) -> CellReport {
     let status = admin_call(
         client,
         reqwest::Method::GET,
         &format!("{}/admin/v1/status", cell.auth_service.url),
-        admin,
+        &cell_admin(cell),
         None,
     )
     .await
@@ -400,20 +402,23 @@ async fn cell_report(
     }
 }
 
-fn load_fleet(path: &Path) -> Result<(FleetFile, reqwest::Client, Secret)> {
+fn load_fleet(path: &Path) -> Result<(FleetFile, reqwest::Client)> {
     let f = FleetFile::load(path)?;
     let client = client_trusting_file(&f.ca_cert)?;
-    let admin = Secret::new(f.admin_token.clone());
-    Ok((f, client, admin))
+    Ok((f, client))
+}
+
+/// A cell's own admin token (every other cell refuses it).
+pub fn cell_admin(cell: &dev::FleetCell) -> Secret {
+    Secret::new(cell.admin_token.clone())
 }
 
 /// Gathers the status of every cell of a fleet.
 pub async fn status(path: &Path) -> Result<StatusReport> {
-    let (f, client, admin) = load_fleet(path)?;
+    let (f, client) = load_fleet(path)?;
     let now = protocol::time::system_clock().now();
     let cells =
-        futures::future::join_all(f.cells.iter().map(|c| cell_report(&client, &admin, c, now)))
-            .await;
+        futures::future::join_all(f.cells.iter().map(|c| cell_report(&client, c, now))).await;
     let cp_map = client
         .get(format!("{}/v1/placement-map", f.control_plane.url))
         .timeout(Duration::from_millis(STATUS_TIMEOUT_MS))
@@ -522,7 +527,7 @@ pub struct Rotated {
 
 /// Rotates one cell's keys.
 pub async fn rotate(path: &Path, cell: &CellId) -> Result<Rotated> {
-    let (f, client, admin) = load_fleet(path)?;
+    let (f, client) = load_fleet(path)?;
     let c = f
         .cell(cell)
         .ok_or_else(|| CpError::Config(format!("{cell} is not in {}", path.display())))?;
@@ -530,7 +535,7 @@ pub async fn rotate(path: &Path, cell: &CellId) -> Result<Rotated> {
         &client,
         reqwest::Method::POST,
         &format!("{}/admin/v1/keys/rotate", c.auth_service.url),
-        &admin,
+        &cell_admin(c),
         None,
     )
     .await?;

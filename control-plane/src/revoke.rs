@@ -2,8 +2,7 @@
 //! reports each cell's outcome; the command fails unless every one of them confirmed.
 //!
 //! Which cells matter:
-//! - `session JTI --cell C`, `key KID --cell C`, `cell C`: the named cell (a session and a key
-//!   belong to the one cell that minted or holds them);
+//! - `key KID --cell C`, `cell C`: the named cell (a key belongs to the one cell that holds it);
 //! - `subject SUB` and `contractor CTR`: every cell whose auth-service holds an ownership record
 //!   of the contractor (a subject id is `{contractor}.{login}`): the owner (`active` or
 //!   `handoff`) and any previous owner (`released`), which may still hold sessions and must not
@@ -11,6 +10,16 @@
 //!   names, which during a migration is the target before it holds an active record. Every
 //!   cell is asked; a cell that cannot be asked is reported, and the command fails, because it
 //!   might matter. The control plane is only consulted, never required.
+//! - `session JTI --cell C`: C, which minted the session, and every cell that matters for the
+//!   session's contractor (as for `contractor`), because a transfer ticket minted at C before
+//!   the revocation could otherwise still be redeemed at a migration target (ATTACKS A28): the
+//!   target refuses a ticket whose carried session id it holds revoked. The contractor comes
+//!   from C's record of the session (`GET /admin/v1/sessions/{jti}`); when C does not know the
+//!   session, it is revoked at C only and the report says so.
+//!
+//! Every call to a cell uses that cell's own admin token (`cells[].admin_token`) at its
+//! auth-service's internal listener (`cells[].auth_service.url`); the control plane is asked
+//! with its own token (the top-level `admin_token`).
 //!
 //! Each cell is asked with bounded retries (transport errors, 5xx and 429 only). The
 //! auth-service answers a repeated request with the revocation already in force, so a retry
@@ -62,7 +71,8 @@ pub const DEFAULT_BY: &str = "cellctl";
 /// `cellctl revoke …`.
 #[derive(Debug, Subcommand)]
 pub enum RevokeCommand {
-    /// One session (its `jti`) at the cell that minted it.
+    /// One session (its `jti`) at the cell that minted it and at every cell that holds its
+    /// contractor (so no transfer ticket for it can be redeemed elsewhere).
     Session {
         jti: SessionId,
         #[arg(long)]
@@ -193,12 +203,8 @@ impl EdgesApplied {
 }
 
 /// Waits until every live edge instance of `cell` reports a feed sequence ≥ `seq`.
-async fn wait_edges(
-    client: &reqwest::Client,
-    admin: &Secret,
-    cell: &FleetCell,
-    seq: u64,
-) -> EdgesApplied {
+async fn wait_edges(client: &reqwest::Client, cell: &FleetCell, seq: u64) -> EdgesApplied {
+    let admin = &cell_admin(cell);
     let url = format!("{}/admin/v1/status", cell.auth_service.url);
     let t0 = std::time::Instant::now();
     let mut last = EdgesApplied {
@@ -254,12 +260,24 @@ pub struct RevokeReport {
     pub reason: String,
     pub by: String,
     pub cells: Vec<CellResult>,
+    /// For `revoke session`: the session's contractor, as its cell recorded it (the cells that
+    /// hold it were asked too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contractor: Option<ContractorId>,
+    /// Something the operator should know about how the cells were chosen (e.g. the named
+    /// cell does not know the session, so no other cell was asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Why the cells that matter could not all be determined (then the report is not ok).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresolved: Option<String>,
 }
 
 impl RevokeReport {
-    /// Whether every cell that matters confirmed.
+    /// Whether every cell that matters was determined and confirmed.
     pub fn ok(&self) -> bool {
-        !self.cells.is_empty()
+        self.unresolved.is_none()
+            && !self.cells.is_empty()
             && self.cells.iter().all(|c| {
                 c.outcome.confirmed() && c.edges.as_ref().is_none_or(EdgesApplied::complete)
             })
@@ -359,16 +377,23 @@ pub fn contractor_of(sub: &SubjectId) -> Result<ContractorId> {
         .map_err(|e| CpError::BadRequest(format!("{sub}: the contractor part: {e}")))
 }
 
-/// Asks every cell for its ownership record of `ctr`: the cells that matter with their role.
+/// A cell's own admin token.
+fn cell_admin(cell: &FleetCell) -> Secret {
+    crate::cli::cell_admin(cell)
+}
+
+/// Asks every cell for its ownership record of `ctr` (each with its own admin token), and the
+/// control plane (with its token) for its placement: the cells that matter with their role.
 async fn cells_of_contractor(
     client: &reqwest::Client,
-    admin: &Secret,
+    control_plane: &Secret,
     fleet: &FleetFile,
     ctr: &ContractorId,
 ) -> Vec<Target> {
     let asks = fleet.cells.iter().map(|c| async move {
         let url = format!("{}/admin/v1/ownership/{ctr}", c.auth_service.url);
-        let (r, _) = call_with_retries(client, admin, reqwest::Method::GET, &url, None).await;
+        let admin = cell_admin(c);
+        let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
         match r {
             Ok((200, v)) => match serde_json::from_value::<OwnershipRecord>(v) {
                 Ok(OwnershipRecord::Released { .. }) => {
@@ -396,7 +421,7 @@ async fn cells_of_contractor(
         .flatten()
         .collect();
     let url = format!("{}/admin/v1/placements/{ctr}", fleet.control_plane.url);
-    let (r, _) = call_with_retries(client, admin, reqwest::Method::GET, &url, None).await;
+    let (r, _) = call_with_retries(client, control_plane, reqwest::Method::GET, &url, None).await;
     let placed = match r {
         Ok((200, v)) => v
             .get("cell")
@@ -413,18 +438,18 @@ async fn cells_of_contractor(
     cells
 }
 
-/// Applies a revocation at one cell.
+/// Applies a revocation at one cell, with that cell's admin token.
 async fn apply_at(
     client: &reqwest::Client,
-    admin: &Secret,
     cell: &FleetCell,
     role: Role,
     body: &Value,
     wait: bool,
 ) -> CellResult {
     let url = format!("{}/admin/v1/revocations", cell.auth_service.url);
+    let admin = cell_admin(cell);
     let (r, attempts) =
-        call_with_retries(client, admin, reqwest::Method::POST, &url, Some(body)).await;
+        call_with_retries(client, &admin, reqwest::Method::POST, &url, Some(body)).await;
     let (outcome, seq, error) = match r {
         Ok((200, v)) => {
             let seq = v.get("seq").and_then(Value::as_u64);
@@ -449,7 +474,7 @@ async fn apply_at(
         Err(e) => (CellOutcome::Failed, None, Some(e.message)),
     };
     let edges = match (wait, outcome.confirmed(), seq) {
-        (true, true, Some(seq)) => Some(wait_edges(client, admin, cell, seq).await),
+        (true, true, Some(seq)) => Some(wait_edges(client, cell, seq).await),
         _ => None,
     };
     CellResult {
@@ -482,7 +507,8 @@ pub struct Revoker {
     path: std::path::PathBuf,
     fleet: FleetFile,
     client: reqwest::Client,
-    admin: Secret,
+    /// The control plane's token (its placements); each cell is asked with its own.
+    control_plane: Secret,
 }
 
 impl Revoker {
@@ -490,41 +516,172 @@ impl Revoker {
     pub fn load(path: &Path) -> Result<Revoker> {
         let fleet = FleetFile::load(path)?;
         let client = client_trusting_file(&fleet.ca_cert)?;
-        let admin = Secret::new(fleet.admin_token.clone());
+        let control_plane = Secret::new(fleet.admin_token.clone());
         Ok(Revoker {
             path: path.to_owned(),
             fleet,
             client,
-            admin,
+            control_plane,
         })
     }
 
     /// [`revoke`] with the loaded description.
     pub async fn revoke(&self, command: &RevokeCommand) -> Result<RevokeReport> {
-        revoke_in(&self.path, &self.fleet, &self.client, &self.admin, command).await
+        revoke_in(
+            &self.path,
+            &self.fleet,
+            &self.client,
+            &self.control_plane,
+            command,
+        )
+        .await
     }
+}
+
+/// What the cell that minted a session says about it.
+#[derive(Debug)]
+enum SessionLookup {
+    /// Its record: the session's contractor and expiry.
+    Known {
+        contractor: ContractorId,
+        expires_at: UnixSeconds,
+    },
+    /// The cell never minted it (or forgot it).
+    Unknown,
+    /// The cell could not be asked, or answered something else.
+    Failed(String),
+}
+
+/// `GET /admin/v1/sessions/{jti}` at the named cell.
+async fn look_up_session(
+    client: &reqwest::Client,
+    cell: &FleetCell,
+    jti: &SessionId,
+) -> SessionLookup {
+    #[derive(Deserialize)]
+    struct Record {
+        contractor: ContractorId,
+        expires_at: UnixSeconds,
+    }
+    #[derive(Deserialize)]
+    struct Answer {
+        session: Record,
+    }
+    let url = format!("{}/admin/v1/sessions/{jti}", cell.auth_service.url);
+    let admin = cell_admin(cell);
+    let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
+    match r {
+        Ok((200, v)) => match serde_json::from_value::<Answer>(v) {
+            Ok(a) => SessionLookup::Known {
+                contractor: a.session.contractor,
+                expires_at: a.session.expires_at,
+            },
+            Err(e) => SessionLookup::Failed(format!("GET {url}: the session record: {e}")),
+        },
+        Ok((404, _)) => SessionLookup::Unknown,
+        Ok((s, v)) => SessionLookup::Failed(format!("GET {url} answered {s}: {}", brief(&v))),
+        Err(e) => SessionLookup::Failed(e.message),
+    }
+}
+
+/// The revocation and the cells of `revoke session JTI --cell CELL`, with a note or an
+/// unresolved fan-out for the report.
+async fn session_targets(
+    client: &reqwest::Client,
+    control_plane: &Secret,
+    fleet: &FleetFile,
+    named_cell: &FleetCell,
+    jti: &SessionId,
+    now: UnixSeconds,
+) -> (RevocationKind, Vec<Target>, SessionFanout) {
+    let named = (named_cell.clone(), Role::Named, None);
+    // Without the record the expiry is unknown: the longest a session can live is an upper
+    // bound (the minting cell keeps it until the recorded expiry anyway).
+    let longest = now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S;
+    match look_up_session(client, named_cell, jti).await {
+        SessionLookup::Known {
+            contractor,
+            expires_at,
+        } => {
+            let kind = RevocationKind::Session {
+                jti: jti.clone(),
+                // Every cell keeps it as long as the session (and so any ticket for it) lives.
+                exp: expires_at.saturating_add(protocol::token::LEEWAY_S),
+            };
+            let mut targets = vec![named];
+            targets.extend(
+                cells_of_contractor(client, control_plane, fleet, &contractor)
+                    .await
+                    .into_iter()
+                    .filter(|(c, _, _)| c.id != named_cell.id),
+            );
+            (
+                kind,
+                targets,
+                SessionFanout {
+                    contractor: Some(contractor),
+                    ..SessionFanout::default()
+                },
+            )
+        }
+        SessionLookup::Unknown => (
+            RevocationKind::Session {
+                jti: jti.clone(),
+                exp: longest,
+            },
+            vec![named],
+            SessionFanout {
+                note: Some(format!(
+                    "{} holds no record of this session: revoked there only, no other cell asked",
+                    named_cell.id
+                )),
+                ..SessionFanout::default()
+            },
+        ),
+        SessionLookup::Failed(e) => (
+            RevocationKind::Session {
+                jti: jti.clone(),
+                exp: longest,
+            },
+            vec![named],
+            SessionFanout {
+                unresolved: Some(format!(
+                    "{} could not be asked which contractor the session belongs to, so the cells \
+                     that hold it were not asked: {e}",
+                    named_cell.id
+                )),
+                ..SessionFanout::default()
+            },
+        ),
+    }
+}
+
+/// What a session revocation's fan-out adds to the report.
+#[derive(Debug, Default)]
+struct SessionFanout {
+    contractor: Option<ContractorId>,
+    note: Option<String>,
+    unresolved: Option<String>,
 }
 
 async fn revoke_in(
     path: &Path,
     fleet: &FleetFile,
     client: &reqwest::Client,
-    admin: &Secret,
+    control_plane: &Secret,
     command: &RevokeCommand,
 ) -> Result<RevokeReport> {
     let now = protocol::time::system_clock().now();
     let before = |a: &AuditArgs| a.before.unwrap_or(now + 1);
+    let mut fanout = SessionFanout::default();
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
-        RevokeCommand::Session { jti, cell, audit } => (
-            RevocationKind::Session {
-                jti: jti.clone(),
-                // The cell keeps it until the session's recorded expiry (never longer than
-                // the longest possible session); this is only an upper bound.
-                exp: now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S,
-            },
-            audit,
-            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
-        ),
+        RevokeCommand::Session { jti, cell, audit } => {
+            let named_cell = named(fleet, path, cell)?;
+            let (kind, targets, f) =
+                session_targets(client, control_plane, fleet, named_cell, jti, now).await;
+            fanout = f;
+            (kind, audit, targets)
+        }
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
@@ -545,7 +702,7 @@ async fn revoke_in(
                     before: before(audit),
                 },
                 audit,
-                cells_of_contractor(client, admin, fleet, &ctr).await,
+                cells_of_contractor(client, control_plane, fleet, &ctr).await,
             )
         }
         RevokeCommand::Contractor { ctr, audit } => (
@@ -554,7 +711,7 @@ async fn revoke_in(
                 before: before(audit),
             },
             audit,
-            cells_of_contractor(client, admin, fleet, ctr).await,
+            cells_of_contractor(client, control_plane, fleet, ctr).await,
         ),
     };
     if targets.is_empty() {
@@ -582,7 +739,7 @@ async fn revoke_in(
                     error: Some(e.clone()),
                     edges: None,
                 },
-                None => apply_at(client, admin, cell, *role, body, audit.wait_edges).await,
+                None => apply_at(client, cell, *role, body, audit.wait_edges).await,
             }
         }
     });
@@ -593,6 +750,9 @@ async fn revoke_in(
         reason: audit.reason.clone(),
         by,
         cells,
+        contractor: fanout.contractor,
+        note: fanout.note,
+        unresolved: fanout.unresolved,
     })
 }
 
@@ -623,6 +783,15 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
             report.by,
             report.reason
         );
+        if let Some(c) = &report.contractor {
+            println!("  the session's contractor: {c} (every cell that holds it is asked)");
+        }
+        if let Some(n) = &report.note {
+            println!("  note: {n}");
+        }
+        if let Some(u) = &report.unresolved {
+            println!("  NOT ALL CELLS KNOWN: {u}");
+        }
         for c in &report.cells {
             let what = match c.outcome {
                 CellOutcome::Applied => format!("revoked, seq {}", c.seq.unwrap_or(0)),
@@ -661,6 +830,13 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
                 .map(|c| format!("{} (edges not all applied)", c.cell)),
         )
         .collect();
+    if bad.is_empty()
+        && let Some(u) = &report.unresolved
+    {
+        return Err(CpError::Fleet(format!(
+            "the revocation reached only some of the cells that matter: {u}"
+        )));
+    }
     Err(CpError::Fleet(format!(
         "the revocation was not confirmed by {} of {} cells: {}",
         bad.len(),
@@ -699,8 +875,17 @@ mod tests {
             reason: "r".into(),
             by: "b".into(),
             cells,
+            contractor: None,
+            note: None,
+            unresolved: None,
         };
         assert!(report(vec![line(CellOutcome::Applied), line(CellOutcome::Already)]).ok());
+        let mut partial = report(vec![line(CellOutcome::Applied)]);
+        partial.unresolved = Some("cell-01 could not be asked".into());
+        assert!(
+            !partial.ok(),
+            "a fan-out that could not be determined is not ok"
+        );
         assert!(!report(vec![line(CellOutcome::Applied), line(CellOutcome::Failed)]).ok());
         assert!(!report(vec![line(CellOutcome::Unreachable)]).ok());
         assert!(!report(vec![]).ok());

@@ -39,11 +39,16 @@ fn i64_of(v: u64) -> Result<i64> {
 }
 
 impl Store {
-    /// Opens (creating if needed) `placements.db` in `data_dir`.
+    /// Opens (creating if needed) `placements.db` in `data_dir`. The folder is made 0700 (also
+    /// when it exists) and the database, created 0600 before SQLite opens it, stays 0600 with
+    /// its `-wal`/`-shm` files.
     pub fn open(data_dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(data_dir)
+        runtime::private_dir(data_dir)
             .map_err(|e| CpError::io(format!("creating {}", data_dir.display()), e))?;
-        let conn = Connection::open(data_dir.join(DB_FILE))?;
+        let db = data_dir.join(DB_FILE);
+        runtime::private_sqlite(&db)
+            .map_err(|e| CpError::io(format!("restricting {}", db.display()), e))?;
+        let conn = Connection::open(&db)?;
         conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.execute_batch(
@@ -59,6 +64,8 @@ impl Store {
             runtime::SchemaError::Sqlite(e) => e.into(),
             other => CpError::Config(format!("placements.db has {other}")),
         })?;
+        runtime::private_sqlite(&db)
+            .map_err(|e| CpError::io(format!("restricting {}", db.display()), e))?;
         Ok(Store { conn })
     }
 

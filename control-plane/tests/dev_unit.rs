@@ -52,3 +52,57 @@ async fn certificates_chain_to_the_local_ca_only() {
     assert!(dev::client_trusting(b"not a pem").is_err());
     assert!(dev::client_trusting(ca.pem().as_bytes()).is_ok());
 }
+
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn the_placement_store_and_the_migration_journal_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = control_plane::store::Store::open(&data).unwrap();
+    assert_eq!(mode(&data), 0o700, "an existing 0755 folder is made 0700");
+    let mut files = 0;
+    for e in std::fs::read_dir(&data).unwrap() {
+        let p = e.unwrap().path();
+        assert_eq!(mode(&p), 0o600, "{}", p.display());
+        files += 1;
+    }
+    assert!(files >= 1, "placements.db exists");
+    drop(store);
+
+    let journal = dir.path().join(control_plane::migrate::JOURNAL_FILE);
+    let j = control_plane::migrate::Journal::open(&journal).unwrap();
+    let c = protocol::ContractorId::new("c-1").unwrap();
+    let (a, b) = (
+        protocol::CellId::new("cell-01").unwrap(),
+        protocol::CellId::new("cell-02").unwrap(),
+    );
+    j.begin(&c, &a, &b, protocol::Generation(1), 1).unwrap();
+    assert_eq!(mode(&journal), 0o600);
+    // A journal left 0644 by an earlier version is made private on the next use.
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(j.open_migration(&c).unwrap().is_some());
+    assert_eq!(mode(&journal), 0o600);
+}
+
+#[test]
+fn each_cell_has_an_internal_listener_for_its_auth_service_and_its_app() {
+    let ports = dev::Ports { base: 8440 };
+    let all = ports.all(5).unwrap();
+    assert_eq!(all.len(), 1 + 5 * 5);
+    let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+    assert_eq!(distinct.len(), all.len(), "no address is used twice");
+    assert_eq!(
+        ports.auth_internal(3).unwrap().to_string(),
+        "127.0.0.3:8446"
+    );
+    assert_eq!(ports.app_internal(3).unwrap().to_string(), "127.0.0.3:8447");
+    assert_eq!(ports.auth(3).unwrap().to_string(), "127.0.0.3:8444");
+    assert_eq!(ports.app(3).unwrap().to_string(), "127.0.0.3:8445");
+}

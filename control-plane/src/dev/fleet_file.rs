@@ -20,16 +20,32 @@ pub struct Service {
     pub pid: u32,
 }
 
-/// One cell of the fleet.
+/// One cell of the fleet. Each cell has its own tokens: a token of one cell is refused by
+/// every other cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetCell {
     pub id: CellId,
     /// The cell's public endpoint (its edge).
     pub endpoint: String,
     pub endpoint_pid: u32,
+    /// The auth-service: `url` is its INTERNAL listener, which serves every route (the admin
+    /// API, the feed and `/metrics` as well as the public ones); `pid` its process.
     pub auth_service: Service,
+    /// The auth-service's PUBLIC listener (the sessions API, JWKS, the map, health): what the
+    /// edge forwards `/v1/sessions*` to.
+    pub auth_public_url: String,
+    /// The demo app's PUBLIC listener (`/api/*` with the edge key): what the edge forwards to.
     pub app_url: String,
+    /// The demo app's INTERNAL listener (`/internal/v1/*`, the migration interface, with this
+    /// cell's admin token).
+    pub app_internal_url: String,
     pub app_pid: u32,
+    /// This cell's admin token: the bearer token of its auth-service's `/admin/v1/*` and its
+    /// app's `/internal/v1/*`. Refused by every other cell.
+    pub admin_token: String,
+    /// The same token's file (0600, `DIR/secrets/<cell>/admin.token`; the cell's feed, app and
+    /// edge tokens are beside it).
+    pub admin_token_file: PathBuf,
 }
 
 /// A seeded user.
@@ -55,9 +71,11 @@ pub struct FleetFile {
     /// Path of the CA certificate (PEM) every process's certificate chains to.
     pub ca_cert: PathBuf,
     pub control_plane: Service,
-    /// The admin bearer token of the auth-services, apps and control plane.
+    /// The CONTROL PLANE's token: the bearer token of its `/admin/v1/*` (placements,
+    /// publication). Not a cell's token: each cell's is `cells[].admin_token`, and no cell
+    /// accepts this one.
     pub admin_token: String,
-    /// The same token's file (0600).
+    /// The same token's file (0600, `DIR/secrets/control-plane.token`).
     pub admin_token_file: PathBuf,
     /// The control plane's map key, base64url Ed25519 public key.
     pub map_public_key: String,
@@ -81,7 +99,7 @@ impl FleetFile {
         Ok(f)
     }
 
-    /// Writes the file 0600 (it holds the admin token and the demo password).
+    /// Writes the file 0600 (it holds the admin tokens and the demo password).
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes =
             serde_json::to_vec_pretty(self).map_err(|e| CpError::Internal(e.to_string()))?;

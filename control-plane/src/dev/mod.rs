@@ -3,6 +3,16 @@
 //! a local CA; cell `n` on `127.0.0.n`. Seeded with contractors, users, ownership records and a
 //! signed placement map, described in `fleet.json`.
 //!
+//! Ports (base B): control plane `127.0.0.1:B`; cell n on `127.0.0.n`: edge B+3, auth-service
+//! public listener B+4, app public listener B+5, auth-service internal listener B+6, app
+//! internal listener B+7. The edge forwards public traffic to the public listeners only; admin,
+//! feed and migration calls go to the internal ones.
+//!
+//! Secrets are per cell (a token of one cell is refused by every other): `DIR/secrets/<cell>/`
+//! holds `admin.token`, `feed.token`, `app.token` and `edge.token`; the control plane has its
+//! own `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every folder
+//! the fleet makes is 0700 (`DIR` itself included) and every secret and data file 0600.
+//!
 //! Children get a piped stdin and `CELLBIND_EXIT_ON_STDIN_EOF=1`, so they exit when this
 //! process goes away, however it goes. A child that dies is reported on stderr and left dead.
 
@@ -40,10 +50,14 @@ pub const DEFAULT_PORT_BASE: u16 = 8440;
 pub const CONTROL_PLANE_PORT_OFFSET: u16 = 0;
 /// Offset of each cell's edge port (the cell's public endpoint).
 pub const EDGE_PORT_OFFSET: u16 = 3;
-/// Offset of each cell's auth-service port.
+/// Offset of each cell's auth-service public listener (what the edge forwards sessions to).
 pub const AUTH_PORT_OFFSET: u16 = 4;
-/// Offset of each cell's demo app port.
+/// Offset of each cell's demo app public listener (what the edge forwards `/api/*` to).
 pub const APP_PORT_OFFSET: u16 = 5;
+/// Offset of each cell's auth-service internal listener (admin API, feed, metrics).
+pub const AUTH_INTERNAL_PORT_OFFSET: u16 = 6;
+/// Offset of each cell's demo app internal listener (the migration interface).
+pub const APP_INTERNAL_PORT_OFFSET: u16 = 7;
 /// Cells of a dev fleet.
 pub const DEFAULT_CELLS: u8 = 5;
 /// Longest a fleet may take to start once built, in milliseconds (it normally takes 1–3 s).
@@ -58,6 +72,8 @@ pub const IMPORT_BATCH_USERS: usize = 1_000;
 pub const DEFAULT_DIR: &str = "dev-fleet";
 /// Environment variable that makes a child exit at the end of its stdin.
 pub const EXIT_ON_STDIN_EOF_ENV: &str = crate::server::EXIT_ON_STDIN_EOF_ENV;
+/// Environment variable (no-color.org) that keeps colour escapes out of the children's logs.
+pub const NO_COLOR_ENV: &str = "NO_COLOR";
 /// Session lifetime configured on the dev cells, in seconds (30 days).
 pub const SESSION_LIFETIME_S: u64 = protocol::token::DEFAULT_SESSION_LIFETIME_S;
 /// Key rotation interval configured on the dev auth-services, in seconds (30 days).
@@ -157,11 +173,29 @@ impl Ports {
             self.port(APP_PORT_OFFSET)?,
         ))
     }
+    pub fn auth_internal(self, n: u8) -> Result<SocketAddr> {
+        Ok(SocketAddr::new(
+            Self::cell_ip(n),
+            self.port(AUTH_INTERNAL_PORT_OFFSET)?,
+        ))
+    }
+    pub fn app_internal(self, n: u8) -> Result<SocketAddr> {
+        Ok(SocketAddr::new(
+            Self::cell_ip(n),
+            self.port(APP_INTERNAL_PORT_OFFSET)?,
+        ))
+    }
     /// Every address the fleet listens on.
     pub fn all(self, cells: u8) -> Result<Vec<SocketAddr>> {
         let mut v = vec![self.control_plane()?];
         for n in 1..=cells {
-            v.extend([self.edge(n)?, self.auth(n)?, self.app(n)?]);
+            v.extend([
+                self.edge(n)?,
+                self.auth(n)?,
+                self.app(n)?,
+                self.auth_internal(n)?,
+                self.app_internal(n)?,
+            ]);
         }
         Ok(v)
     }
@@ -271,10 +305,64 @@ impl Layout {
     fn log(&self, id: &str) -> PathBuf {
         self.p(&format!("{id}.log"))
     }
+    fn secrets(&self) -> PathBuf {
+        self.p(SECRETS_DIR)
+    }
+    /// The control plane's own token (its admin API).
+    fn control_plane_token(&self) -> PathBuf {
+        self.secrets().join(CONTROL_PLANE_TOKEN_FILE)
+    }
+    fn map_key(&self) -> PathBuf {
+        self.secrets().join(MAP_KEY_FILE)
+    }
+    /// A cell's token file of one kind.
+    fn cell_token(&self, cell: &CellId, kind: CellToken) -> PathBuf {
+        self.secrets()
+            .join(cell.as_str())
+            .join(format!("{}.token", kind.as_str()))
+    }
 }
 
+/// The folder of a fleet directory that holds every token and the map key.
+pub const SECRETS_DIR: &str = "secrets";
+/// The control plane's token file in [`SECRETS_DIR`].
+pub const CONTROL_PLANE_TOKEN_FILE: &str = "control-plane.token";
+/// The control plane's map signing seed in [`SECRETS_DIR`].
+pub const MAP_KEY_FILE: &str = "map-key";
+
+/// The tokens every cell has its own of (`DIR/secrets/<cell>/<kind>.token`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellToken {
+    /// The auth-service's admin API and the app's migration interface.
+    Admin,
+    /// The auth-service's feed (read by the cell's edges).
+    Feed,
+    /// The edge key the app requires on `/api/*`.
+    App,
+    /// The edge key the auth-service requires before it believes the client IP or a cookie.
+    Edge,
+}
+
+impl CellToken {
+    pub const ALL: [CellToken; 4] = [
+        CellToken::Admin,
+        CellToken::Feed,
+        CellToken::App,
+        CellToken::Edge,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellToken::Admin => "admin",
+            CellToken::Feed => "feed",
+            CellToken::App => "app",
+            CellToken::Edge => "edge",
+        }
+    }
+}
+
+/// Makes an owner-only (0700) folder, also when it exists with a wider mode.
 fn mkdir(p: &Path) -> Result<()> {
-    std::fs::create_dir_all(p).map_err(|e| CpError::io(format!("creating {}", p.display()), e))
+    runtime::private_dir(p).map_err(|e| CpError::io(format!("creating {}", p.display()), e))
 }
 
 fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {
@@ -286,11 +374,13 @@ fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 struct AuthServiceConfig<'a> {
     cell_id: &'a CellId,
     listen: SocketAddr,
+    internal_listen: SocketAddr,
     issuer: &'a str,
     data_dir: PathBuf,
     kek_file: PathBuf,
     admin_token_file: PathBuf,
     feed_token_file: PathBuf,
+    edge_token_file: PathBuf,
     tls_cert: PathBuf,
     tls_key: PathBuf,
     ca_cert: PathBuf,
@@ -308,9 +398,11 @@ struct EdgeConfig<'a> {
     listen: SocketAddr,
     public_url: &'a str,
     auth_service_url: &'a str,
+    feed_url: &'a str,
     app_url: &'a str,
     feed_token_file: PathBuf,
     app_token_file: PathBuf,
+    edge_token_file: PathBuf,
     state_dir: PathBuf,
     tls_cert: PathBuf,
     tls_key: PathBuf,
@@ -324,6 +416,7 @@ struct EdgeConfig<'a> {
 struct AppConfig<'a> {
     cell_id: &'a CellId,
     listen: SocketAddr,
+    internal_listen: SocketAddr,
     tls_cert: PathBuf,
     tls_key: PathBuf,
     data_dir: PathBuf,
@@ -331,14 +424,22 @@ struct AppConfig<'a> {
     admin_token_file: PathBuf,
 }
 
-/// One cell's planned addresses.
+/// One cell's planned addresses and admin token.
 #[derive(Debug, Clone)]
 struct CellPlan {
     n: u8,
     id: CellId,
     endpoint: String,
+    /// The auth-service's internal listener (every route, admin included).
     auth_url: String,
+    /// The auth-service's public listener (what the edge forwards sessions to).
+    auth_public_url: String,
+    /// The app's public listener (what the edge forwards `/api/*` to).
     app_url: String,
+    /// The app's internal listener (the migration interface).
+    app_internal_url: String,
+    /// This cell's admin token.
+    admin: Secret,
 }
 
 impl Fleet {
@@ -374,7 +475,7 @@ impl Fleet {
         check_ports_free(&ports.all(opts.cells)?)?;
         let layout = Layout { dir: dir.clone() };
         // A fresh fleet every time: remove what a previous run generated.
-        for sub in ["tls", "config", "data", "publish"] {
+        for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
             let p = layout.p(sub);
             if p.exists() {
                 std::fs::remove_dir_all(&p)
@@ -384,9 +485,14 @@ impl Fleet {
         // Also the map key: a fresh fleet's map versions start again at 1, so a map signed for
         // an earlier run must not verify against this one (no replay of an old, "newer" map).
         // And the migration journal: its migrations belong to the earlier fleet.
+        // (`map-key`, `admin-token`, `feed-token` and `app-token` at the top are where earlier
+        // versions kept the map key and the tokens every cell shared.)
         for f in [
             FLEET_FILE,
             "map-key",
+            "admin-token",
+            "feed-token",
+            "app-token",
             sdk::cli::SESSION_FILE,
             sdk::cli::MAP_FILE,
             crate::migrate::JOURNAL_FILE,
@@ -399,7 +505,7 @@ impl Fleet {
                     .map_err(|e| CpError::io(format!("removing {}", p.display()), e))?;
             }
         }
-        for sub in ["tls", "config", "data", "publish"] {
+        for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
             mkdir(&layout.p(sub))?;
         }
         let sup = Arc::new(Supervision::default());
@@ -451,21 +557,33 @@ impl Fleet {
                 &layout.cert(id.as_str()),
                 &layout.key(id.as_str()),
             )?;
+            // Tokens: each cell its own.
+            mkdir(&layout.secrets().join(id.as_str()))?;
+            let mut admin = None;
+            for kind in CellToken::ALL {
+                let token = random_token();
+                write_private(&layout.cell_token(&id, kind), token.as_bytes())?;
+                if kind == CellToken::Admin {
+                    admin = Some(Secret::new(token.as_str()));
+                }
+            }
+            let admin = admin.ok_or_else(|| CpError::Internal("no admin token was made".into()))?;
             cells.push(CellPlan {
                 n,
                 endpoint: https(ports.edge(n)?),
-                auth_url: https(ports.auth(n)?),
+                auth_url: https(ports.auth_internal(n)?),
+                auth_public_url: https(ports.auth(n)?),
                 app_url: https(ports.app(n)?),
+                app_internal_url: https(ports.app_internal(n)?),
+                admin,
                 id,
             });
         }
 
-        // Tokens and the map key.
-        let admin_token = random_token();
-        write_private(&layout.p("admin-token"), admin_token.as_bytes())?;
-        write_private(&layout.p("feed-token"), random_token().as_bytes())?;
-        write_private(&layout.p("app-token"), random_token().as_bytes())?;
-        let map_key_file = layout.p("map-key");
+        // The control plane's own token and the map key.
+        let cp_token = random_token();
+        write_private(&layout.control_plane_token(), cp_token.as_bytes())?;
+        let map_key_file = layout.map_key();
         let map_public_key = public_key_b64(&load_or_create_map_key(&map_key_file)?);
 
         // Placements.
@@ -496,7 +614,7 @@ impl Fleet {
             data_dir: layout.data("control-plane"),
             map_key_file,
             publish_dir: layout.p("publish"),
-            admin_token_file: layout.p("admin-token"),
+            admin_token_file: layout.control_plane_token(),
             tls_cert: layout.cert("control-plane"),
             tls_key: layout.key("control-plane"),
             cells: cells
@@ -518,11 +636,13 @@ impl Fleet {
                 &AuthServiceConfig {
                     cell_id: &c.id,
                     listen: ports.auth(c.n)?,
+                    internal_listen: ports.auth_internal(c.n)?,
                     issuer: &c.endpoint,
                     data_dir: layout.data(&format!("{id}/auth-service")),
                     kek_file: layout.data(&format!("{id}/auth-service/kek")),
-                    admin_token_file: layout.p("admin-token"),
-                    feed_token_file: layout.p("feed-token"),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
+                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                    edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
                     tls_cert: layout.cert(id),
                     tls_key: layout.key(id),
                     ca_cert: layout.ca(),
@@ -544,10 +664,12 @@ impl Fleet {
                     instance_id: &format!("{id}-edge-1"),
                     listen: ports.edge(c.n)?,
                     public_url: &c.endpoint,
-                    auth_service_url: &c.auth_url,
+                    auth_service_url: &c.auth_public_url,
+                    feed_url: &c.auth_url,
                     app_url: &c.app_url,
-                    feed_token_file: layout.p("feed-token"),
-                    app_token_file: layout.p("app-token"),
+                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                    app_token_file: layout.cell_token(&c.id, CellToken::App),
+                    edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
                     state_dir: layout.data(&format!("{id}/endpoint")),
                     tls_cert: layout.cert(id),
                     tls_key: layout.key(id),
@@ -562,13 +684,15 @@ impl Fleet {
                 &AppConfig {
                     cell_id: &c.id,
                     listen: ports.app(c.n)?,
+                    internal_listen: ports.app_internal(c.n)?,
                     tls_cert: layout.cert(id),
                     tls_key: layout.key(id),
                     data_dir: layout.data(&format!("{id}/app")),
-                    app_token_file: layout.p("app-token"),
-                    admin_token_file: layout.p("admin-token"),
+                    app_token_file: layout.cell_token(&c.id, CellToken::App),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
                 },
             )?;
+            mkdir(&layout.data(id))?;
             mkdir(&layout.data(&format!("{id}/auth-service")))?;
             mkdir(&layout.data(&format!("{id}/endpoint")))?;
             mkdir(&layout.data(&format!("{id}/app")))?;
@@ -595,22 +719,22 @@ impl Fleet {
             deadline,
         )];
         for c in &cells {
-            probes.push(probe(
-                &client,
-                format!("{}/healthz", c.auth_url),
-                format!("{}-auth-service", c.id),
-                sup,
-                layout,
-                deadline,
-            ));
-            probes.push(probe(
-                &client,
-                format!("{}/healthz", c.app_url),
-                format!("{}-app", c.id),
-                sup,
-                layout,
-                deadline,
-            ));
+            // Both listeners of each: the edge needs the public ones, seeding the internal.
+            for (url, id) in [
+                (&c.auth_url, format!("{}-auth-service", c.id)),
+                (&c.auth_public_url, format!("{}-auth-service", c.id)),
+                (&c.app_internal_url, format!("{}-app", c.id)),
+                (&c.app_url, format!("{}-app", c.id)),
+            ] {
+                probes.push(probe(
+                    &client,
+                    format!("{url}/healthz"),
+                    id,
+                    sup,
+                    layout,
+                    deadline,
+                ));
+            }
         }
         futures::future::try_join_all(probes).await?;
 
@@ -624,10 +748,9 @@ impl Fleet {
             .await
             .map_err(|e| CpError::Internal(format!("hashing task: {e}")))??;
         let map_bytes = fetch_map(&client, &cp_url, deadline).await?;
-        let admin = Secret::new(admin_token.as_str());
         let seeds = cells
             .iter()
-            .map(|c| seed_cell(&client, c, &plan, &hash, &admin, &map_bytes));
+            .map(|c| seed_cell(&client, c, &plan, &hash, &map_bytes));
         futures::future::try_join_all(seeds).await?;
 
         let probes = cells.iter().map(|c| {
@@ -669,8 +792,8 @@ impl Fleet {
                 url: cp_url.clone(),
                 pid: pid_of("control-plane"),
             },
-            admin_token: admin_token.to_string(),
-            admin_token_file: layout.p("admin-token"),
+            admin_token: cp_token.to_string(),
+            admin_token_file: layout.control_plane_token(),
             map_public_key,
             cells: cells
                 .iter()
@@ -682,8 +805,12 @@ impl Fleet {
                         url: c.auth_url.clone(),
                         pid: pid_of(&format!("{}-auth-service", c.id)),
                     },
+                    auth_public_url: c.auth_public_url.clone(),
                     app_url: c.app_url.clone(),
+                    app_internal_url: c.app_internal_url.clone(),
                     app_pid: pid_of(&format!("{}-app", c.id)),
+                    admin_token: c.admin.expose().to_owned(),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
                 })
                 .collect(),
             demo: Demo {
@@ -787,6 +914,8 @@ fn spawn_child(bin: &Path, layout: &Layout, id: &str, sup: &Arc<Supervision>) ->
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2))
         .env(EXIT_ON_STDIN_EOF_ENV, "1")
+        // The logs are files read by people and tests: no colour escapes in them.
+        .env(NO_COLOR_ENV, "1")
         .kill_on_drop(true)
         // Its own process group: a terminal's Ctrl-C reaches only cellctl, which stops the
         // children in order.
@@ -908,16 +1037,17 @@ fn to_body<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| CpError::Internal(e.to_string()))
 }
 
-/// Users, ownership records, the app's contractors and the signed map for one cell.
+/// Users, ownership records, the app's contractors and the signed map for one cell, through
+/// its internal listeners with its own admin token.
 async fn seed_cell(
     client: &reqwest::Client,
     cell: &CellPlan,
     plan: &SeedPlan,
     hash: &str,
-    admin: &Secret,
     map_bytes: &[u8],
 ) -> Result<()> {
     use reqwest::Method;
+    let admin = &cell.admin;
     let mine: Vec<_> = plan.of_cell(&cell.id).collect();
     let users: Vec<_> = mine.iter().flat_map(|c| seed::users_of(c, hash)).collect();
     for batch in users.chunks(IMPORT_BATCH_USERS) {
@@ -956,7 +1086,7 @@ async fn seed_cell(
     admin_call(
         client,
         Method::PUT,
-        &format!("{}/internal/v1/contractors", cell.app_url),
+        &format!("{}/internal/v1/contractors", cell.app_internal_url),
         admin,
         Some(to_body(&json!({ "contractors": gens }))?),
     )

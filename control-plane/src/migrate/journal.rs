@@ -94,11 +94,20 @@ impl Journal {
         Ok(j)
     }
 
+    /// A connection to the journal, which is 0600 (created so before SQLite opens it) with its
+    /// `-wal`/`-shm` files; it lives beside `fleet.json`, in the fleet directory that
+    /// `cellctl dev` makes 0700.
     fn conn(&self) -> Result<Connection> {
+        let restrict = || {
+            runtime::private_sqlite(&self.path)
+                .map_err(|e| CpError::io(format!("restricting {}", self.path.display()), e))
+        };
+        restrict()?;
         let conn = Connection::open(&self.path)?;
         conn.busy_timeout(std::time::Duration::from_millis(JOURNAL_BUSY_TIMEOUT_MS))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        restrict()?;
         Ok(conn)
     }
 

@@ -1,8 +1,10 @@
 //! `cellctl migrate CONTRACTOR --to CELL`: moves a contractor between cells (DESIGN §5).
 //!
-//! The orchestrator runs inside `cellctl` and talks to the control plane's, the auth-services'
-//! and the apps' admin APIs with the fleet's admin token. Its state is a journal
-//! (`migrations.db`, beside `fleet.json`) that records the next step of each migration
+//! The orchestrator runs inside `cellctl` and talks to the control plane's admin API with the
+//! control plane's token, and to each cell's auth-service admin API (`cells[].auth_service.url`,
+//! its internal listener) and app migration interface (`cells[].app_internal_url`) with THAT
+//! cell's admin token (`cells[].admin_token`; no cell accepts another's). Its state is a journal
+//! (`migrations.db`, 0600, beside `fleet.json`) that records the next step of each migration
 //! before it is taken, so a rerun of the same command resumes a migration that a crash (of
 //! `cellctl`, or of the machine) interrupted. Running it here rather than in the control-plane
 //! server keeps the control plane a placement store and publisher only, lets an operator
@@ -182,15 +184,19 @@ pub fn journal_path(fleet: &Path) -> std::path::PathBuf {
 struct Ctx {
     fleet: FleetFile,
     client: reqwest::Client,
-    admin: Secret,
+    /// The control plane's token.
+    control_plane: Secret,
     map_key: PublicKey,
     step_timeout: Duration,
 }
 
-/// Where a cell's services are.
+/// Where a cell's internal services are, and its admin token.
 struct CellUrls {
+    /// The auth-service's internal listener (admin API).
     auth: String,
+    /// The app's internal listener (migration interface).
     app: String,
+    admin: Secret,
 }
 
 impl Ctx {
@@ -201,7 +207,8 @@ impl Ctx {
             .ok_or_else(|| CpError::BadRequest(format!("{id} is not a cell of this fleet")))?;
         Ok(CellUrls {
             auth: c.auth_service.url.trim_end_matches('/').to_owned(),
-            app: c.app_url.trim_end_matches('/').to_owned(),
+            app: c.app_internal_url.trim_end_matches('/').to_owned(),
+            admin: crate::cli::cell_admin(c),
         })
     }
 
@@ -213,13 +220,15 @@ impl Ctx {
             .to_owned()
     }
 
-    /// One admin request. Network errors, timeouts and 5xx answers are retried until the
-    /// step's deadline; any other answer is returned with its status (4xx are not retried).
+    /// One admin request with `token`. Network errors, timeouts and 5xx answers are retried
+    /// until the step's deadline; any other answer is returned with its status (4xx are not
+    /// retried).
     async fn call_status(
         &self,
         deadline: Instant,
         method: Method,
         url: &str,
+        token: &Secret,
         body: Option<&serde_json::Value>,
     ) -> Result<(u16, serde_json::Value)> {
         let body = body
@@ -232,7 +241,7 @@ impl Ctx {
             let mut req = self
                 .client
                 .request(method.clone(), url)
-                .bearer_auth(self.admin.expose())
+                .bearer_auth(token.expose())
                 .timeout(limit);
             if let Some(b) = &body {
                 req = req
@@ -278,10 +287,11 @@ impl Ctx {
         deadline: Instant,
         method: Method,
         url: &str,
+        token: &Secret,
         body: Option<serde_json::Value>,
     ) -> Result<serde_json::Value> {
         let (status, v) = self
-            .call_status(deadline, method.clone(), url, body.as_ref())
+            .call_status(deadline, method.clone(), url, token, body.as_ref())
             .await?;
         if (200..300).contains(&status) {
             return Ok(v);
@@ -300,8 +310,11 @@ impl Ctx {
         cell: &CellId,
         c: &ContractorId,
     ) -> Result<Option<OwnershipRecord>> {
-        let url = format!("{}/admin/v1/ownership/{c}", self.cell(cell)?.auth);
-        let (status, v) = self.call_status(deadline, Method::GET, &url, None).await?;
+        let at = self.cell(cell)?;
+        let url = format!("{}/admin/v1/ownership/{c}", at.auth);
+        let (status, v) = self
+            .call_status(deadline, Method::GET, &url, &at.admin, None)
+            .await?;
         match status {
             200 => serde_json::from_value(v)
                 .map(Some)
@@ -320,9 +333,12 @@ impl Ctx {
         c: &ContractorId,
         rec: &OwnershipRecord,
     ) -> Result<u64> {
-        let url = format!("{}/admin/v1/ownership/{c}", self.cell(cell)?.auth);
+        let at = self.cell(cell)?;
+        let url = format!("{}/admin/v1/ownership/{c}", at.auth);
         let body = serde_json::to_value(rec).map_err(|e| CpError::Internal(e.to_string()))?;
-        let v = self.call(deadline, Method::PUT, &url, Some(body)).await?;
+        let v = self
+            .call(deadline, Method::PUT, &url, &at.admin, Some(body))
+            .await?;
         v.get("seq")
             .and_then(serde_json::Value::as_u64)
             .ok_or_else(|| CpError::Http(format!("{url}: no seq in the answer")))
@@ -336,9 +352,12 @@ impl Ctx {
         c: &ContractorId,
         seq: u64,
     ) -> Result<()> {
-        let url = format!("{}/admin/v1/drain/{c}?seq={seq}", self.cell(cell)?.auth);
+        let at = self.cell(cell)?;
+        let url = format!("{}/admin/v1/drain/{c}?seq={seq}", at.auth);
         loop {
-            let v = self.call(deadline, Method::GET, &url, None).await?;
+            let v = self
+                .call(deadline, Method::GET, &url, &at.admin, None)
+                .await?;
             if v.get("drained").and_then(serde_json::Value::as_bool) == Some(true) {
                 return Ok(());
             }
@@ -359,7 +378,9 @@ impl Ctx {
         target: &CellId,
     ) -> Result<bool> {
         let url = format!("{}/v1/placement-map", self.cp());
-        let v = self.call(deadline, Method::GET, &url, None).await?;
+        let v = self
+            .call(deadline, Method::GET, &url, &self.control_plane, None)
+            .await?;
         let signed: SignedMap =
             serde_json::from_value(v).map_err(|e| CpError::Http(format!("{url}: {e}")))?;
         signed.verify(&self.map_key)?;
@@ -375,18 +396,21 @@ impl Ctx {
         to: &CellId,
         c: &ContractorId,
     ) -> Result<()> {
+        let (from, to) = (self.cell(from)?, self.cell(to)?);
         let doc = self
             .call(
                 deadline,
                 Method::GET,
-                &format!("{}/admin/v1/contractors/{c}/export", self.cell(from)?.auth),
+                &format!("{}/admin/v1/contractors/{c}/export", from.auth),
+                &from.admin,
                 None,
             )
             .await?;
         self.call(
             deadline,
             Method::POST,
-            &format!("{}/admin/v1/contractors/{c}/import", self.cell(to)?.auth),
+            &format!("{}/admin/v1/contractors/{c}/import", to.auth),
+            &to.admin,
             Some(doc),
         )
         .await?;
@@ -401,21 +425,21 @@ impl Ctx {
         to: &CellId,
         c: &ContractorId,
     ) -> Result<()> {
+        let (from, to) = (self.cell(from)?, self.cell(to)?);
         let doc = self
             .call(
                 deadline,
                 Method::GET,
-                &format!(
-                    "{}/internal/v1/contractors/{c}/export",
-                    self.cell(from)?.app
-                ),
+                &format!("{}/internal/v1/contractors/{c}/export", from.app),
+                &from.admin,
                 None,
             )
             .await?;
         self.call(
             deadline,
             Method::POST,
-            &format!("{}/internal/v1/contractors/{c}/import", self.cell(to)?.app),
+            &format!("{}/internal/v1/contractors/{c}/import", to.app),
+            &to.admin,
             Some(doc),
         )
         .await?;
@@ -454,11 +478,12 @@ impl Ctx {
                 Ok(Step::Sync)
             }
             Step::Sync => {
-                let app = self.cell(src)?.app;
+                let at = self.cell(src)?;
                 self.call(
                     deadline,
                     Method::POST,
-                    &format!("{app}/internal/v1/contractors/{c}/freeze"),
+                    &format!("{}/internal/v1/contractors/{c}/freeze", at.app),
+                    &at.admin,
                     None,
                 )
                 .await?;
@@ -471,6 +496,7 @@ impl Ctx {
                     deadline,
                     Method::PUT,
                     &format!("{}/admin/v1/placements/{c}", self.cp()),
+                    &self.control_plane,
                     Some(json!({ "cell": dst, "generation": new_gen })),
                 )
                 .await?;
@@ -490,13 +516,12 @@ impl Ctx {
             Step::Activate => {
                 let active = OwnershipRecord::Active { r#gen: new_gen };
                 let seq = self.set_ownership(deadline, dst, c, &active).await?;
+                let at = self.cell(dst)?;
                 self.call(
                     deadline,
                     Method::POST,
-                    &format!(
-                        "{}/internal/v1/contractors/{c}/activate",
-                        self.cell(dst)?.app
-                    ),
+                    &format!("{}/internal/v1/contractors/{c}/activate", at.app),
+                    &at.admin,
                     Some(json!({ "generation": new_gen })),
                 )
                 .await?;
@@ -525,13 +550,12 @@ impl Ctx {
                     successor_gen: new_gen,
                 };
                 self.set_ownership(deadline, src, c, &released).await?;
+                let at = self.cell(src)?;
                 self.call(
                     deadline,
                     Method::POST,
-                    &format!(
-                        "{}/internal/v1/contractors/{c}/release",
-                        self.cell(src)?.app
-                    ),
+                    &format!("{}/internal/v1/contractors/{c}/release", at.app),
+                    &at.admin,
                     None,
                 )
                 .await?;
@@ -561,6 +585,7 @@ async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(R
             deadline,
             Method::GET,
             &format!("{}/admin/v1/placements/{c}", ctx.cp()),
+            &ctx.control_plane,
             None,
         )
         .await?;
@@ -602,13 +627,13 @@ pub async fn migrate(
 ) -> Result<MigrationReport> {
     let fleet = FleetFile::load(fleet_path)?;
     let client = client_trusting_file(&fleet.ca_cert)?;
-    let admin = Secret::new(fleet.admin_token.clone());
+    let control_plane = Secret::new(fleet.admin_token.clone());
     let map_key = PublicKey::from_b64(&fleet.map_public_key)
         .map_err(|e| CpError::Config(format!("map_public_key: {e}")))?;
     let ctx = Ctx {
         fleet,
         client,
-        admin,
+        control_plane,
         map_key,
         step_timeout: opts.step_timeout,
     };
