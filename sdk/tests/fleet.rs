@@ -104,16 +104,19 @@ impl Ctx {
         out
     }
 
+    /// An admin call to a cell's auth-service, with that cell's own admin token.
     async fn admin(
         &self,
+        cell: &control_plane::dev::FleetCell,
         method: Method,
-        url: String,
+        path: &str,
         body: Option<serde_json::Value>,
     ) -> serde_json::Value {
+        let url = format!("{}{path}", cell.auth_service.url);
         let mut req = self
             .http
             .request(method, &url)
-            .bearer_auth(&self.file.admin_token);
+            .bearer_auth(&cell.admin_token);
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -180,7 +183,7 @@ async fn sdk_against_a_real_fleet() {
         .to_vec();
     let map_key = PublicKey::from_b64(&file.map_public_key).unwrap();
     let map = SignedMap::verify_bytes(&map_bytes, &map_key).unwrap();
-    let seed: [u8; 32] = std::fs::read(dir.join("map-key"))
+    let seed: [u8; 32] = std::fs::read(dir.join("secrets/map-key"))
         .unwrap()
         .try_into()
         .unwrap();
@@ -272,19 +275,21 @@ async fn cells_that_keep_disagreeing_fail_after_two_attempts(ctx: &Ctx) {
     let elsewhere = ids[3].clone();
     let t = ctx.tech_on(&owner, 2);
     // the owner gives the contractor up towards a third cell, which knows nothing of it
-    let auth = &ctx.file.cells[0].auth_service.url;
-    let url = format!("{auth}/admin/v1/ownership/{}", t.contractor_id);
-    let rec = ctx.admin(Method::GET, url.clone(), None).await;
+    let cell = &ctx.file.cells[0];
+    let path = format!("/admin/v1/ownership/{}", t.contractor_id);
+    let rec = ctx.admin(cell, Method::GET, &path, None).await;
     let g = rec["gen"].as_u64().unwrap();
     ctx.admin(
+        cell,
         Method::PUT,
-        url.clone(),
+        &path,
         Some(serde_json::json!({"state": "handoff", "gen": g})),
     )
     .await;
     ctx.admin(
+        cell,
         Method::PUT,
-        url,
+        &path,
         Some(serde_json::json!({"state": "released", "gen": g, "successor": elsewhere.as_str(), "successor_gen": g + 1})),
     )
     .await;

@@ -112,6 +112,21 @@ impl TestFleet {
         out
     }
 
+    /// One of a cell's own tokens (`kind`: `admin`, `feed`, `app` or `edge`), as the fleet
+    /// wrote it in `DIR/secrets/<cell>/<kind>.token`.
+    pub fn cell_token(&self, cell: &protocol::CellId, kind: &str) -> String {
+        let path = self
+            .fleet
+            .dir()
+            .join(control_plane::dev::SECRETS_DIR)
+            .join(cell.as_str())
+            .join(format!("{kind}.token"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
     /// The signed map held by a cell (through its public endpoint), verified.
     pub async fn map_at(&self, endpoint: &str) -> SignedMap {
         let bytes = self

@@ -250,14 +250,14 @@ fn named<'a>(cs: &'a [Cookie<'static>], name: &str) -> Option<&'a Cookie<'static
 
 /// Completions the app applied for a contractor (its admin listing).
 async fn completions(t: &TestFleet, u: &DemoUser) -> Vec<String> {
-    let app = &t.cell(&u.cell_id).app_url;
+    let app = &t.cell(&u.cell_id).app_internal_url;
     let v: Value = t
         .client
         .get(format!(
             "{app}/internal/v1/contractors/{}/completions",
             u.contractor_id
         ))
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.cell(&u.cell_id).admin_token)
         .send()
         .await
         .expect("completions")
@@ -297,7 +297,7 @@ async fn revoke_subject(t: &TestFleet, u: &DemoUser, sub: &str) -> &'static str 
     let r = t
         .client
         .post(format!("{auth}/admin/v1/revocations"))
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.cell(&u.cell_id).admin_token)
         .json(&json!({
             "kind": "subject", "sub": sub, "before": now_s() + 1,
             "reason": "desk browser test", "by": "desk-browser-test",
@@ -316,7 +316,7 @@ async fn set_ownership(t: &TestFleet, u: &DemoUser, record: &Value) {
     let r = t
         .client
         .put(format!("{auth}/admin/v1/ownership/{}", u.contractor_id))
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.cell(&u.cell_id).admin_token)
         .json(record)
         .send()
         .await
@@ -330,7 +330,7 @@ async fn set_ownership(t: &TestFleet, u: &DemoUser, record: &Value) {
         let status: Value = t
             .client
             .get(format!("{auth}/admin/v1/status"))
-            .bearer_auth(&t.file().admin_token)
+            .bearer_auth(&t.cell(&u.cell_id).admin_token)
             .send()
             .await
             .expect("status")
@@ -547,19 +547,24 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
             .any(|j| j.starts_with("csrf-probe") || j == "raw-refused")
     );
 
-    // CORS: a preflight from outside the fleet is refused; one from a fleet cell is allowed.
-    let preflight = |origin: String| {
+    // CORS: a preflight from outside the fleet is refused; one from a fleet cell is allowed on
+    // the API, never on the session routes (their answers carry sessions: ATTACKS A24).
+    let preflight = |origin: String, path: &str| {
         t.client
-            .request(reqwest::Method::OPTIONS, format!("{cell04}/v1/sessions"))
+            .request(reqwest::Method::OPTIONS, format!("{cell04}{path}"))
             .header("origin", origin)
             .header("access-control-request-method", "POST")
             .header("access-control-request-headers", "content-type")
             .send()
     };
-    let r = preflight(evil.to_owned()).await.expect("preflight");
+    let r = preflight(evil.to_owned(), "/api/jobs/x/complete")
+        .await
+        .expect("preflight");
     assert_eq!(r.status().as_u16(), 403);
     assert!(r.headers().get("access-control-allow-origin").is_none());
-    let r = preflight(cell01.clone()).await.expect("preflight");
+    let r = preflight(cell01.clone(), "/api/jobs/x/complete")
+        .await
+        .expect("preflight");
     assert_eq!(r.status().as_u16(), 204);
     assert_eq!(
         r.headers()
@@ -573,7 +578,94 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
             .and_then(|v| v.to_str().ok()),
         Some("true")
     );
-    println!("preflight from {evil}: 403 without CORS headers; from cell-01: 204 with credentials");
+    for path in ["/v1/sessions", "/v1/sessions/renew"] {
+        let r = preflight(cell01.clone(), path).await.expect("preflight");
+        assert_eq!(r.status().as_u16(), 403, "{path}");
+        assert!(r.headers().get("access-control-allow-origin").is_none());
+    }
+    println!(
+        "preflight from {evil}: 403 without CORS headers; from cell-01: 204 with credentials on \
+         /api, 403 on /v1/sessions*"
+    );
+
+    // 4b. ATTACKS A24: a junk Authorization header does not turn the cookie request into one
+    //     that skips the CSRF proof. From cell-01's page, a script tries to renew cell-04's
+    //     session with a junk header and the browser's cookies; then the same request without a
+    //     browser, with cell-04's real cookie. Nothing is minted, the session keeps working.
+    let sessions_of = || async {
+        let auth = &t.cell(&disp.cell_id).auth_service.url;
+        let v: Value = t
+            .client
+            .get(format!(
+                "{auth}/admin/v1/subjects/{}.{}/sessions",
+                disp.contractor_id, disp.login
+            ))
+            .bearer_auth(&t.cell(&disp.cell_id).admin_token)
+            .send()
+            .await
+            .expect("sessions")
+            .json()
+            .await
+            .expect("sessions json");
+        v["sessions"].as_array().map_or(0, Vec::len)
+    };
+    let minted_before = sessions_of().await;
+    // A page of cell-01's origin without the desk's CSP (which would stop the fetch before the
+    // edge sees it): the map document.
+    c.goto(&format!("{cell01}/v1/placement-map"))
+        .await
+        .expect("cell-01");
+    let outcome = c
+        .execute_async(
+            &format!(
+                "const done = arguments[arguments.length - 1]; \
+                 fetch('{cell04}/v1/sessions/renew', {{ method: 'POST', credentials: 'include', \
+                   headers: {{ 'Authorization': 'Basic dXNlcjpwdw==' }} }}) \
+                 .then(r => r.text().then(b => done('status ' + r.status + ' ' + b))) \
+                 .catch(e => done('blocked: ' + e));"
+            ),
+            vec![],
+        )
+        .await
+        .expect("script");
+    let outcome = outcome.as_str().unwrap_or_default().to_owned();
+    assert!(
+        outcome.starts_with("blocked") || outcome.starts_with("status 403"),
+        "the page at cell-01 read: {outcome}"
+    );
+    assert!(
+        !outcome.contains("eyJ"),
+        "a token reached the script: {outcome}"
+    );
+    for (method, path) in [
+        (reqwest::Method::POST, "/v1/sessions/renew"),
+        (reqwest::Method::DELETE, "/v1/sessions/current"),
+    ] {
+        for junk in ["Basic dXNlcjpwdw==", "Bearer junk", "Negotiate x"] {
+            let r = t
+                .client
+                .request(method.clone(), format!("{cell04}{path}"))
+                .header("origin", &cell01)
+                .header(
+                    "cookie",
+                    format!("{SESSION_COOKIE}={token}; {CSRF_COOKIE}={csrf_value}"),
+                )
+                .header("authorization", junk)
+                .send()
+                .await
+                .expect("raw");
+            assert_eq!(r.status().as_u16(), 403, "{method} {path} with {junk}");
+            assert!(r.headers().get("access-control-allow-origin").is_none());
+            let body = r.text().await.unwrap_or_default();
+            assert!(!body.contains("eyJ"), "{body}");
+        }
+    }
+    assert_eq!(sessions_of().await, minted_before, "nothing was minted");
+    c.goto(&format!("{cell04}/desk/")).await.expect("back");
+    displayed(&c, "#jobs-body tr").await;
+    println!(
+        "A24 from cell-01's origin: the page's junk-Authorization renewal {outcome:?}; 6 raw cookie + junk-Authorization renew/sign-out requests: 403; sessions of the dispatcher {minted_before} before and after; the board still loads"
+    );
 
     // 5. Cell-04's cookie is never sent to another cell.
     for n in [1, 2] {
@@ -598,7 +690,7 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
             "{auth04}/admin/v1/ownership/{}",
             disp.contractor_id
         ))
-        .bearer_auth(&f.admin_token)
+        .bearer_auth(&t.cell(&disp.cell_id).admin_token)
         .send()
         .await
         .expect("ownership")

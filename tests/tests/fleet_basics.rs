@@ -17,7 +17,13 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
     let raw: Value =
         serde_json::from_slice(&std::fs::read(t.fleet.fleet_file_path()).unwrap()).unwrap();
     assert_eq!(raw["schema"], 1);
-    for key in ["ca_cert", "admin_token", "map_public_key"] {
+    // (The top-level admin token is the control plane's; each cell has its own.)
+    for key in [
+        "ca_cert",
+        "admin_token",
+        "admin_token_file",
+        "map_public_key",
+    ] {
         assert!(raw[key].as_str().is_some_and(|s| !s.is_empty()), "{key}");
     }
     assert!(std::path::Path::new(raw["ca_cert"].as_str().unwrap()).is_file());
@@ -48,8 +54,36 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
         );
         assert!(c["auth_service"]["pid"].as_u64().unwrap() > 0);
         assert!(c["app_pid"].as_u64().unwrap() > 0);
-        assert!(c["app_url"].as_str().is_some());
+        for key in ["auth_public_url", "app_url", "app_internal_url"] {
+            assert!(
+                c[key]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("https://127.0.0.{n}:")),
+                "{key}"
+            );
+        }
+        // Five distinct listeners per cell.
+        let urls: std::collections::BTreeSet<&str> = [
+            &c["endpoint"],
+            &c["auth_service"]["url"],
+            &c["auth_public_url"],
+            &c["app_url"],
+            &c["app_internal_url"],
+        ]
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+        assert_eq!(urls.len(), 5, "{c}");
+        assert!(c["admin_token"].as_str().is_some_and(|s| !s.is_empty()));
+        assert_ne!(c["admin_token"], raw["admin_token"], "a cell's own token");
+        assert!(std::path::Path::new(c["admin_token_file"].as_str().unwrap()).is_file());
     }
+    let admin_tokens: std::collections::BTreeSet<&str> = cells
+        .iter()
+        .map(|c| c["admin_token"].as_str().unwrap())
+        .collect();
+    assert_eq!(admin_tokens.len(), 5, "every cell has its own admin token");
     let techs = raw["demo"]["technicians"].as_array().unwrap();
     let disps = raw["demo"]["dispatchers"].as_array().unwrap();
     assert!(techs.len() >= 2 * 2400, "{}", techs.len());
@@ -63,20 +97,30 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
     for c in &t.file().cells {
         assert!(t.file().demo.technicians.iter().any(|u| u.cell_id == c.id));
     }
-    // The fleet file and the tokens are private.
+    // The fleet file and the secrets are private; the tokens every cell used to share are gone.
     use std::os::unix::fs::PermissionsExt as _;
-    for f in [
-        "fleet.json",
-        "admin-token",
-        "feed-token",
-        "app-token",
-        "map-key",
-    ] {
+    let mut private = vec![
+        "fleet.json".to_owned(),
+        "secrets/control-plane.token".to_owned(),
+        "secrets/map-key".to_owned(),
+    ];
+    for c in &t.file().cells {
+        for kind in ["admin", "feed", "app", "edge"] {
+            private.push(format!("secrets/{}/{kind}.token", c.id));
+        }
+    }
+    for f in &private {
         let mode = std::fs::metadata(t.fleet.dir().join(f))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o077, 0, "{f} is readable by others");
+    }
+    for f in ["admin-token", "feed-token", "app-token", "map-key"] {
+        assert!(
+            !t.fleet.dir().join(f).exists(),
+            "{f} is not written any more"
+        );
     }
 
     // Every edge is ready over TLS, trusting only the written CA; a client that does not trust

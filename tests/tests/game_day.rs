@@ -125,9 +125,9 @@ async fn serving_survives_the_control_plane_and_an_auth_service_dying() {
         .client
         .get(format!(
             "{}/internal/v1/contractors/{}/completions",
-            cell.app_url, first.user.contractor_id
+            cell.app_internal_url, first.user.contractor_id
         ))
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&cell.admin_token)
         .send()
         .await
         .unwrap()

@@ -4,14 +4,16 @@
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{TestFleet, route_load, session_for};
+use control_plane::dev::FleetCell;
 use protocol::map::SignedMap;
 use serde_json::json;
 
-async fn push(t: &TestFleet, auth_url: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+/// `PUT /admin/v1/placement-map` at a cell's auth-service, with that cell's admin token.
+async fn push(t: &TestFleet, cell: &FleetCell, body: Vec<u8>) -> (u16, serde_json::Value) {
     let r = t
         .client
-        .put(format!("{auth_url}/admin/v1/placement-map"))
-        .bearer_auth(&t.file().admin_token)
+        .put(format!("{}/admin/v1/placement-map", cell.auth_service.url))
+        .bearer_auth(&cell.admin_token)
         .header("content-type", "application/json")
         .body(body)
         .send()
@@ -44,7 +46,7 @@ async fn tampered_and_older_maps_are_refused_and_the_cell_keeps_its_map() {
             t.file().control_plane.url,
             mover.contractor_id
         ))
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.file().admin_token) // the control plane's token
         .json(&json!({"cell": cell.id, "generation": 2}))
         .send()
         .await
@@ -65,7 +67,7 @@ async fn tampered_and_older_maps_are_refused_and_the_cell_keeps_its_map() {
     assert_eq!(v2.map.overrides.get(&mover.contractor_id), Some(&cell.id));
 
     // The cell takes version 2 (pushed now; it would also poll it).
-    let (s, v) = push(&t, &cell.auth_service.url, v2_bytes.clone()).await;
+    let (s, v) = push(&t, &cell, v2_bytes.clone()).await;
     assert!(s == 200 || s == 400, "{s} {v}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while t.map_at(&cell.endpoint).await.map.version != 2 {
@@ -74,7 +76,7 @@ async fn tampered_and_older_maps_are_refused_and_the_cell_keeps_its_map() {
     }
 
     // An older, validly signed map is refused.
-    let (s, v) = push(&t, &cell.auth_service.url, v1.to_json().unwrap()).await;
+    let (s, v) = push(&t, &cell, v1.to_json().unwrap()).await;
     assert_eq!(s, 400, "older map: {v}");
     assert_eq!(v["error"], "INVALID_REQUEST");
 
@@ -83,7 +85,7 @@ async fn tampered_and_older_maps_are_refused_and_the_cell_keeps_its_map() {
     let tampered = text.replacen("\"version\":2", "\"version\":3", 1);
     assert_ne!(tampered, text);
     assert_eq!(tampered.len(), text.len());
-    let (s, v) = push(&t, &cell.auth_service.url, tampered.into_bytes()).await;
+    let (s, v) = push(&t, &cell, tampered.into_bytes()).await;
     assert_eq!(s, 400, "tampered map: {v}");
 
     // Another byte: an endpoint changed, version bumped to look newer.
@@ -92,11 +94,15 @@ async fn tampered_and_older_maps_are_refused_and_the_cell_keeps_its_map() {
         &cell.endpoint.replace("127.0.0.2", "127.0.0.9"),
         1,
     );
-    let (s, _) = push(&t, &cell.auth_service.url, other.into_bytes()).await;
+    let (s, _) = push(&t, &cell, other.into_bytes()).await;
     assert_eq!(s, 400);
 
     // The cell keeps the map it had, at the auth-service and at the edge, and keeps serving.
-    for url in [&cell.auth_service.url, &cell.endpoint] {
+    for url in [
+        &cell.auth_service.url,
+        &cell.auth_public_url,
+        &cell.endpoint,
+    ] {
         let held = t.map_at(url).await;
         assert_eq!(held.map.version, 2, "{url}");
         assert_eq!(held, v2);

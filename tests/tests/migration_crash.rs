@@ -45,11 +45,12 @@ fn text(o: &Output) -> String {
     )
 }
 
-async fn admin_get(t: &TestFleet, url: String) -> (u16, Value) {
+/// A GET to one of `cell`'s internal listeners with that cell's admin token.
+async fn admin_get(t: &TestFleet, cell: &CellId, url: String) -> (u16, Value) {
     let r = t
         .client
         .get(url)
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.cell(cell).admin_token)
         .send()
         .await
         .unwrap();
@@ -59,15 +60,15 @@ async fn admin_get(t: &TestFleet, url: String) -> (u16, Value) {
 
 async fn record(t: &TestFleet, cell: &CellId, c: &str) -> Value {
     let url = format!("{}/admin/v1/ownership/{c}", t.cell(cell).auth_service.url);
-    admin_get(t, url).await.1
+    admin_get(t, cell, url).await.1
 }
 
 async fn completion_keys(t: &TestFleet, cell: &CellId, c: &str) -> Vec<String> {
     let url = format!(
         "{}/internal/v1/contractors/{c}/completions",
-        t.cell(cell).app_url
+        t.cell(cell).app_internal_url
     );
-    let (_, v) = admin_get(t, url).await;
+    let (_, v) = admin_get(t, cell, url).await;
     v["completions"]
         .as_array()
         .cloned()

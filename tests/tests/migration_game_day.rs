@@ -51,12 +51,12 @@ fn next_cell(c: &CellId, cells: usize) -> CellId {
 async fn completions(t: &TestFleet, cell: &CellId, c: &ContractorId) -> Vec<Value> {
     let url = format!(
         "{}/internal/v1/contractors/{c}/completions",
-        t.cell(cell).app_url
+        t.cell(cell).app_internal_url
     );
     let r = t
         .client
         .get(url)
-        .bearer_auth(&t.file().admin_token)
+        .bearer_auth(&t.cell(cell).admin_token)
         .send()
         .await
         .unwrap();

@@ -63,7 +63,8 @@ async fn acknowledged_revocations_survive_sigkill() {
     let t = TestFleet::start().await;
     let dir = t.fleet.dir().to_owned();
     let cell = t.file().cells[0].clone();
-    let admin_token = t.file().admin_token.clone();
+    // The cell's own admin token, at its auth-service's internal listener.
+    let admin_token = cell.admin_token.clone();
     let auth_url = cell.auth_service.url.clone();
 
     // The test runs the cell's auth-service itself so it can kill and restart it.
@@ -210,7 +211,8 @@ async fn acknowledged_revocations_survive_sigkill() {
     auth.kill().await;
     let mut auth = start_auth_service(&dir, cell.id.as_str(), &auth_url, "crash-auth-final.log");
     assert!(wait_ready(&t.client, &auth_url, "/healthz").await);
-    let feed_token = std::fs::read_to_string(dir.join("feed-token")).unwrap();
+    let feed_token =
+        std::fs::read_to_string(dir.join(format!("secrets/{}/feed.token", cell.id))).unwrap();
     let snap: Value = t
         .client
         .get(format!(

@@ -2,6 +2,9 @@
 //! one revoked at the source while the migration runs, are both revoked at the target once the
 //! contractor moved, and neither session can be transferred; an unrevoked colleague's session
 //! transfers and is served at the target; the revoked technician can sign in again there.
+//! A transfer ticket taken before a revocation is refused at the target afterwards, both for a
+//! subject revocation and for `cellctl revoke session JTI --cell SOURCE`, which reaches the
+//! target too (ATTACKS A28).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod revocation_support;
@@ -82,7 +85,15 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     let s1 = session_for(&t, &tech1).await;
     let s2 = session_for(&t, &tech2).await;
     let s3 = session_for(&t, &dispatcher).await;
-    for s in [&s1, &s2, &s3] {
+    // Two more sessions of the dispatcher, each to be transferred once (a session id is
+    // transferred at most once): one for a ticket taken before a subject revocation, one for
+    // a ticket taken before a revocation of that one session.
+    let s3b = session_for(&t, &dispatcher).await;
+    let (st, v) = cellbind_tests::sign_in(&t.client, &s3.endpoint, &dispatcher).await;
+    assert_eq!(st, 201, "{v}");
+    let s3c_token = v["session"].as_str().unwrap().to_owned();
+    let s3c_jti = v["session_id"].as_str().unwrap().to_owned();
+    for s in [&s1, &s2, &s3, &s3b] {
         assert_eq!(route(&t.client, &s.endpoint, &s.token).await.0, 200);
     }
 
@@ -118,7 +129,7 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     // (Read through the audit export: a feed read would register a reader as an edge.)
     let (st, audit) = admin(
         &t.client,
-        &t.file().admin_token,
+        &t.cell(&target).admin_token,
         reqwest::Method::GET,
         &format!(
             "{}/admin/v1/audit/revocations?format=json",
@@ -169,8 +180,8 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     let transfer_url = format!("{source_ep}/v1/sessions/transfer");
     let rebind_url = format!("{target_ep}/v1/sessions/rebind");
     let mut tickets = Vec::new();
-    for _ in 0..2 {
-        let (st, v) = post(&t.client, &transfer_url, Some(&s3.token), json!({})).await;
+    for token in [&s3.token, &s3b.token, &s3c_token] {
+        let (st, v) = post(&t.client, &transfer_url, Some(token), json!({})).await;
         assert_eq!(st, 200, "{v}");
         tickets.push(v["ticket"].as_str().unwrap().to_owned());
     }
@@ -183,6 +194,79 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     .await;
     assert_eq!(st, 201, "{v}");
     let moved = v["session"].as_str().unwrap().to_owned();
+    assert_eq!(route(&t.client, &target_ep, &moved).await.0, 200);
+
+    // A ticket taken before `cellctl revoke session JTI --cell SOURCE` is refused at the
+    // target afterwards: the command looked the session up at the source and revoked it at
+    // every cell that holds the contractor, the target included.
+    let cellctl = cellbind_tests::bin_dir().join("cellctl");
+    let out = std::process::Command::new(&cellctl)
+        .arg("--fleet")
+        .arg(&fleet_path)
+        .args(["revoke", "session", &s3c_jti, "--cell", source.as_str()])
+        .args(["--reason", "phone lost after the move"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("cellctl revoke session:\n{printed}");
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains(&format!("the session's contractor: {ctr}")),
+        "{printed}"
+    );
+    let revoked_at: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains("): revoked, seq "))
+        .collect();
+    assert!(
+        revoked_at
+            .iter()
+            .any(|l| l.trim_start().starts_with(&format!("{source} (named)"))),
+        "{printed}"
+    );
+    assert!(
+        revoked_at
+            .iter()
+            .any(|l| l.trim_start().starts_with(&format!("{target} ("))),
+        "the target is among the cells revoked at: {printed}"
+    );
+    let (st, v) = post(
+        &t.client,
+        &rebind_url,
+        None,
+        json!({ "ticket": tickets[2] }),
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("SESSION_REVOKED")),
+        "a ticket minted before the session's revocation: {v}"
+    );
+    println!(
+        "revoke session {s3c_jti} --cell {source}: revoked at {} cells, the ticket taken before it refused at {target} ({st})",
+        revoked_at.len()
+    );
+    // A session id the named cell never minted: revoked there only, and the output says so.
+    let out = std::process::Command::new(&cellctl)
+        .arg("--fleet")
+        .arg(&fleet_path)
+        .args(["revoke", "session", "AAAAAAAAAAAAAAAAAAAAAA", "--cell"])
+        .arg(source.as_str())
+        .args(["--reason", "unknown session"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        printed.contains("holds no record of this session"),
+        "{printed}"
+    );
+    assert_eq!(printed.matches("): revoked, seq ").count(), 1, "{printed}");
+    // The colleague's moved session is untouched by that one-session revocation.
     assert_eq!(route(&t.client, &target_ep, &moved).await.0, 200);
     // A ticket obtained before the dispatcher was revoked is refused at the target afterwards.
     let r = revoker
@@ -228,7 +312,6 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
 
     // The command itself: `cellctl revoke contractor` exits 0 with every cell confirmed, and
     // non-zero, naming the cell, when a cell that holds a record cannot be reached.
-    let cellctl = cellbind_tests::bin_dir().join("cellctl");
     let run = |extra: &[&str]| {
         let mut args = vec![
             "--fleet".to_owned(),

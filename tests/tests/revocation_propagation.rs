@@ -168,7 +168,7 @@ fn users_of(t: &TestFleet, cell: &str) -> Vec<DemoUser> {
 async fn keys_of(t: &TestFleet, cell: &CellId) -> Vec<(String, String)> {
     let (s, v) = admin(
         &t.client,
-        &t.file().admin_token,
+        &t.cell(cell).admin_token,
         reqwest::Method::GET,
         &format!("{}/admin/v1/keys", t.cell(cell).auth_service.url),
         None,
@@ -352,7 +352,7 @@ async fn every_kind_reaches_every_edge_within_seconds() {
     let retired_kid = kid_of(&old);
     let (s, v) = admin(
         &t.client,
-        &t.file().admin_token,
+        &t.cell(&kc).admin_token,
         reqwest::Method::POST,
         &format!("{}/admin/v1/keys/rotate", t.cell(&kc).auth_service.url),
         None,

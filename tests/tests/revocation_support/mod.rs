@@ -85,7 +85,14 @@ pub fn start_extra_edges(fleet_dir: &Path, cell: &str, ip: &str, extra: usize) -
             let port = free_port(ip);
             let id = format!("{cell}-edge-x{}", i + 2);
             let state = fleet_dir.join(format!("data/{id}"));
-            std::fs::create_dir_all(&state).expect("state dir");
+            {
+                use std::os::unix::fs::DirBuilderExt as _;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&state)
+                    .expect("state dir");
+            }
             let text = rewrite_toml(
                 &base,
                 &[

@@ -1,0 +1,216 @@
+//! Per-cell secrets and private files (ATTACKS A30) on a real fleet: each cell has its own
+//! admin, feed, app and edge token and the control plane its own; a token of cell-02 is
+//! refused at cell-03 (a typed error) where cell-03's own token is served; and every file under
+//! cell-03's data, the secrets and the control plane's data is 0600 in 0700 folders.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use cellbind_tests::TestFleet;
+use protocol::CellId;
+use serde_json::Value;
+
+/// A request to cell-03 made with some cell's token.
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    /// `GET /admin/v1/status` at the auth-service's internal listener, bearer admin token.
+    AuthAdmin,
+    /// `GET /internal/v1/contractors/{c}/export` at the app's internal listener, bearer admin
+    /// token.
+    AppAdmin,
+    /// `GET /internal/v1/feed?since=0&instance=…` at the auth-service, bearer feed token.
+    Feed,
+    /// `GET /api/routes/today` at the app's public listener, edge key = app token, with the
+    /// identity headers an edge would send.
+    AppToken,
+}
+
+impl Probe {
+    const ALL: [Probe; 4] = [
+        Probe::AuthAdmin,
+        Probe::AppAdmin,
+        Probe::Feed,
+        Probe::AppToken,
+    ];
+
+    fn kind(self) -> &'static str {
+        match self {
+            Probe::AuthAdmin | Probe::AppAdmin => "admin",
+            Probe::Feed => "feed",
+            Probe::AppToken => "app",
+        }
+    }
+
+    /// (status, JSON body) of the probe at `at` with `token`.
+    async fn send(self, t: &TestFleet, at: &CellId, ctr: &str, token: &str) -> (u16, Value) {
+        let cell = t.cell(at);
+        let req = match self {
+            Probe::AuthAdmin => t
+                .client
+                .get(format!("{}/admin/v1/status", cell.auth_service.url))
+                .bearer_auth(token),
+            Probe::AppAdmin => t
+                .client
+                .get(format!(
+                    "{}/internal/v1/contractors/{ctr}/export",
+                    cell.app_internal_url
+                ))
+                .bearer_auth(token),
+            Probe::Feed => t
+                .client
+                .get(format!(
+                    "{}/internal/v1/feed?since=0&instance=per-cell-secrets-test",
+                    cell.auth_service.url
+                ))
+                .bearer_auth(token),
+            Probe::AppToken => t
+                .client
+                .get(format!("{}/api/routes/today", cell.app_url))
+                .header(protocol::http::X_EDGE_KEY, token)
+                .header(protocol::http::X_CONTRACTOR, ctr)
+                .header(protocol::http::X_SUBJECT, format!("{ctr}.tech-1"))
+                .header(protocol::http::X_GENERATION, "1")
+                .header(protocol::http::X_SESSION, "AAAAAAAAAAAAAAAAAAAAAA"),
+        };
+        let r = req.send().await.expect("request");
+        let s = r.status().as_u16();
+        (s, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// Every file and folder under `root` (`root` included): (files, folders), or the first entry
+/// whose mode is not 0600 (file) / 0700 (folder).
+fn check_modes(root: &Path, files: &mut Vec<PathBuf>, folders: &mut Vec<PathBuf>) {
+    let meta = std::fs::symlink_metadata(root).unwrap();
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.is_dir() {
+        assert_eq!(mode, 0o700, "folder {} is {mode:o}", root.display());
+        folders.push(root.to_owned());
+        for e in std::fs::read_dir(root).unwrap() {
+            check_modes(&e.unwrap().path(), files, folders);
+        }
+    } else {
+        assert!(
+            meta.is_file(),
+            "{} is neither a file nor a folder",
+            root.display()
+        );
+        assert_eq!(mode, 0o600, "file {} is {mode:o}", root.display());
+        files.push(root.to_owned());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owner_only() {
+    let t = TestFleet::start().await;
+    let (c2, c3) = (
+        CellId::new("cell-02").unwrap(),
+        CellId::new("cell-03").unwrap(),
+    );
+    let ctr = t
+        .file()
+        .demo
+        .technicians
+        .iter()
+        .find(|u| u.cell_id == c3)
+        .unwrap()
+        .contractor_id
+        .to_string();
+
+    // Every token of the fleet is distinct: 4 per cell and the control plane's.
+    let mut all = std::collections::BTreeSet::new();
+    for c in &t.file().cells {
+        for kind in ["admin", "feed", "app", "edge"] {
+            assert!(all.insert(t.cell_token(&c.id, kind)), "{} {kind}", c.id);
+        }
+        assert_eq!(t.cell_token(&c.id, "admin"), c.admin_token);
+    }
+    assert!(all.insert(t.file().admin_token.clone()));
+    println!("per-cell secrets: {} distinct tokens", all.len());
+
+    // cell-02's token at cell-03: refused with a typed error; cell-03's own: served.
+    for probe in Probe::ALL {
+        let (s, v) = probe
+            .send(&t, &c3, &ctr, &t.cell_token(&c2, probe.kind()))
+            .await;
+        assert!(
+            s == 403,
+            "{probe:?} with cell-02's {} token at cell-03: {s} {v}",
+            probe.kind()
+        );
+        let code = v["error"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            !code.is_empty() && code.chars().all(|ch| ch.is_ascii_uppercase() || ch == '_'),
+            "{probe:?}: a typed error body, got {v}"
+        );
+        assert!(v["message"].is_string(), "{probe:?}: {v}");
+        let (own, body) = probe
+            .send(&t, &c3, &ctr, &t.cell_token(&c3, probe.kind()))
+            .await;
+        assert_eq!(own, 200, "{probe:?} with cell-03's own token: {body}");
+        println!(
+            "per-cell secrets: {probe:?} at cell-03 with cell-02's {} token → {s} {code}; with its own → {own}",
+            probe.kind()
+        );
+    }
+    // The control plane's token is no cell's token, and a cell's admin token is not the
+    // control plane's.
+    let (s, v) = Probe::AuthAdmin
+        .send(&t, &c3, &ctr, &t.file().admin_token)
+        .await;
+    assert!(s == 403, "the control plane's token at cell-03: {s} {v}");
+    let r = t
+        .client
+        .get(format!(
+            "{}/admin/v1/placements/{ctr}",
+            t.file().control_plane.url
+        ))
+        .bearer_auth(t.cell_token(&c3, "admin"))
+        .send()
+        .await
+        .unwrap();
+    let s = r.status().as_u16();
+    assert!(s == 403, "cell-03's admin token at the control plane: {s}");
+    let r = t
+        .client
+        .get(format!(
+            "{}/admin/v1/placements/{ctr}",
+            t.file().control_plane.url
+        ))
+        .bearer_auth(&t.file().admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Every file 0600, every folder 0700: cell-03's data (auth-service, edge state, app), all
+    // secrets, and the control plane's data.
+    let dir = t.fleet.dir().to_owned();
+    let (mut files, mut folders) = (Vec::new(), Vec::new());
+    for root in [
+        dir.join("data/cell-03"),
+        dir.join("secrets"),
+        dir.join("data/control-plane"),
+    ] {
+        check_modes(&root, &mut files, &mut folders);
+    }
+    for f in [
+        "data/cell-03/app/app.db",
+        "secrets/cell-03/edge.token",
+        "secrets/control-plane.token",
+        "data/control-plane/placements.db",
+    ] {
+        assert!(files.contains(&dir.join(f)), "{f} was checked");
+    }
+    for d in [dir.clone(), dir.join("data")] {
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    println!(
+        "per-cell secrets: {} files 0600 and {} folders 0700 checked under data/cell-03, secrets and data/control-plane",
+        files.len(),
+        folders.len()
+    );
+    t.fleet.stop().await;
+}
