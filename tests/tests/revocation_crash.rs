@@ -350,7 +350,7 @@ async fn acknowledged_revocations_survive_sigkill() {
             req = req.bearer_auth(tk);
         }
         let r = req.send().await.unwrap();
-        assert_eq!(r.status().as_u16(), 401);
+        assert_eq!(r.status().as_u16(), 403);
         let v: Value = r.json().await.unwrap();
         assert!(v["error"].is_string());
     }
@@ -362,7 +362,7 @@ async fn acknowledged_revocations_survive_sigkill() {
         None,
     )
     .await;
-    assert_eq!(s, 401, "the audit export needs the admin token too");
+    assert_eq!(s, 403, "the audit export needs the admin token too");
     let log_has = |needle: &str| {
         std::fs::read_to_string(&auth.log)
             .unwrap_or_default()
