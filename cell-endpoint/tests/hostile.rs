@@ -9,30 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
-use axum::routing::any;
 use common::*;
 use protocol::ClientKind;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-/// A fake auth-service answering every route 200 and recording what reached it.
-fn recording_auth() -> (Router, Seen) {
-    let seen = Seen::default();
-    let s = seen.clone();
-    let auth = Router::new().fallback(any(move |req: Request<Body>| {
-        let s = s.clone();
-        async move {
-            s.0.lock()
-                .unwrap()
-                .push((req.uri().to_string(), req.headers().clone()));
-            (StatusCode::OK, axum::Json(serde_json::json!({"ok": true})))
-        }
-    }));
-    (auth, seen)
-}
 
 struct Rig {
     edge: cellbind_cell_endpoint::Edge,
@@ -41,7 +23,8 @@ struct Rig {
 }
 
 fn rig_with(s: cellbind_cell_endpoint::Settings) -> Rig {
-    let (auth, auth_seen) = recording_auth();
+    // The recording app doubles as a fake auth-service: every route 200, every request kept.
+    let (auth, auth_seen) = recording_app();
     let (edge, app, _c) = edge_with(s, Some(auth));
     Rig {
         edge,
