@@ -182,6 +182,11 @@ pub(crate) fn session_answer(
         expires_at: claims.exp,
         subject: claims.sub.clone(),
     };
+    created(body, cookie)
+}
+
+/// A `201` that is never cached, with the session cookie when there is one.
+fn created(body: impl serde::Serialize, cookie: Option<HeaderValue>) -> Response {
     let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -333,9 +338,5 @@ fn cookie_session_answer(
         expires_at: claims.exp,
         subject: claims.sub.clone(),
     };
-    let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::SET_COOKIE, cookie);
-    Ok(resp)
+    Ok(created(body, Some(cookie)))
 }

@@ -321,6 +321,16 @@ fn never_forwarded(name: &str) -> bool {
     ) || protocol::http::is_cellbind_header(name)
 }
 
+/// Whether header name `name` (lower case) is `listed` (lower case, `-` only), an `_` in `name`
+/// counting as `-`.
+fn same_name(listed: &str, name: &str) -> bool {
+    listed.len() == name.len()
+        && listed
+            .bytes()
+            .zip(name.bytes())
+            .all(|(l, n)| l == n || (l == b'-' && n == b'_'))
+}
+
 /// The client's headers that may reach an upstream, plus `X-Forwarded-For` (the client address
 /// the edge established) and `X-Forwarded-Proto: https`. Headers the client lists in
 /// `Connection` are hop-by-hop too and go.
@@ -336,9 +346,7 @@ fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> H
     let mut h = HeaderMap::with_capacity(incoming.len() + 8);
     for (name, value) in incoming {
         let n = name.as_str();
-        if never_forwarded(n)
-            || (!listed.is_empty() && listed.iter().any(|l| *l == n.replace('_', "-")))
-        {
+        if never_forwarded(n) || listed.iter().any(|l| same_name(l, n)) {
             continue;
         }
         h.append(name.clone(), value.clone());

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::dev::{self, FleetFile, FleetOptions, admin_call, client_trusting_file};
 use crate::error::{CpError, Result};
-use crate::secrets::Secret;
 
 /// Default `--fleet`.
 pub const DEFAULT_FLEET_FILE: &str = "dev-fleet/fleet.json";
@@ -352,7 +351,7 @@ async fn cell_report(client: &reqwest::Client, cell: &dev::FleetCell, now: u64) 
         client,
         reqwest::Method::GET,
         &format!("{}/admin/v1/status", cell.auth_service.url),
-        &cell_admin(cell),
+        &cell.admin(),
         None,
     )
     .await
@@ -406,11 +405,6 @@ fn load_fleet(path: &Path) -> Result<(FleetFile, reqwest::Client)> {
     let f = FleetFile::load(path)?;
     let client = client_trusting_file(&f.ca_cert)?;
     Ok((f, client))
-}
-
-/// A cell's own admin token (every other cell refuses it).
-pub fn cell_admin(cell: &dev::FleetCell) -> Secret {
-    Secret::new(cell.admin_token.clone())
 }
 
 /// Gathers the status of every cell of a fleet.
@@ -535,7 +529,7 @@ pub async fn rotate(path: &Path, cell: &CellId) -> Result<Rotated> {
         &client,
         reqwest::Method::POST,
         &format!("{}/admin/v1/keys/rotate", c.auth_service.url),
-        &cell_admin(c),
+        &c.admin(),
         None,
     )
     .await?;

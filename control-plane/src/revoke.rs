@@ -204,7 +204,7 @@ impl EdgesApplied {
 
 /// Waits until every live edge instance of `cell` reports a feed sequence ≥ `seq`.
 async fn wait_edges(client: &reqwest::Client, cell: &FleetCell, seq: u64) -> EdgesApplied {
-    let admin = &cell_admin(cell);
+    let admin = &cell.admin();
     let url = format!("{}/admin/v1/status", cell.auth_service.url);
     let t0 = std::time::Instant::now();
     let mut last = EdgesApplied {
@@ -377,11 +377,6 @@ pub fn contractor_of(sub: &SubjectId) -> Result<ContractorId> {
         .map_err(|e| CpError::BadRequest(format!("{sub}: the contractor part: {e}")))
 }
 
-/// A cell's own admin token.
-fn cell_admin(cell: &FleetCell) -> Secret {
-    crate::cli::cell_admin(cell)
-}
-
 /// Asks every cell for its ownership record of `ctr` (each with its own admin token), and the
 /// control plane (with its token) for its placement: the cells that matter with their role.
 async fn cells_of_contractor(
@@ -392,7 +387,7 @@ async fn cells_of_contractor(
 ) -> Vec<Target> {
     let asks = fleet.cells.iter().map(|c| async move {
         let url = format!("{}/admin/v1/ownership/{ctr}", c.auth_service.url);
-        let admin = cell_admin(c);
+        let admin = c.admin();
         let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
         match r {
             Ok((200, v)) => match serde_json::from_value::<OwnershipRecord>(v) {
@@ -447,7 +442,7 @@ async fn apply_at(
     wait: bool,
 ) -> CellResult {
     let url = format!("{}/admin/v1/revocations", cell.auth_service.url);
-    let admin = cell_admin(cell);
+    let admin = cell.admin();
     let (r, attempts) =
         call_with_retries(client, &admin, reqwest::Method::POST, &url, Some(body)).await;
     let (outcome, seq, error) = match r {
@@ -516,7 +511,7 @@ impl Revoker {
     pub fn load(path: &Path) -> Result<Revoker> {
         let fleet = FleetFile::load(path)?;
         let client = client_trusting_file(&fleet.ca_cert)?;
-        let control_plane = Secret::new(fleet.admin_token.clone());
+        let control_plane = fleet.control_plane_admin();
         Ok(Revoker {
             path: path.to_owned(),
             fleet,
@@ -568,7 +563,7 @@ async fn look_up_session(
         session: Record,
     }
     let url = format!("{}/admin/v1/sessions/{jti}", cell.auth_service.url);
-    let admin = cell_admin(cell);
+    let admin = cell.admin();
     let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
     match r {
         Ok((200, v)) => match serde_json::from_value::<Answer>(v) {

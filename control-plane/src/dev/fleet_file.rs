@@ -6,7 +6,7 @@ use protocol::{CellId, ContractorId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CpError, Result};
-use crate::secrets::write_private;
+use crate::secrets::{Secret, write_private};
 
 /// Schema version of `fleet.json`.
 pub const FLEET_SCHEMA: u32 = 1;
@@ -83,7 +83,19 @@ pub struct FleetFile {
     pub demo: Demo,
 }
 
+impl FleetCell {
+    /// This cell's own admin token (every other cell refuses it).
+    pub fn admin(&self) -> Secret {
+        Secret::new(self.admin_token.clone())
+    }
+}
+
 impl FleetFile {
+    /// The control plane's admin token (no cell accepts it).
+    pub fn control_plane_admin(&self) -> Secret {
+        Secret::new(self.admin_token.clone())
+    }
+
     pub fn load(path: &Path) -> Result<FleetFile> {
         let bytes = std::fs::read(path)
             .map_err(|e| CpError::io(format!("reading {}", path.display()), e))?;

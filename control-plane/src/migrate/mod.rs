@@ -208,7 +208,7 @@ impl Ctx {
         Ok(CellUrls {
             auth: c.auth_service.url.trim_end_matches('/').to_owned(),
             app: c.app_internal_url.trim_end_matches('/').to_owned(),
-            admin: crate::cli::cell_admin(c),
+            admin: c.admin(),
         })
     }
 
@@ -627,7 +627,7 @@ pub async fn migrate(
 ) -> Result<MigrationReport> {
     let fleet = FleetFile::load(fleet_path)?;
     let client = client_trusting_file(&fleet.ca_cert)?;
-    let control_plane = Secret::new(fleet.admin_token.clone());
+    let control_plane = fleet.control_plane_admin();
     let map_key = PublicKey::from_b64(&fleet.map_public_key)
         .map_err(|e| CpError::Config(format!("map_public_key: {e}")))?;
     let ctx = Ctx {
