@@ -1,6 +1,8 @@
 //! Cellbind wire protocol: everything two Cellbind processes (or a Cellbind process and a
 //! client) must agree on, and nothing else. No I/O happens in this crate.
 //!
+//! - [`admin`]: the admin and internal API bodies, shared by the servers and `cellctl`.
+//! - [`endpoint`]: [`Endpoint`], a service base URL parsed and normalised once.
 //! - [`api`]: the HTTP bodies of sign-in, renewal, transfer and rebind (DESIGN §4).
 //! - [`ids`]: parsed newtypes (`CellId`, `ContractorId`, `Generation`, `Kid`, `SessionToken`, …).
 //! - [`error`]: the public error codes of DESIGN §4 and the JSON error body.
@@ -15,7 +17,9 @@
 //! - [`revocation`]: revocation kinds and the matcher.
 //! - [`time`]: unix seconds and the clock abstraction (so tests can fake days).
 
+pub mod admin;
 pub mod api;
+pub mod endpoint;
 pub mod error;
 pub mod feed;
 pub mod http;
@@ -27,6 +31,7 @@ pub mod revocation;
 pub mod time;
 pub mod token;
 
+pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ErrorBody, ErrorCode};
 pub use ids::{
     CellId, ClientKind, ContractorId, Generation, IdError, Kid, Login, Password, SessionId,

@@ -1,0 +1,1 @@
+//! Placeholder: the single-flight, cooldown-bounded refetch gate (written next).

@@ -1,0 +1,160 @@
+//! Secrets held by the servers and the operator tools: bearer tokens read from 0600 files,
+//! compared in constant time, zeroized on drop and never printed.
+
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore as _;
+use subtle::ConstantTimeEq as _;
+use zeroize::Zeroizing;
+
+/// Random bytes in a generated token (256 bits).
+pub const TOKEN_BYTES: usize = 32;
+
+/// A secret token held in memory: zeroized when the last clone drops, `Debug` redacted,
+/// compared in constant time. Cloning shares one allocation.
+#[derive(Clone)]
+pub struct Secret(Arc<Zeroizing<String>>);
+
+impl Secret {
+    /// Wraps a token already in memory.
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(Arc::new(Zeroizing::new(s.into())))
+    }
+
+    /// Reads a token file (surrounding whitespace ignored); refuses an empty one.
+    pub fn from_file(path: &Path) -> Result<Self, SecretError> {
+        let text =
+            Zeroizing::new(
+                std::fs::read_to_string(path).map_err(|source| SecretError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?,
+            );
+        let t = text.trim();
+        if t.is_empty() {
+            return Err(SecretError::Empty {
+                path: path.to_owned(),
+            });
+        }
+        Ok(Secret::new(t))
+    }
+
+    /// Constant-time comparison with a presented value.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        bool::from(self.0.as_bytes().ct_eq(presented))
+    }
+
+    /// The token text, to send it. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Why a secret file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is empty", path.display())]
+    Empty { path: PathBuf },
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Writes `bytes` to `path` with mode 0600, replacing any previous file atomically (a
+/// temporary file beside it, synced, then renamed).
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SecretError> {
+    write_atomic(path, bytes, crate::files::PRIVATE_FILE_MODE)
+}
+
+/// Writes `bytes` to `path` with `mode`, through a temporary file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SecretError> {
+    let tmp = path.with_extension("tmp");
+    let failed = |p: &Path| {
+        let p = p.to_owned();
+        move |source| SecretError::Write { path: p, source }
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(failed(&tmp))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(failed(&tmp))?;
+    // The umask may have narrowed `mode`; set it exactly.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(failed(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(failed(path))
+}
+
+/// A fresh random token (base64url, [`TOKEN_BYTES`] random bytes).
+pub fn random_token() -> Zeroizing<String> {
+    let mut b = Zeroizing::new([0u8; TOKEN_BYTES]);
+    rand::rng().fill_bytes(b.as_mut());
+    Zeroizing::new(URL_SAFE_NO_PAD.encode(b.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token_and_matching_is_exact() {
+        let s = Secret::new("tok-123");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
+        assert!(s.matches(b"tok-123"));
+        assert!(!s.matches(b"tok-12"));
+        assert!(!s.matches(b"tok-1234"));
+    }
+
+    #[test]
+    fn files_are_written_owner_only_and_read_back_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("admin.token");
+        write_private(&p, b"abc\n").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(Secret::from_file(&p).unwrap().expose(), "abc");
+        write_private(&p, b"  \n").unwrap();
+        assert!(matches!(
+            Secret::from_file(&p),
+            Err(SecretError::Empty { .. })
+        ));
+        assert!(matches!(
+            Secret::from_file(&dir.path().join("missing")),
+            Err(SecretError::Read { .. })
+        ));
+    }
+
+    #[test]
+    fn random_tokens_differ_and_are_url_safe() {
+        let a = random_token();
+        let b = random_token();
+        assert_ne!(*a, *b);
+        assert_eq!(a.len(), 43);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
+    }
+}
