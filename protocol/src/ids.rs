@@ -51,6 +51,20 @@ fn is_slug(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'
 }
 
+/// A slug id that starts with `prefix` and has something after it (`cell-03`, `c-40711`).
+fn check_prefixed_slug(
+    kind: &'static str,
+    s: &str,
+    max: usize,
+    prefix: &'static str,
+) -> Result<(), IdError> {
+    check(kind, s, max, "[a-z0-9-]", is_slug)?;
+    if !s.starts_with(prefix) || s.len() == prefix.len() {
+        return Err(IdError::BadPrefix { kind, prefix });
+    }
+    Ok(())
+}
+
 fn is_b64url(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
 }
@@ -122,25 +136,14 @@ pub const KID_MAX_BYTES: usize = 64;
 
 string_id!(
     /// A cell id: `cell-` then lowercase letters, digits and `-`, at most 32 bytes (`cell-03`).
-    CellId, "CellId", |s| {
-        check("cell id", s, CELL_ID_MAX_BYTES, "[a-z0-9-]", is_slug)?;
-        if !s.starts_with("cell-") || s.len() == 5 {
-            return Err(IdError::BadPrefix { kind: "cell id", prefix: "cell-" });
-        }
-        Ok(())
-    }
+    CellId, "CellId", |s| check_prefixed_slug("cell id", s, CELL_ID_MAX_BYTES, "cell-")
 );
 
 string_id!(
     /// A contractor id: `c-` then lowercase letters, digits and `-`, at most 64 bytes (`c-40711`).
     /// Never contains `/`, `.`, `%` or anything else that could act as a path.
-    ContractorId, "ContractorId", |s| {
-        check("contractor id", s, CONTRACTOR_ID_MAX_BYTES, "[a-z0-9-]", is_slug)?;
-        if !s.starts_with("c-") || s.len() == 2 {
-            return Err(IdError::BadPrefix { kind: "contractor id", prefix: "c-" });
-        }
-        Ok(())
-    }
+    ContractorId, "ContractorId",
+    |s| check_prefixed_slug("contractor id", s, CONTRACTOR_ID_MAX_BYTES, "c-")
 );
 
 string_id!(

@@ -10,11 +10,14 @@
 //! Generations only go up: a record with a lower generation than the one held is refused, and
 //! at the same generation only the arrows above are allowed.
 //!
-//! [`decide`] is the one table every component uses to serve, refuse or redirect a request.
+//! [`decide`] is the one table every component uses to serve, refuse or redirect a request
+//! ([`decide_unbound`] for a sign-in, which carries no session yet), and [`wrong_cell_target`]
+//! the one lookup that names the owner in a `409 WRONG_CELL`.
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CellId, Generation};
+use crate::ids::{CellId, ContractorId, Generation};
+use crate::map::PlacementMap;
 
 /// What a cell knows about one contractor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +166,53 @@ pub fn decide(
     }
 }
 
+/// The decision for a request that carries no session (a sign-in): a write at the held
+/// generation, so an active record serves, a handoff refuses and a release redirects.
+pub fn decide_unbound(record: Option<&OwnershipRecord>) -> Decision {
+    let generation = record.map_or(Generation::FIRST, OwnershipRecord::generation);
+    decide(record, generation, Access::Write)
+}
+
+/// The cell a `409 WRONG_CELL` names, with its endpoint when the placement map lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrongCellTarget {
+    pub owner: CellId,
+    /// The owner's endpoint exactly as the (signed) placement map writes it; `None` when the
+    /// map held does not list the owner (the answer then carries `owner_cell` only).
+    pub endpoint: Option<String>,
+}
+
+/// The owner to redirect to, for the decisions that point away from this cell:
+/// - [`Decision::WrongCell`]: the successor the record names, its endpoint from `map`;
+/// - [`Decision::NoRecord`]: the cell `map` places the contractor in, when that is not `here`.
+///
+/// `None` for every other decision, and for `NoRecord` when there is no map or it places the
+/// contractor here (the caller answers `UNKNOWN_CONTRACTOR`).
+pub fn wrong_cell_target(
+    decision: &Decision,
+    contractor: &ContractorId,
+    here: &CellId,
+    map: Option<&PlacementMap>,
+) -> Option<WrongCellTarget> {
+    match decision {
+        Decision::WrongCell { owner } => Some(WrongCellTarget {
+            owner: owner.clone(),
+            endpoint: map.and_then(|m| m.cell(owner)).map(|c| c.endpoint.clone()),
+        }),
+        Decision::NoRecord => map
+            .and_then(|m| m.cell_for(contractor))
+            .filter(|c| &c.id != here)
+            .map(|c| WrongCellTarget {
+                owner: c.id.clone(),
+                endpoint: Some(c.endpoint.clone()),
+            }),
+        Decision::Serve
+        | Decision::HandoffInProgress
+        | Decision::StaleSessionHere
+        | Decision::ViewBehind => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +252,64 @@ mod tests {
         );
         assert_eq!(decide(Some(&a), g(3), Access::Read), Decision::ViewBehind);
         assert_eq!(decide(None, g(1), Access::Read), Decision::NoRecord);
+    }
+
+    #[test]
+    fn unbound_requests_and_the_wrong_cell_lookup() {
+        use crate::map::{CellEntry, MAP_SCHEMA};
+        let ctr = ContractorId::new("c-9").unwrap();
+        let (here, there) = (cell("cell-01"), cell("cell-02"));
+        let a = Active { r#gen: g(3) };
+        let h = Handoff { r#gen: g(3) };
+        let r = Released {
+            r#gen: g(3),
+            successor: cell("cell-07"),
+            successor_gen: g(4),
+        };
+        assert_eq!(decide_unbound(Some(&a)), Decision::Serve);
+        assert_eq!(decide_unbound(Some(&h)), Decision::HandoffInProgress);
+        assert_eq!(decide_unbound(None), Decision::NoRecord);
+        let moved = decide_unbound(Some(&r));
+        let map = PlacementMap {
+            schema: MAP_SCHEMA,
+            version: 1,
+            issued_at: 0,
+            cells: vec![CellEntry {
+                id: there.clone(),
+                endpoint: "https://two.example".into(),
+            }],
+            buckets: vec![0],
+            overrides: Default::default(),
+        };
+        // A successor the map does not list: named without an endpoint.
+        assert_eq!(
+            wrong_cell_target(&moved, &ctr, &here, Some(&map)),
+            Some(WrongCellTarget {
+                owner: cell("cell-07"),
+                endpoint: None
+            })
+        );
+        // No record: the map's placement, unless it is this cell or there is no map.
+        let placed = wrong_cell_target(&Decision::NoRecord, &ctr, &here, Some(&map));
+        assert_eq!(
+            placed,
+            Some(WrongCellTarget {
+                owner: there.clone(),
+                endpoint: Some("https://two.example".into())
+            })
+        );
+        assert_eq!(
+            wrong_cell_target(&Decision::NoRecord, &ctr, &there, Some(&map)),
+            None
+        );
+        assert_eq!(
+            wrong_cell_target(&Decision::NoRecord, &ctr, &here, None),
+            None
+        );
+        assert_eq!(
+            wrong_cell_target(&Decision::Serve, &ctr, &here, Some(&map)),
+            None
+        );
     }
 
     #[test]

@@ -103,23 +103,31 @@ pub trait TokenClaims: DeserializeOwned + Serialize {
     }
 }
 
+/// The registered-claim accessors of [`TokenClaims`], read from the fields of the same name
+/// (both token kinds declare them; their types stay in the signed structs).
+macro_rules! registered_claims {
+    () => {
+        fn iss(&self) -> &str {
+            &self.iss
+        }
+        fn aud(&self) -> &CellId {
+            &self.aud
+        }
+        fn iat(&self) -> UnixSeconds {
+            self.iat
+        }
+        fn nbf(&self) -> UnixSeconds {
+            self.nbf
+        }
+        fn exp(&self) -> UnixSeconds {
+            self.exp
+        }
+    };
+}
+
 impl TokenClaims for SessionClaims {
     const TYP: &'static str = SESSION_TYP;
-    fn iss(&self) -> &str {
-        &self.iss
-    }
-    fn aud(&self) -> &CellId {
-        &self.aud
-    }
-    fn iat(&self) -> UnixSeconds {
-        self.iat
-    }
-    fn nbf(&self) -> UnixSeconds {
-        self.nbf
-    }
-    fn exp(&self) -> UnixSeconds {
-        self.exp
-    }
+    registered_claims!();
     fn check(&self) -> Result<(), TokenError> {
         if self.cell != self.aud {
             return Err(TokenError::WrongAudience);
@@ -133,21 +141,7 @@ impl TokenClaims for SessionClaims {
 
 impl TokenClaims for TicketClaims {
     const TYP: &'static str = TICKET_TYP;
-    fn iss(&self) -> &str {
-        &self.iss
-    }
-    fn aud(&self) -> &CellId {
-        &self.aud
-    }
-    fn iat(&self) -> UnixSeconds {
-        self.iat
-    }
-    fn nbf(&self) -> UnixSeconds {
-        self.nbf
-    }
-    fn exp(&self) -> UnixSeconds {
-        self.exp
-    }
+    registered_claims!();
     fn check(&self) -> Result<(), TokenError> {
         if self.new_gen <= self.r#gen {
             return Err(TokenError::BadClaims("new_gen not above gen".into()));

@@ -90,12 +90,28 @@ pub fn check_sqlite_schema(conn: &rusqlite::Connection, expected: u32) -> Result
     }
 }
 
+/// Checks the schema version of a SQLite file that keeps it in `PRAGMA user_version` (0 for
+/// a new file) and answers it. A version above `supported` (or a negative one) was written by
+/// a newer build and is refused; an older one is the caller's to migrate.
+pub fn check_sqlite_user_version(
+    conn: &rusqlite::Connection,
+    supported: u32,
+) -> Result<u32, SchemaError> {
+    let held: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    match u32::try_from(held) {
+        Ok(v) if v <= supported => Ok(v),
+        _ => Err(SchemaError::TooNew { held, supported }),
+    }
+}
+
 /// Why a SQLite file's schema version was refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemaError {
     #[error("schema {held}, this build reads {expected}")]
     Mismatch { held: String, expected: u32 },
+    #[error("database schema version {held} is not one this build reads (0..={supported})")]
+    TooNew { held: i64, supported: u32 },
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
 }

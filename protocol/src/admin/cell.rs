@@ -1,1 +1,546 @@
-//! (being written)
+//! A cell auth-service's admin and internal API (`/admin/v1/*`, on its internal listener,
+//! bearer admin token), as types. The auth-service reads the requests and writes the answers
+//! with them; `cellctl` writes the requests and reads the answers with the same types.
+//!
+//! | method and path                                  | request (body or query)     | answer                       |
+//! |--------------------------------------------------|-----------------------------|------------------------------|
+//! | `POST /admin/v1/users`                           | [`NewUser`]                 | `201` [`UserCreated`]        |
+//! | `POST /admin/v1/users/import`                    | [`ImportUsers`]             | `200` [`UsersImported`]      |
+//! | `PUT /admin/v1/ownership`                        | [`OwnershipBulk`]           | `200` [`OwnershipSet`]       |
+//! | `PUT /admin/v1/ownership/{ctr}`                  | [`OwnershipRecord`]         | `200` [`OwnershipSet`]       |
+//! | `GET /admin/v1/ownership/{ctr}`                  | —                           | `200` [`OwnershipRecord`] or `404` |
+//! | `GET /admin/v1/keys`                             | —                           | `200` [`Keys`]               |
+//! | `POST /admin/v1/keys/rotate`                     | —                           | `200` [`Rotation`]           |
+//! | `POST /admin/v1/keys/{kid}/revoke`               | [`KeyRevokeRequest`]        | `200` [`KeyRevoked`]         |
+//! | `POST /admin/v1/revocations`                     | [`RevokeRequest`]           | `200` [`RevokeAnswer`]       |
+//! | `GET /admin/v1/audit/revocations`                | query [`AuditQuery`]        | `200` [`Revocation`] per line (`jsonl`) or `Vec<Revocation>` (`json`) |
+//! | `GET /admin/v1/subjects/{sub}/sessions`          | —                           | `200` [`SubjectSessions`]    |
+//! | `GET /admin/v1/sessions/{jti}`                   | —                           | `200` [`SessionRecordAnswer`] or `404` |
+//! | `PUT /admin/v1/placement-map`                    | a signed map ([`crate::map::SignedMap`], its bytes are verified) | `200` [`MapAccepted`] |
+//! | `GET /admin/v1/status`                           | —                           | `200` [`Status`]             |
+//! | `GET /admin/v1/contractors/{ctr}/export`         | —                           | `200` [`ContractorExport`]   |
+//! | `POST /admin/v1/contractors/{ctr}/import`        | [`ContractorExport`]        | `200` [`ImportAnswer`]       |
+//! | `GET /admin/v1/drain/{ctr}?seq=S`                | query [`DrainQuery`]        | `200` [`DrainStatus`]        |
+//!
+//! Refusals are the JSON [`crate::ErrorBody`] of DESIGN §4 (400 `INVALID_REQUEST`, 403
+//! `FORBIDDEN` for a missing or wrong admin token, 404 `NOT_FOUND`, 413). The cell state feed
+//! (`GET /internal/v1/feed`, feed token) has its types in [`crate::feed`].
+//!
+//! Request bodies refuse members they do not declare (except [`RevokeRequest`], whose kind is
+//! flattened); answers are read leniently by clients.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::feed::{FeedKey, KeyStatus};
+use crate::ids::{
+    CellId, ClientKind, ContractorId, Generation, Kid, Login, Password, SessionId, SubjectId,
+};
+pub use crate::ownership::OwnershipRecord;
+pub use crate::revocation::{Revocation, RevocationKind};
+use crate::time::UnixSeconds;
+
+/// Prefix of every admin path.
+pub const ADMIN_PREFIX: &str = "/admin/v1";
+/// `POST`: create or replace one user.
+pub const USERS_PATH: &str = "/admin/v1/users";
+/// `POST`: create or replace many users in one transaction.
+pub const USERS_IMPORT_PATH: &str = "/admin/v1/users/import";
+/// `PUT`: many ownership records in one transaction.
+pub const OWNERSHIP_PATH: &str = "/admin/v1/ownership";
+/// `GET`: the published keys.
+pub const KEYS_PATH: &str = "/admin/v1/keys";
+/// `POST`: rotate the signing key now.
+pub const KEYS_ROTATE_PATH: &str = "/admin/v1/keys/rotate";
+/// `POST`: record a revocation.
+pub const REVOCATIONS_PATH: &str = "/admin/v1/revocations";
+/// `GET`: the revocation audit log.
+pub const AUDIT_REVOCATIONS_PATH: &str = "/admin/v1/audit/revocations";
+/// `PUT`: push a signed placement map.
+pub const PLACEMENT_MAP_PATH: &str = "/admin/v1/placement-map";
+/// `GET`: the cell's status.
+pub const STATUS_PATH: &str = "/admin/v1/status";
+
+/// `GET|PUT /admin/v1/ownership/{ctr}`.
+pub fn ownership_path(ctr: &ContractorId) -> String {
+    format!("{OWNERSHIP_PATH}/{ctr}")
+}
+
+/// `POST /admin/v1/keys/{kid}/revoke`.
+pub fn key_revoke_path(kid: &Kid) -> String {
+    format!("{KEYS_PATH}/{kid}/revoke")
+}
+
+/// `GET /admin/v1/subjects/{sub}/sessions`.
+pub fn subject_sessions_path(sub: &SubjectId) -> String {
+    format!("{ADMIN_PREFIX}/subjects/{sub}/sessions")
+}
+
+/// `GET /admin/v1/sessions/{jti}`.
+pub fn session_path(jti: &SessionId) -> String {
+    format!("{ADMIN_PREFIX}/sessions/{jti}")
+}
+
+/// `GET /admin/v1/contractors/{ctr}/export`.
+pub fn export_path(ctr: &ContractorId) -> String {
+    format!("{ADMIN_PREFIX}/contractors/{ctr}/export")
+}
+
+/// `POST /admin/v1/contractors/{ctr}/import`.
+pub fn import_path(ctr: &ContractorId) -> String {
+    format!("{ADMIN_PREFIX}/contractors/{ctr}/import")
+}
+
+/// `GET /admin/v1/drain/{ctr}` (add the [`DrainQuery`]).
+pub fn drain_path(ctr: &ContractorId) -> String {
+    format!("{ADMIN_PREFIX}/drain/{ctr}")
+}
+
+// ---- users ----------------------------------------------------------------------------------
+
+/// What a user may do in the product (carried for the app; the token does not distinguish).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Technician,
+    Dispatcher,
+}
+
+impl Role {
+    /// The wire name (`technician`, `dispatcher`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Technician => "technician",
+            Role::Dispatcher => "dispatcher",
+        }
+    }
+
+    /// The role named `s` (its wire name).
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "technician" => Some(Role::Technician),
+            "dispatcher" => Some(Role::Dispatcher),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a user may sign in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UserStatus {
+    #[default]
+    Active,
+    Disabled,
+}
+
+impl UserStatus {
+    /// The wire name (`active`, `disabled`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserStatus::Active => "active",
+            UserStatus::Disabled => "disabled",
+        }
+    }
+
+    /// The status named `s` (its wire name).
+    pub fn parse(s: &str) -> Option<UserStatus> {
+        match s {
+            "active" => Some(UserStatus::Active),
+            "disabled" => Some(UserStatus::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// Body of `POST /admin/v1/users` (and one entry of [`ImportUsers`]): exactly one of
+/// `password` and `password_hash` (an argon2id PHC string at least as strong as the cell's).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    pub contractor_id: ContractorId,
+    pub login: Login,
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Password>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_hash: Option<String>,
+    #[serde(default)]
+    pub status: UserStatus,
+}
+
+impl fmt::Debug for NewUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewUser")
+            .field("contractor_id", &self.contractor_id)
+            .field("login", &self.login)
+            .field("role", &self.role)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `201` answer of `POST /admin/v1/users`: `{subject}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserCreated {
+    pub subject: SubjectId,
+}
+
+/// Body of `POST /admin/v1/users/import`: `{users}` (one transaction).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportUsers {
+    pub users: Vec<NewUser>,
+}
+
+/// Answer of `POST /admin/v1/users/import`: `{imported}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsersImported {
+    pub imported: u64,
+}
+
+// ---- ownership ------------------------------------------------------------------------------
+
+/// Body of `PUT /admin/v1/ownership`: `{records}` (one transaction).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnershipBulk {
+    pub records: BTreeMap<ContractorId, OwnershipRecord>,
+}
+
+/// Answer of both ownership `PUT`s: `{seq}`, the feed head after the change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnershipSet {
+    pub seq: u64,
+}
+
+// ---- keys -----------------------------------------------------------------------------------
+
+/// Answer of `GET /admin/v1/keys`: `{keys}`, every published key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keys {
+    pub keys: Vec<FeedKey>,
+}
+
+/// Answer of `POST /admin/v1/keys/rotate`: the key ids after the rotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rotation {
+    pub current: Kid,
+    pub next: Kid,
+    pub retired: Vec<Kid>,
+}
+
+/// Body of `POST /admin/v1/keys/{kid}/revoke`: the audit fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRevokeRequest {
+    pub reason: String,
+    pub by: String,
+}
+
+/// Answer of `POST /admin/v1/keys/{kid}/revoke`: `{seq, revoked}` (`revoked` is `false` when
+/// the key was revoked already).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRevoked {
+    pub seq: u64,
+    pub revoked: bool,
+}
+
+// ---- revocations ----------------------------------------------------------------------------
+
+/// Body of `POST /admin/v1/revocations`: a revocation kind (flattened: `{"kind": …, …}`) with
+/// its audit fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeRequest {
+    #[serde(flatten)]
+    pub kind: RevocationKind,
+    pub reason: String,
+    pub by: String,
+}
+
+/// What became of one revocation request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RevokeOutcome {
+    /// Recorded now.
+    Applied,
+    /// The same revocation was already in force (a retry, or a repeated request).
+    Already,
+}
+
+/// Answer of `POST /admin/v1/revocations`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeAnswer {
+    /// Sequence number of the revocation in force.
+    pub seq: u64,
+    /// Whether this request recorded it (`false` when it was already in force).
+    pub revoked: bool,
+    pub outcome: RevokeOutcome,
+    /// The cell's feed head after the request.
+    pub head: u64,
+    #[serde(flatten)]
+    pub kind: RevocationKind,
+}
+
+/// Format of the audit export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditFormat {
+    /// One [`Revocation`] per line (`application/x-ndjson`).
+    #[default]
+    Jsonl,
+    /// One JSON array of [`Revocation`].
+    Json,
+}
+
+/// Query of `GET /admin/v1/audit/revocations`: `after=SEQ&limit=N&format=jsonl|json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Only entries with a larger sequence number.
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// `jsonl` when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<AuditFormat>,
+}
+
+/// A session as the cell minted it (sign-in, renewal, rebind). Tokens themselves are never
+/// recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub session_id: SessionId,
+    pub subject: SubjectId,
+    pub contractor: ContractorId,
+    pub client: ClientKind,
+    pub kid: Kid,
+    pub generation: Generation,
+    pub issued_at: UnixSeconds,
+    pub expires_at: UnixSeconds,
+    pub auth_time: UnixSeconds,
+}
+
+/// One entry of [`SubjectSessions`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedSession {
+    #[serde(flatten)]
+    pub session: SessionRecord,
+    /// When an edge last served it; edges do not report use, so this is unknown (`null`).
+    pub last_seen: Option<UnixSeconds>,
+}
+
+/// Answer of `GET /admin/v1/subjects/{sub}/sessions`: the subject's sessions minted at this
+/// cell that have not expired and are not revoked, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubjectSessions {
+    pub subject: SubjectId,
+    pub sessions: Vec<ListedSession>,
+}
+
+/// Answer of `GET /admin/v1/sessions/{jti}`: the recorded session, revoked or not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecordAnswer {
+    pub session: SessionRecord,
+    pub revoked: bool,
+}
+
+// ---- placement map and status ---------------------------------------------------------------
+
+/// Answer of `PUT /admin/v1/placement-map`: `{version, seq}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapAccepted {
+    pub version: u64,
+    pub seq: u64,
+}
+
+/// A published key id and its status, in [`Status`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KidStatus {
+    pub kid: Kid,
+    pub status: KeyStatus,
+}
+
+/// An edge instance as the feed last saw it, in [`Status`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceSeen {
+    pub id: String,
+    pub applied_seq: u64,
+    pub last_seen: UnixSeconds,
+    /// Contractors in handoff for which it reported writes still in flight (migration drain).
+    pub busy: Vec<ContractorId>,
+}
+
+/// Answer of `GET /admin/v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub cell_id: CellId,
+    /// The feed head.
+    pub seq: u64,
+    pub kids: Vec<KidStatus>,
+    pub map_version: Option<u64>,
+    pub users: u64,
+    pub contractors: u64,
+    /// Sorted by id.
+    pub instances: Vec<InstanceSeen>,
+}
+
+// ---- migration ------------------------------------------------------------------------------
+
+/// Schema version of [`ContractorExport`].
+pub const EXPORT_SCHEMA: u32 = 1;
+
+/// One exported user: password hash only, never a password. `Debug` leaves the hash out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedUser {
+    pub login: Login,
+    pub role: Role,
+    /// argon2id PHC string.
+    pub password_hash: String,
+    pub status: UserStatus,
+}
+
+impl fmt::Debug for ExportedUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExportedUser")
+            .field("login", &self.login)
+            .field("role", &self.role)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Answer of `GET /admin/v1/contractors/{ctr}/export` and body of its `import`: a
+/// contractor's credentials and the revocations that concern it, as moved by a migration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContractorExport {
+    /// [`EXPORT_SCHEMA`].
+    pub schema: u32,
+    pub contractor_id: ContractorId,
+    pub users: Vec<ExportedUser>,
+    pub revocations: Vec<Revocation>,
+}
+
+/// Answer of `POST /admin/v1/contractors/{ctr}/import`: users upserted, revocations added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportAnswer {
+    pub users: u64,
+    pub revocations: u64,
+}
+
+/// Query of `GET /admin/v1/drain/{ctr}`: `seq=S`, the feed sequence every live edge instance
+/// must have applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainQuery {
+    pub seq: u64,
+}
+
+/// One instance's part of a drain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainInstance {
+    pub id: String,
+    pub applied_seq: u64,
+    pub last_seen: UnixSeconds,
+    /// Whether its lease is current (only those count).
+    pub live: bool,
+    /// Whether it still reports a write in flight for the contractor.
+    pub busy: bool,
+}
+
+/// Answer of `GET /admin/v1/drain/{ctr}?seq=S`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainStatus {
+    pub contractor_id: ContractorId,
+    pub seq: u64,
+    /// Every live instance has applied `seq` and has no write in flight for the contractor.
+    pub drained: bool,
+    /// Sorted by id.
+    pub instances: Vec<DrainInstance>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn wire_shapes_keep_their_member_names() {
+        let ctr = ContractorId::new("c-1").unwrap();
+        let v = serde_json::to_value(RevokeAnswer {
+            seq: 4,
+            revoked: true,
+            outcome: RevokeOutcome::Applied,
+            head: 5,
+            kind: RevocationKind::Contractor {
+                ctr: ctr.clone(),
+                before: 9,
+            },
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"seq":4,"revoked":true,"outcome":"applied","head":5,
+                   "kind":"contractor","ctr":"c-1","before":9})
+        );
+        let req: RevokeRequest = serde_json::from_value(
+            json!({"kind":"subject","sub":"c-1.tech","before":3,"reason":"r","by":"b"}),
+        )
+        .unwrap();
+        assert_eq!(req.by, "b");
+        let user: NewUser = serde_json::from_value(
+            json!({"contractor_id":"c-1","login":"tech","role":"technician","password":"pw-123456"}),
+        )
+        .unwrap();
+        assert_eq!(user.status, UserStatus::Active);
+        assert!(!format!("{user:?}").contains("pw-123456"));
+        let back = serde_json::to_value(&user).unwrap();
+        assert_eq!(back["password"], "pw-123456");
+        assert!(back.get("password_hash").is_none());
+        assert!(
+            serde_json::from_value::<NewUser>(
+                json!({"contractor_id":"c-1","login":"t","role":"technician","extra":1})
+            )
+            .is_err()
+        );
+        let q: AuditQuery = serde_json::from_value(json!({"format":"json"})).unwrap();
+        assert_eq!((q.after, q.format), (0, Some(AuditFormat::Json)));
+        assert_eq!(ownership_path(&ctr), "/admin/v1/ownership/c-1");
+        assert_eq!(drain_path(&ctr), "/admin/v1/drain/c-1");
+        for r in [Role::Technician, Role::Dispatcher] {
+            assert_eq!(Role::parse(r.as_str()), Some(r));
+        }
+        for s in [UserStatus::Active, UserStatus::Disabled] {
+            assert_eq!(UserStatus::parse(s.as_str()), Some(s));
+        }
+    }
+
+    #[test]
+    fn listed_sessions_flatten_the_record() {
+        let rec = SessionRecord {
+            session_id: SessionId::from_random([1; 16]),
+            subject: SubjectId::new("c-1.tech").unwrap(),
+            contractor: ContractorId::new("c-1").unwrap(),
+            client: ClientKind::Field,
+            kid: Kid::new("k-1").unwrap(),
+            generation: Generation(2),
+            issued_at: 10,
+            expires_at: 20,
+            auth_time: 10,
+        };
+        let v = serde_json::to_value(ListedSession {
+            session: rec,
+            last_seen: None,
+        })
+        .unwrap();
+        assert_eq!(v["kid"], "k-1");
+        assert_eq!(v["generation"], 2);
+        assert!(v["last_seen"].is_null());
+    }
+}
