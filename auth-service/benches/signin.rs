@@ -163,7 +163,7 @@ signin_ip_per_minute = 1000000
     }
     let (unknown, wrong) = (median(unknown), median(wrong));
 
-    let signer = state.read().ring.current().unwrap().signer.clone();
+    let signer = state.current_signer().unwrap();
     let claims: SessionClaims = serde_json::from_slice(
         &base64::Engine::decode(
             &base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -173,7 +173,7 @@ signin_ip_per_minute = 1000000
     )
     .unwrap();
     let mint = time(ROUNDS_FAST, || signer.mint(&claims).unwrap());
-    let keys = state.read().ring.key_set().clone();
+    let keys = state.key_set();
     let cell = CellId::new("cell-01").unwrap();
     let expect = Expectations {
         issuer: "https://127.0.0.1:8443",

@@ -1,13 +1,13 @@
-//! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides (figment).
-//! The keys are the ones in the project's internal interface document; the throttle keys at the
-//! end are optional extras with safe defaults.
+//! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides
+//! (`runtime::config::load`). The keys are the ones in the project's internal interface
+//! document; the throttle keys at the end are optional extras with safe defaults.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format as _, Toml};
-use protocol::CellId;
+use figment::providers::{Format as _, Toml};
+use protocol::{CellId, Endpoint};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -35,8 +35,6 @@ pub const DEFAULT_SIGNIN_IP_PER_MINUTE: u32 = 1_200;
 /// Default write lease of this cell's edges (their `write_lease_ms`), in milliseconds: the
 /// migration drain counts an instance until its lease must have lapsed.
 pub const DEFAULT_EDGE_WRITE_LEASE_MS: u64 = 30_000;
-/// Environment prefix of overrides.
-pub const ENV_PREFIX: &str = "CELLBIND_";
 
 /// The auth-service configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -49,8 +47,9 @@ pub struct Config {
     /// The INTERNAL listener (HTTPS): every route, plus the feed, the admin API and metrics.
     /// Never exposed to clients.
     pub internal_listen: SocketAddr,
-    /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers).
-    pub issuer: String,
+    /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers); a
+    /// trailing `/` is accepted and dropped.
+    pub issuer: Endpoint,
     /// Directory of the SQLite file `auth.db`.
     pub data_dir: PathBuf,
     /// 32-byte key-encryption key; created (0600) if missing.
@@ -71,7 +70,7 @@ pub struct Config {
     pub ca_cert: Option<PathBuf>,
     /// Control plane base URL; the placement map is polled from it when set.
     #[serde(default)]
-    pub control_plane_url: Option<String>,
+    pub control_plane_url: Option<Endpoint>,
     /// base64url Ed25519 public key that signs placement maps.
     #[serde(default)]
     pub map_public_key: Option<String>,
@@ -141,11 +140,8 @@ fn d_edge_lease() -> u64 {
 impl Config {
     /// Loads the TOML file, then the `CELLBIND_*` environment overrides.
     pub fn load(path: &Path) -> Result<Config> {
-        Figment::new()
-            .merge(Toml::file_exact(path))
-            .merge(Env::prefixed(ENV_PREFIX))
-            .extract::<Config>()
-            .map_err(|e| Error::Config(e.to_string()))
+        runtime::config::load::<Config>(path)
+            .map_err(|e| Error::Config(e.0))
             .and_then(Config::validated)
     }
 
@@ -159,7 +155,7 @@ impl Config {
     }
 
     fn validated(self) -> Result<Config> {
-        if !self.issuer.starts_with("https://") {
+        if !self.issuer.as_str().starts_with("https://") {
             return Err(Error::Config("issuer must be an https URL".into()));
         }
         if self.session_lifetime_s == 0
@@ -208,7 +204,7 @@ impl Config {
     }
 
     /// The SQLite file.
-    pub fn db_path(&self) -> PathBuf {
+    pub(crate) fn db_path(&self) -> PathBuf {
         self.data_dir.join("auth.db")
     }
 }

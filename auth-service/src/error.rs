@@ -1,4 +1,6 @@
-//! The crate's one error type and the one function that turns it into an HTTP answer.
+//! The crate's one error type, the refusals of a session transfer, and the one function that
+//! turns an error into an HTTP answer. It sits below every other module: it names no domain
+//! module.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -56,6 +58,12 @@ pub enum Error {
     /// Start-up configuration is unusable.
     #[error("configuration: {0}")]
     Config(String),
+    /// A token file could not be read, or is empty.
+    #[error("token file: {0}")]
+    Secret(#[from] runtime::secret::SecretError),
+    /// The database was written by a newer schema than this binary reads.
+    #[error("database: {0}")]
+    Schema(#[from] runtime::SchemaError),
     /// A file could not be read or written.
     #[error("{what}: {source}")]
     Io {
@@ -73,9 +81,51 @@ pub enum Error {
     /// the refusal's name.
     #[error("{}: {detail}", refusal.as_str())]
     Ticket {
-        refusal: crate::transfer::TicketRefusal,
+        refusal: TicketRefusal,
         detail: String,
     },
+}
+
+/// Why a transfer or rebind was refused (each answered `403 FORBIDDEN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketRefusal {
+    /// The source did not release the contractor at exactly the session's generation.
+    NotReleased,
+    /// The ticket is not a valid ticket for this cell (signature, `typ`, audience, expiry…).
+    InvalidTicket,
+    /// The ticket was already used.
+    Replayed,
+    /// This cell is not active at the ticket's new generation.
+    WrongGeneration,
+    /// The ticket names a source cell this cell cannot find or reach in its map.
+    UnknownSource,
+    /// A browser (cookie) session is not transferred: sign in at the new cell.
+    CookieSession,
+    /// This session was transferred already and its ticket has expired.
+    AlreadyTransferred,
+}
+
+impl TicketRefusal {
+    /// The refusal's name, at the start of the error message.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketRefusal::NotReleased => "not_released",
+            TicketRefusal::InvalidTicket => "invalid_ticket",
+            TicketRefusal::Replayed => "replayed",
+            TicketRefusal::WrongGeneration => "wrong_generation",
+            TicketRefusal::UnknownSource => "unknown_source",
+            TicketRefusal::CookieSession => "cookie_session",
+            TicketRefusal::AlreadyTransferred => "already_transferred",
+        }
+    }
+
+    /// The `403` of this refusal with its detail.
+    pub(crate) fn with(self, detail: impl Into<String>) -> Error {
+        Error::Ticket {
+            refusal: self,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// Result with the crate's error.
@@ -83,7 +133,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Builds an [`Error::Io`] with a description of what was being done.
-    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
         move |source| Error::Io { what, source }
     }
@@ -109,6 +159,8 @@ impl Error {
             Error::Ticket { .. } => ErrorCode::Forbidden,
             Error::Store(_)
             | Error::Config(_)
+            | Error::Secret(_)
+            | Error::Schema(_)
             | Error::Io { .. }
             | Error::Crypto(_)
             | Error::Internal(_) => ErrorCode::Internal,
@@ -118,7 +170,7 @@ impl Error {
 
 /// The one mapping from an error to an HTTP answer: an [`ErrorBody`] with the status of its
 /// code, plus `Retry-After` where DESIGN §4 asks for it. Internal details are logged, never sent.
-pub fn rescue(err: &Error) -> Response {
+pub(crate) fn rescue(err: &Error) -> Response {
     let code = err.code();
     let mut body = match err {
         Error::WrongCell { owner, endpoint } => match endpoint {
@@ -128,11 +180,8 @@ pub fn rescue(err: &Error) -> Response {
                 ..ErrorBody::new(code, format!("this contractor is served by {owner}"))
             },
         },
-        Error::Store(_)
-        | Error::Config(_)
-        | Error::Io { .. }
-        | Error::Crypto(_)
-        | Error::Internal(_) => {
+        // Our own failures (the variants `code` maps to INTERNAL): logged, never described.
+        _ if code == ErrorCode::Internal => {
             tracing::error!(error = %err, "internal error");
             ErrorBody::new(code, "internal error")
         }

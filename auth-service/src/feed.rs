@@ -1,40 +1,77 @@
-//! `GET /internal/v1/feed?since=SEQ&instance=ID&wait_ms=MS` (bearer feed token): the cell state
-//! feed, as a delta after `since` or a snapshot, with long-polling.
+//! The cell state feed (DESIGN §5) as this cell serves it: who asked (instance ids and the
+//! contractors they report busy), the long-poll wait for a new head, and the answer — a delta
+//! after `since` or a snapshot.
 
 use std::time::Duration;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::response::{IntoResponse, Response};
+use protocol::ContractorId;
 use protocol::feed::{FEED_SCHEMA, FeedBody, FeedResponse, Snapshot};
-use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::http::FeedReader;
 use crate::state::AppState;
 
 /// Longest long-poll, in milliseconds.
-pub const MAX_WAIT_MS: u64 = 25_000;
+pub(crate) const MAX_WAIT_MS: u64 = 25_000;
 /// Most entries in one delta; the instance asks again for the rest.
-pub const MAX_DELTA_ENTRIES: usize = 1_000;
+pub(crate) const MAX_DELTA_ENTRIES: usize = 1_000;
 /// Longest instance id, in bytes.
-pub const MAX_INSTANCE_ID_BYTES: usize = 64;
+pub(crate) const MAX_INSTANCE_ID_BYTES: usize = 64;
+/// Most contractors an instance may report busy in one feed request.
+pub(crate) const MAX_BUSY_REPORTED: usize = 256;
 
-/// Query of the feed.
-#[derive(Debug, Deserialize)]
-pub struct FeedQuery {
-    #[serde(default)]
-    pub since: u64,
-    pub instance: String,
-    #[serde(default)]
-    pub wait_ms: u64,
+/// One feed request, as read from its query.
+#[derive(Debug)]
+pub(crate) struct FeedAsk<'a> {
+    pub(crate) since: u64,
+    pub(crate) instance: &'a str,
+    pub(crate) wait_ms: u64,
     /// Comma-separated contractors in handoff with writes still in flight at the instance.
-    #[serde(default)]
-    pub busy: Option<String>,
+    pub(crate) busy: Option<&'a str>,
+}
+
+/// Parses the feed's `busy` parameter: comma-separated contractor ids.
+fn parse_busy(s: Option<&str>) -> Result<Vec<ContractorId>> {
+    let Some(s) = s.filter(|s| !s.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let list = s
+        .split(',')
+        .map(|c| ContractorId::new(c).map_err(|e| Error::BadRequest(format!("busy: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
+    if list.len() > MAX_BUSY_REPORTED {
+        return Err(Error::BadRequest(format!(
+            "busy lists more than {MAX_BUSY_REPORTED} contractors"
+        )));
+    }
+    Ok(list)
+}
+
+/// Serves one feed request: records the instance, waits (at most [`MAX_WAIT_MS`]) while
+/// nothing is newer than `since`, then answers.
+pub(crate) async fn serve(state: &AppState, ask: FeedAsk<'_>) -> Result<FeedResponse> {
+    let id = ask.instance;
+    if id.is_empty()
+        || id.len() > MAX_INSTANCE_ID_BYTES
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(Error::BadRequest(format!(
+            "instance must be 1 to {MAX_INSTANCE_ID_BYTES} characters of [A-Za-z0-9._-]"
+        )));
+    }
+    let busy = parse_busy(ask.busy)?;
+    state.instances.saw(id, ask.since, busy, state.now());
+    let wait = Duration::from_millis(ask.wait_ms.min(MAX_WAIT_MS));
+    let mut rx = state.head_tx.subscribe();
+    if ask.since != 0 && *rx.borrow_and_update() == ask.since && !wait.is_zero() {
+        let _ = tokio::time::timeout(wait, rx.wait_for(|h| *h != ask.since)).await;
+    }
+    Ok(response(state, ask.since))
 }
 
 /// The answer for an instance that has applied `since`.
-pub fn response(state: &AppState, since: u64) -> FeedResponse {
+fn response(state: &AppState, since: u64) -> FeedResponse {
     let inner = state.read();
     let head = inner.head;
     let oldest = inner.log.front().map_or(head + 1, |e| e.seq);
@@ -65,32 +102,4 @@ pub fn response(state: &AppState, since: u64) -> FeedResponse {
         issued_at: state.now(),
         body,
     }
-}
-
-/// The feed handler.
-pub async fn feed(
-    _: FeedReader,
-    State(state): State<AppState>,
-    query: Result<Query<FeedQuery>, QueryRejection>,
-) -> Result<Response> {
-    let Query(q) = query.map_err(|e| Error::BadRequest(format!("feed query: {e}")))?;
-    if q.instance.is_empty()
-        || q.instance.len() > MAX_INSTANCE_ID_BYTES
-        || !q
-            .instance
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(Error::BadRequest(format!(
-            "instance must be 1 to {MAX_INSTANCE_ID_BYTES} characters of [A-Za-z0-9._-]"
-        )));
-    }
-    let busy = crate::migration::parse_busy(q.busy.as_deref())?;
-    state.saw_instance(&q.instance, q.since, busy);
-    let wait = Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
-    let mut rx = state.head_tx.subscribe();
-    if q.since != 0 && *rx.borrow_and_update() == q.since && !wait.is_zero() {
-        let _ = tokio::time::timeout(wait, rx.wait_for(|h| *h != q.since)).await;
-    }
-    Ok(axum::Json(response(&state, q.since)).into_response())
 }

@@ -3,21 +3,21 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use protocol::admin::cell::MapAccepted;
 use protocol::map::{MAX_MAP_BYTES, MapError, SignedMap};
 
 use crate::error::{Error, Result};
 use crate::state::AppState;
+use crate::tls::{ReadError, read_capped};
 
 /// Timeout of one map fetch.
-pub const MAP_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const MAP_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Path of the map on the control plane (and on this service).
-pub const MAP_PATH: &str = "/v1/placement-map";
+pub(crate) const MAP_PATH: &str = "/v1/placement-map";
 
 /// Why a map was not taken.
 #[derive(Debug)]
-pub enum Refusal {
+enum Refusal {
     /// Same version as the one held: nothing to do.
     Unchanged,
     Refused(MapError),
@@ -36,9 +36,9 @@ fn reason(e: &MapError) -> &'static str {
 
 /// Verifies and, if newer, persists a map and puts it in the feed. Answers
 /// `(version, feed seq)`; a refusal is counted and answered as `400 INVALID_REQUEST`.
-pub async fn accept(state: &AppState, bytes: &[u8]) -> Result<(u64, u64)> {
+pub(crate) async fn accept(state: &AppState, bytes: &[u8]) -> Result<MapAccepted> {
     match try_accept(state, bytes).await? {
-        Ok(v) => Ok(v),
+        Ok((version, seq)) => Ok(MapAccepted { version, seq }),
         Err(Refusal::Unchanged) => Err(Error::BadRequest(
             "placement map refused: not newer than the held one".into(),
         )),
@@ -92,8 +92,8 @@ pub async fn poll_once(state: &AppState) -> Result<()> {
     let (Some(base), Some(client)) = (&state.config.control_plane_url, &state.http) else {
         return Ok(());
     };
-    let url = format!("{}{MAP_PATH}", base.trim_end_matches('/'));
-    let mut resp = client
+    let url = base.join(MAP_PATH);
+    let resp = client
         .get(&url)
         .timeout(MAP_FETCH_TIMEOUT)
         .send()
@@ -105,18 +105,16 @@ pub async fn poll_once(state: &AppState) -> Result<()> {
             resp.status()
         )));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| Error::Internal(format!("reading the placement map: {e}")))?
-    {
-        if body.len() + chunk.len() > MAX_MAP_BYTES {
+    let body = match read_capped(resp, MAX_MAP_BYTES).await {
+        Ok(body) => body,
+        Err(ReadError::Read(e)) => {
+            return Err(Error::Internal(format!("reading the placement map: {e}")));
+        }
+        Err(ReadError::TooLarge) => {
             state.metrics.map_refused("too_large");
             return Err(Error::Internal("the placement map is too large".into()));
         }
-        body.extend_from_slice(&chunk);
-    }
+    };
     match try_accept(state, &body).await? {
         Ok(_) | Err(Refusal::Unchanged) => Ok(()),
         Err(Refusal::Refused(e)) => Err(Error::Internal(format!("placement map refused: {e}"))),
@@ -124,7 +122,7 @@ pub async fn poll_once(state: &AppState) -> Result<()> {
 }
 
 /// Polls the control plane forever, every `map_poll_interval_ms`.
-pub async fn poll_forever(state: AppState) {
+pub(crate) async fn poll_forever(state: AppState) {
     let mut tick = tokio::time::interval(Duration::from_millis(state.config.map_poll_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -133,11 +131,4 @@ pub async fn poll_forever(state: AppState) {
             tracing::warn!(error = %e, "placement map poll failed");
         }
     }
-}
-
-/// `GET /v1/placement-map`: the held signed map, or 503 `NOT_READY`.
-pub async fn get_map(State(state): State<AppState>) -> Result<Response> {
-    let map = state.read().map.clone();
-    map.map(|m| axum::Json(m).into_response())
-        .ok_or(Error::NotReady("no placement map is held yet"))
 }

@@ -11,7 +11,7 @@ type Labels = Vec<(&'static str, &'static str)>;
 
 /// The service's metrics.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     signins: Family<Labels, Counter>,
     feed_head: Gauge,
@@ -65,27 +65,27 @@ fn gauge_value(v: u64) -> i64 {
 }
 
 impl Metrics {
-    pub fn signin(&self, outcome: &'static str) {
+    pub(crate) fn signin(&self, outcome: &'static str) {
         self.signins
             .get_or_create(&vec![("outcome", outcome)])
             .inc();
     }
-    pub fn password_checked(&self) {
+    pub(crate) fn password_checked(&self) {
         self.password_checks.inc();
     }
-    pub fn feed_head(&self, seq: u64) {
+    pub(crate) fn feed_head(&self, seq: u64) {
         self.feed_head.set(gauge_value(seq));
     }
-    pub fn map_version(&self, version: u64) {
+    pub(crate) fn map_version(&self, version: u64) {
         self.map_version.set(gauge_value(version));
     }
-    pub fn map_refused(&self, reason: &'static str) {
+    pub(crate) fn map_refused(&self, reason: &'static str) {
         self.map_refused
             .get_or_create(&vec![("reason", reason)])
             .inc();
     }
     /// The text exposition.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -6,7 +6,7 @@ use protocol::Password;
 use ring::rand::SystemRandom;
 
 use crate::error::{Error, Result};
-use crate::keys::random;
+use crate::keys::kek::random;
 
 /// Memory cost in KiB (OWASP password storage cheat sheet, argon2id option 2).
 pub const ARGON2_MEMORY_KIB: u32 = 19_456;

@@ -1,8 +1,8 @@
-//! Per-cell revocation (DESIGN §6) as the admin sees it: revoking any of the five kinds, the
-//! append-only audit log and its export, and the record of minted sessions that lets an
-//! operator list a subject's active sessions before revoking them.
+//! Per-cell revocation (DESIGN §6): revoking any of the five kinds, the append-only audit log,
+//! the record of minted sessions that lets an operator list a subject's active sessions before
+//! revoking them, and dropping revocations that can no longer match anything.
 //!
-//! Durability: every revocation is written by [`AppState::commit_with`] in one SQLite
+//! Durability: every revocation is written by `AppState::commit_with` in one SQLite
 //! transaction (WAL, `synchronous=FULL`) together with its feed entry and its audit row, and
 //! the API answers only after that commit; the commit also wakes every long-polling edge.
 //!
@@ -22,85 +22,29 @@
 //! would then mint an already revoked session; [`issue_time`] moves such a session's `iat`
 //! (and `nbf`) to the revocation's `before`, at most [`protocol::token::LEEWAY_S`] ahead.
 
-use axum::Json;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use std::collections::HashSet;
+
+use protocol::admin::cell::{
+    ListedSession, RevokeAnswer, RevokeOutcome, SessionRecordAnswer, SubjectSessions,
+};
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::UnixSeconds;
-use protocol::token::{LEEWAY_S, SessionClaims};
-use protocol::{ClientKind, ContractorId, Generation, Kid, SessionId, SessionToken, SubjectId};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
+use protocol::{ContractorId, SessionId, SessionToken, SubjectId};
 
-use crate::admin::{MAX_AUDIT_TEXT_BYTES, RevokeRequest};
 use crate::error::{Error, Result};
-use crate::http::Admin;
+use crate::keys::lifecycle::revoke_key;
 use crate::state::{AppState, Inner, blocking};
+use crate::store::records::MintedSession;
 
-/// Default number of audit entries in one export page.
-pub const DEFAULT_AUDIT_PAGE: usize = 10_000;
-/// Largest audit export page.
-pub const MAX_AUDIT_PAGE: usize = 100_000;
+/// Longest audit text (`by`, `reason`) accepted, in bytes.
+pub(crate) const MAX_AUDIT_TEXT_BYTES: usize = 512;
 /// Most sessions listed for one subject.
-pub const MAX_LISTED_SESSIONS: usize = 1_000;
-/// `Content-Type` of the JSON-lines audit export.
-pub const JSON_LINES: &str = "application/x-ndjson";
-
-/// A session as minted, recorded at sign-in and renewal (and rebind) so that an operator can
-/// list a subject's sessions. Tokens themselves are never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MintedSession {
-    pub session_id: SessionId,
-    pub subject: SubjectId,
-    pub contractor: ContractorId,
-    pub client: ClientKind,
-    pub kid: Kid,
-    pub generation: Generation,
-    pub issued_at: UnixSeconds,
-    pub expires_at: UnixSeconds,
-    pub auth_time: UnixSeconds,
-}
-
-impl MintedSession {
-    /// The record of a freshly minted session.
-    pub fn of(kid: Kid, c: &SessionClaims) -> MintedSession {
-        MintedSession {
-            session_id: c.jti.clone(),
-            subject: c.sub.clone(),
-            contractor: c.ctr.clone(),
-            client: c.cli,
-            kid,
-            generation: c.r#gen,
-            issued_at: c.iat,
-            expires_at: c.exp,
-            auth_time: c.auth_time,
-        }
-    }
-
-    /// The claims this session carried (enough for the revocation matcher).
-    fn claims(&self, state: &AppState) -> SessionClaims {
-        SessionClaims {
-            iss: state.config.issuer.clone(),
-            aud: state.config.cell_id.clone(),
-            sub: self.subject.clone(),
-            ctr: self.contractor.clone(),
-            cell: state.config.cell_id.clone(),
-            r#gen: self.generation,
-            iat: self.issued_at,
-            nbf: self.issued_at,
-            exp: self.expires_at,
-            auth_time: self.auth_time,
-            jti: self.session_id.clone(),
-            cli: self.client,
-        }
-    }
-}
+pub(crate) const MAX_LISTED_SESSIONS: usize = 1_000;
 
 /// The `iat` to mint a session at: `now`, or the latest "before" of a revocation that would
 /// otherwise match it (subject, contractor, cell) when that lies at most the clock leeway ahead.
-pub fn issue_time(
+pub(crate) fn issue_time(
     inner: &Inner,
     sub: &SubjectId,
     ctr: &ContractorId,
@@ -123,7 +67,7 @@ pub fn issue_time(
 /// Whether a transfer ticket was issued before a "before" revocation held here (subject,
 /// contractor or cell): the session it carries is then revoked too, even though the ticket was
 /// signed while the source still accepted it (a ticket lives up to five minutes).
-pub fn ticket_revoked(inner: &Inner, t: &protocol::token::TicketClaims) -> bool {
+pub(crate) fn ticket_revoked(inner: &Inner, t: &TicketClaims) -> bool {
     inner.revocations.iter().any(|r| match &r.kind {
         RevocationKind::Subject { sub, before } => sub == &t.sub && t.iat < *before,
         RevocationKind::Contractor { ctr, before } => ctr == &t.ctr && t.iat < *before,
@@ -134,7 +78,7 @@ pub fn ticket_revoked(inner: &Inner, t: &protocol::token::TicketClaims) -> bool 
 }
 
 /// Records a minted session (called by every path that mints one).
-pub async fn record_minted(
+pub(crate) async fn record_minted(
     state: &AppState,
     token: &SessionToken,
     claims: &SessionClaims,
@@ -156,31 +100,45 @@ pub async fn prune_minted(state: &AppState) -> Result<usize> {
     blocking(move || store.delete_sessions_expired_before(cutoff)).await
 }
 
-/// What became of one revocation request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Recorded now.
-    Applied,
-    /// The same revocation was already in force (a retry, or a repeated request).
-    Already,
+/// Drops revocations that can no longer match an unexpired session (DESIGN §6: kept until
+/// every session they could match has expired): a session revocation after its `exp`, the
+/// "before" kinds and key revocations one session lifetime after their time, each plus the
+/// clock leeway. This does not move the feed head: a snapshot at the same head differs only
+/// by revocations that match nothing. Answers how many were dropped.
+pub async fn prune_revocations(state: &AppState) -> Result<usize> {
+    let now = state.now();
+    let life = state.config.session_lifetime_s;
+    let expired = |r: &Revocation| {
+        let until = match &r.kind {
+            RevocationKind::Session { exp, .. } => *exp,
+            RevocationKind::Subject { before, .. }
+            | RevocationKind::Contractor { before, .. }
+            | RevocationKind::Cell { before } => before.saturating_add(life),
+            RevocationKind::Key { .. } => r.at.saturating_add(life),
+        };
+        until.saturating_add(LEEWAY_S) <= now
+    };
+    let store = state.store.clone();
+    let dropped = state
+        .replace_revocations(
+            |held| {
+                let seqs: HashSet<u64> =
+                    held.iter().filter(|r| expired(r)).map(|r| r.seq).collect();
+                (!seqs.is_empty()).then_some(seqs)
+            },
+            move |seqs| store.delete_revocations(&seqs.iter().copied().collect::<Vec<_>>()),
+            |r, seqs| !seqs.contains(&r.seq),
+        )
+        .await?;
+    let n = dropped.map_or(0, |s| s.len());
+    if n > 0 {
+        tracing::info!(dropped = n, "dropped expired revocations");
+    }
+    Ok(n)
 }
 
-/// Answer of `POST /admin/v1/revocations`.
-#[derive(Debug, Clone, Serialize)]
-pub struct RevokeAnswer {
-    /// Sequence number of the revocation in force.
-    pub seq: u64,
-    /// Whether this request recorded it (`false` when it was already in force).
-    pub revoked: bool,
-    pub outcome: Outcome,
-    /// The cell's feed head after the request.
-    pub head: u64,
-    #[serde(flatten)]
-    pub kind: RevocationKind,
-}
-
-fn checked_text(name: &str, v: &str) -> Result<()> {
+/// Checks an audit text (`reason`, `by`): 1 to [`MAX_AUDIT_TEXT_BYTES`] bytes, printable.
+pub(crate) fn checked_text(name: &str, v: &str) -> Result<()> {
     if v.trim().is_empty() || v.len() > MAX_AUDIT_TEXT_BYTES || v.chars().any(char::is_control) {
         return Err(Error::BadRequest(format!(
             "{name} must be 1 to {MAX_AUDIT_TEXT_BYTES} bytes of printable text"
@@ -229,7 +187,7 @@ async fn normalise(state: &AppState, kind: RevocationKind) -> Result<RevocationK
 
 /// Revokes one kind with its audit fields. Key revocations also take the key out of the ring
 /// (the current key's successor is promoted and a new next key is published at once).
-pub async fn revoke(
+pub(crate) async fn revoke(
     state: &AppState,
     kind: RevocationKind,
     by: String,
@@ -239,10 +197,10 @@ pub async fn revoke(
     checked_text("by", &by)?;
     let kind = normalise(state, kind).await?;
     let outcome = if let RevocationKind::Key { kid } = &kind {
-        if state.revoke_key(kid, by.clone(), reason.clone()).await? {
-            Outcome::Applied
+        if revoke_key(state, kid, by.clone(), reason.clone()).await? {
+            RevokeOutcome::Applied
         } else {
-            Outcome::Already
+            RevokeOutcome::Already
         }
     } else {
         let now = state.now();
@@ -250,10 +208,10 @@ pub async fn revoke(
         let (_, o) = state
             .commit_with(|inner, batch| {
                 if held_seq(inner, &k).is_some() {
-                    return Ok(Outcome::Already);
+                    return Ok(RevokeOutcome::Already);
                 }
                 batch.revocation(k, now, by.clone(), reason.clone());
-                Ok(Outcome::Applied)
+                Ok(RevokeOutcome::Applied)
             })
             .await?;
         o
@@ -263,139 +221,76 @@ pub async fn revoke(
         (held_seq(&inner, &kind).unwrap_or(inner.head), inner.head)
     };
     match outcome {
-        Outcome::Applied => {
+        RevokeOutcome::Applied => {
             tracing::warn!(seq, kind = ?kind, by = %by, reason = %reason, "revocation recorded");
         }
-        Outcome::Already => tracing::info!(seq, kind = ?kind, "revocation already in force"),
+        RevokeOutcome::Already => tracing::info!(seq, kind = ?kind, "revocation already in force"),
     }
     Ok(RevokeAnswer {
         seq,
-        revoked: outcome == Outcome::Applied,
+        revoked: outcome == RevokeOutcome::Applied,
         outcome,
         head,
         kind,
     })
 }
 
-/// `POST /admin/v1/revocations` with a `RevocationKind`, `reason` and `by` → 200
-/// [`RevokeAnswer`].
-pub async fn revoke_handler(
-    _: Admin,
-    State(state): State<AppState>,
-    crate::http::JsonBody(req): crate::http::JsonBody<RevokeRequest>,
-) -> Result<Response> {
-    let answer = revoke(&state, req.kind, req.by, req.reason).await?;
-    Ok(Json(answer).into_response())
+/// Whether a recorded session is revoked here now.
+fn is_revoked(state: &AppState, inner: &Inner, m: &MintedSession) -> bool {
+    inner.revoked.is_revoked(
+        &m.claims(state.config.issuer.as_str(), &state.config.cell_id),
+        &m.kid,
+    )
 }
 
-/// Query of the audit export.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditQuery {
-    /// Only entries with a larger sequence number.
-    #[serde(default)]
-    pub after: u64,
-    #[serde(default)]
-    pub limit: Option<usize>,
-    /// `jsonl` (default) or `json`.
-    #[serde(default)]
-    pub format: Option<String>,
-}
-
-/// `GET /admin/v1/audit/revocations?after=SEQ&limit=N&format=jsonl|json`: every revocation
-/// ever recorded by this cell (compaction never removes audit entries), oldest first, with
-/// who, when and why. JSON lines by default, a JSON array with `format=json`.
-pub async fn audit_export(
-    _: Admin,
-    State(state): State<AppState>,
-    query: Result<Query<AuditQuery>, QueryRejection>,
-) -> Result<Response> {
-    let Query(q) = query.map_err(|e| Error::BadRequest(format!("audit query: {e}")))?;
-    let limit = q
-        .limit
-        .unwrap_or(DEFAULT_AUDIT_PAGE)
-        .clamp(1, MAX_AUDIT_PAGE);
-    let store = state.store.clone();
-    let after = q.after;
-    let entries = blocking(move || store.revocation_audit(after, limit)).await?;
-    match q.format.as_deref() {
-        None | Some("jsonl") => {
-            let mut body = String::new();
-            for e in &entries {
-                body.push_str(
-                    &serde_json::to_string(e).map_err(|e| Error::Internal(e.to_string()))?,
-                );
-                body.push('\n');
-            }
-            let mut resp = body.into_response();
-            resp.headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_LINES));
-            Ok(resp)
-        }
-        Some("json") => Ok(Json(entries).into_response()),
-        Some(_) => Err(Error::BadRequest("format is jsonl or json".into())),
-    }
-}
-
-/// One listed session.
-#[derive(Debug, Clone, Serialize)]
-pub struct ListedSession {
-    #[serde(flatten)]
-    pub session: MintedSession,
-    /// When an edge last served it; edges do not report use, so this is unknown (`null`).
-    pub last_seen: Option<UnixSeconds>,
-}
-
-/// `GET /admin/v1/subjects/{sub}/sessions` → `{subject, sessions}`: the subject's sessions
-/// minted here that have not expired and are not revoked, newest first.
-pub async fn sessions_of_subject(
-    _: Admin,
-    State(state): State<AppState>,
-    sub: Result<Path<String>, PathRejection>,
-) -> Result<Response> {
-    let Path(sub) =
-        sub.map_err(|_| Error::BadRequest("the subject in the path is malformed".into()))?;
-    let sub = SubjectId::new(sub)
-        .map_err(|_| Error::BadRequest("the subject in the path is not valid".into()))?;
+/// The subject's sessions minted here that have not expired and are not revoked, newest
+/// first.
+pub(crate) async fn sessions_of_subject(
+    state: &AppState,
+    sub: SubjectId,
+) -> Result<SubjectSessions> {
     let now = state.now();
     let store = state.store.clone();
     let s = sub.clone();
     let rows = blocking(move || store.sessions_of(&s, now, MAX_LISTED_SESSIONS)).await?;
-    let sessions: Vec<ListedSession> = {
-        let inner = state.read();
-        rows.into_iter()
-            .filter(|m| !inner.revoked.is_revoked(&m.claims(&state), &m.kid))
-            .map(|session| ListedSession {
-                session,
-                last_seen: None,
-            })
-            .collect()
-    };
-    Ok(Json(json!({ "subject": sub, "sessions": sessions })).into_response())
+    let inner = state.read();
+    let sessions = rows
+        .into_iter()
+        .filter(|m| !is_revoked(state, &inner, m))
+        .map(|m| ListedSession {
+            session: m.into(),
+            last_seen: None,
+        })
+        .collect();
+    Ok(SubjectSessions {
+        subject: sub,
+        sessions,
+    })
 }
 
-/// `GET /admin/v1/sessions/{jti}` → the recorded session (whether revoked or not) or 404.
-pub async fn session_record(
-    _: Admin,
-    State(state): State<AppState>,
-    jti: Result<Path<String>, PathRejection>,
-) -> Result<Response> {
-    let Path(jti) =
-        jti.map_err(|_| Error::BadRequest("the session id in the path is malformed".into()))?;
-    let jti = SessionId::new(jti)
-        .map_err(|_| Error::BadRequest("the session id in the path is not valid".into()))?;
+/// The recorded session (whether revoked or not), or `NotFound`.
+pub(crate) async fn session_record(
+    state: &AppState,
+    jti: SessionId,
+) -> Result<SessionRecordAnswer> {
     let store = state.store.clone();
     let id = jti.clone();
     let row = blocking(move || store.session(&id)).await?;
     let row = row.ok_or_else(|| Error::NotFound(format!("session {jti}")))?;
-    let revoked = state
-        .read()
-        .revoked
-        .is_revoked(&row.claims(&state), &row.kid);
-    Ok(Json(json!({ "session": row, "revoked": revoked })).into_response())
+    let revoked = is_revoked(state, &state.read(), &row);
+    Ok(SessionRecordAnswer {
+        session: row.into(),
+        revoked,
+    })
 }
 
-/// The revocations currently in force at this cell (for tests and tools).
-pub fn in_force(state: &AppState) -> Vec<Revocation> {
-    state.read().revocations.clone()
+/// A page of the audit log: every revocation ever recorded by this cell (compaction never
+/// removes audit entries) after `after`, oldest first, at most `limit`.
+pub(crate) async fn audit_page(
+    state: &AppState,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<Revocation>> {
+    let store = state.store.clone();
+    blocking(move || store.revocation_audit(after, limit)).await
 }

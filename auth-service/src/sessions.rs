@@ -1,62 +1,42 @@
-//! `POST /v1/sessions`, `GET|DELETE /v1/sessions/current`, `POST /v1/sessions/renew`.
+//! Sessions: sign-in (throttles, ownership, argon2id), minting, verifying a presented
+//! session, renewal and sign-out. HTTP shapes (bodies, cookies, status codes) are the route
+//! handlers'; this module answers minted sessions and verdicts.
 
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use protocol::api::{CookieSessionResponse, SignInRequest, SignInResponse};
-use protocol::http::{Source, clear_session_cookie, session_cookie};
-use protocol::ownership::{Access, Decision, OwnershipRecord, decide};
+use std::net::IpAddr;
+
+use protocol::admin::cell::UserStatus;
+use protocol::api::SignInRequest;
+use protocol::http::{Presented, Source};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::token::{
     DEFAULT_ABSOLUTE_LIFETIME_S, Expectations, LEEWAY_S, SessionClaims, Verified,
 };
-use protocol::{CellId, ClientKind, ContractorId, Generation, SessionId, SessionToken, SubjectId};
+use protocol::{ClientKind, ContractorId, Generation, SessionId, SessionToken, SubjectId};
 
 use crate::error::{Error, Result};
-use crate::http::{Caller, JsonBody};
-use crate::keys::random;
+use crate::keys::kek::random;
+use crate::ownership::{check_renewal, sign_in_generation};
+use crate::revocations::{issue_time, record_minted};
 use crate::state::{AppState, blocking};
-use crate::store::UserStatus;
 
-/// `Retry-After` for a sign-in during a handoff, in seconds.
-pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
-
-fn outcome(r: &Result<Response>) -> &'static str {
-    match r {
-        Ok(_) => "success",
-        Err(Error::InvalidCredentials) => "invalid_credentials",
-        Err(Error::RateLimited { .. }) => "rate_limited",
-        Err(Error::WrongCell { .. }) => "wrong_cell",
-        Err(Error::UnknownContractor) => "unknown_contractor",
-        Err(Error::HandoffInProgress { .. }) => "handoff_in_progress",
-        Err(Error::BadRequest(_) | Error::PayloadTooLarge) => "bad_request",
-        Err(_) => "error",
-    }
+/// A session just minted (and recorded).
+#[derive(Debug)]
+pub(crate) struct Minted {
+    pub(crate) token: SessionToken,
+    pub(crate) claims: SessionClaims,
+    /// When it was minted (the cookie's max-age runs from here).
+    pub(crate) now: UnixSeconds,
 }
 
-/// `POST /v1/sessions`.
-pub async fn sign_in(
-    State(state): State<AppState>,
-    caller: Caller,
-    body: Result<JsonBody<SignInRequest>, Error>,
-) -> Result<Response> {
-    let result = sign_in_inner(&state, caller, body).await;
-    state.metrics.signin(outcome(&result));
-    result
-}
-
-async fn sign_in_inner(
-    state: &AppState,
-    caller: Caller,
-    body: Result<JsonBody<SignInRequest>, Error>,
-) -> Result<Response> {
-    let JsonBody(req) = body?;
-    state.throttle.check_ip(caller.ip)?;
-    let generation = owned_generation(state, &req.contractor_id)?;
+/// The sign-in order: the client IP's bucket, ownership, the account's buckets, then one
+/// argon2id verification (against a dummy hash for an unknown user), then the session.
+pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
+    state.throttle.check_ip(ip)?;
+    let generation = sign_in_generation(state, &req.contractor_id)?;
     state
         .throttle
-        .check_account(&req.contractor_id, &req.login, caller.ip)?;
+        .check_account(&req.contractor_id, &req.login, ip)?;
 
     let store = state.store.clone();
     let (ctr, login) = (req.contractor_id.clone(), req.login.clone());
@@ -79,121 +59,71 @@ async fn sign_in_inner(
     };
     let now = state.now();
     let exp = now.saturating_add(state.config.session_lifetime_s);
-    let (token, claims) = mint(
+    let minted = mint(
         state,
-        user.subject,
-        req.contractor_id,
-        generation,
-        req.client,
-        now,
+        Grant {
+            sub: user.subject,
+            ctr: req.contractor_id,
+            generation,
+            cli: req.client,
+            auth_time: now,
+        },
         now,
         exp,
-    )?;
-    crate::revocations::record_minted(state, &token, &claims).await?;
-    tracing::info!(sub = %claims.sub, ctr = %claims.ctr, jti = %claims.jti, "signed in");
-    Ok(session_answer(state, token, &claims, now))
+    )
+    .await?;
+    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, "signed in");
+    Ok(minted)
 }
 
-/// The ownership part of the sign-in order: the generation to mint at, or why not.
-fn owned_generation(state: &AppState, ctr: &ContractorId) -> Result<Generation> {
-    let inner = state.read();
-    let endpoint_of = |cell: &CellId| {
-        inner
-            .map
-            .as_ref()
-            .and_then(|m| m.map.cell(cell))
-            .map(|c| c.endpoint.clone())
-    };
-    match inner.ownership.get(ctr) {
-        Some(OwnershipRecord::Active { r#gen }) => Ok(*r#gen),
-        Some(OwnershipRecord::Handoff { .. }) => Err(Error::HandoffInProgress {
-            retry_after_s: HANDOFF_RETRY_AFTER_S,
-        }),
-        Some(OwnershipRecord::Released { successor, .. }) => Err(Error::WrongCell {
-            endpoint: endpoint_of(successor),
-            owner: successor.clone(),
-        }),
-        None => match inner.map.as_ref().and_then(|m| m.map.cell_for(ctr)) {
-            Some(c) if c.id != state.config.cell_id => Err(Error::WrongCell {
-                owner: c.id.clone(),
-                endpoint: Some(c.endpoint.clone()),
-            }),
-            _ => Err(Error::UnknownContractor),
-        },
-    }
+/// Who a session is minted for.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    pub(crate) sub: SubjectId,
+    pub(crate) ctr: ContractorId,
+    pub(crate) generation: Generation,
+    pub(crate) cli: ClientKind,
+    /// When the user last presented credentials.
+    pub(crate) auth_time: UnixSeconds,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn mint(
+/// Mints a session with the current key, expiring at `exp` (`SESSION_EXPIRED` when that is
+/// not after `now`), and records it.
+pub(crate) async fn mint(
     state: &AppState,
-    sub: SubjectId,
-    ctr: ContractorId,
-    generation: Generation,
-    cli: ClientKind,
-    auth_time: UnixSeconds,
+    grant: Grant,
     now: UnixSeconds,
     exp: UnixSeconds,
-) -> Result<(SessionToken, SessionClaims)> {
+) -> Result<Minted> {
+    if exp <= now {
+        return Err(Error::Session(protocol::token::TokenError::Expired));
+    }
     let signer = state
-        .read()
-        .ring
-        .current()
-        .map(|k| k.signer.clone())
+        .current_signer()
         .ok_or(Error::NotReady("no signing key"))?;
     let jti = SessionId::from_random(*random::<16>(&state.rng)?);
     let cell = state.config.cell_id.clone();
     // Never mint a session a "before" revocation of this second already matches.
-    let now = crate::revocations::issue_time(&state.read(), &sub, &ctr, now);
+    let iat = issue_time(&state.read(), &grant.sub, &grant.ctr, now);
     let claims = SessionClaims {
-        iss: state.config.issuer.clone(),
+        iss: state.config.issuer.to_string(),
         aud: cell.clone(),
-        sub,
-        ctr,
+        sub: grant.sub,
+        ctr: grant.ctr,
         cell,
-        r#gen: generation,
-        iat: now,
-        nbf: now,
+        r#gen: grant.generation,
+        iat,
+        nbf: iat,
         exp,
-        auth_time,
+        auth_time: grant.auth_time,
         jti,
-        cli,
+        cli: grant.cli,
     };
     let token = signer
         .mint(&claims)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    Ok((token, claims))
-}
-
-pub(crate) fn session_answer(
-    state: &AppState,
-    token: SessionToken,
-    claims: &SessionClaims,
-    now: UnixSeconds,
-) -> Response {
-    let cookie = (claims.cli == ClientKind::Desk)
-        .then(|| session_cookie(token.expose(), claims.exp.saturating_sub(now)))
-        .flatten();
-    let body = SignInResponse {
-        session: token,
-        session_id: claims.jti.clone(),
-        cell_id: state.config.cell_id.clone(),
-        endpoint: state.config.issuer.clone(),
-        generation: claims.r#gen,
-        expires_at: claims.exp,
-        subject: claims.sub.clone(),
-    };
-    created(body, cookie)
-}
-
-/// A `201` that is never cached, with the session cookie when there is one.
-fn created(body: impl serde::Serialize, cookie: Option<HeaderValue>) -> Response {
-    let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(c) = cookie {
-        h.insert(header::SET_COOKIE, c);
-    }
-    resp
+    record_minted(state, &token, &claims).await?;
+    Ok(Minted { token, claims, now })
 }
 
 /// Verifies one presented token from one source against this cell's keys and revocations:
@@ -203,7 +133,7 @@ fn verify_token(state: &AppState, token: &str, source: Source) -> Result<Verifie
     let max = source.cap();
     let inner = state.read();
     let expect = Expectations {
-        issuer: &state.config.issuer,
+        issuer: state.config.issuer.as_str(),
         audience: &state.config.cell_id,
         max_lifetime_s: state.config.session_lifetime_s,
         leeway_s: LEEWAY_S,
@@ -226,29 +156,22 @@ fn verify_token(state: &AppState, token: &str, source: Source) -> Result<Verifie
 }
 
 /// The request's session under the one credential rule (`protocol::http`): a valid bearer
-/// session wins; otherwise the session cookie, which counts only from an authenticated edge.
-/// No credential is `SESSION_MISSING`; an unreadable one `SESSION_INVALID`.
-pub fn verify_presented(
+/// session wins; otherwise the session cookie (which the route layer keeps only from an
+/// authenticated edge). No credential is `SESSION_MISSING`; an unreadable one
+/// `SESSION_INVALID`.
+pub(crate) fn verify_presented(
     state: &AppState,
-    headers: &HeaderMap,
+    presented: Presented<'_>,
 ) -> Result<(Verified<SessionClaims>, Source)> {
-    crate::http::presented(headers, &state.edge_token)
-        .resolve(Error::SessionMissing, |token, source| {
-            verify_token(state, token, source)
-        })
+    presented.resolve(Error::SessionMissing, |token, source| {
+        verify_token(state, token, source)
+    })
 }
 
-/// `GET /v1/sessions/current`: the validated session's claims.
-pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let (v, _) = verify_presented(&state, &headers)?;
-    Ok(axum::Json(v.claims).into_response())
-}
-
-/// `DELETE /v1/sessions/current`: revokes this session (204) and clears the cookie.
-pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let (v, _) = verify_presented(&state, &headers)?;
+/// Sign-out: revokes this session.
+pub(crate) async fn sign_out(state: &AppState, claims: &SessionClaims) -> Result<()> {
     let now = state.now();
-    let (jti, exp) = (v.claims.jti.clone(), v.claims.exp);
+    let (jti, exp) = (claims.jti.clone(), claims.exp);
     state
         .commit_with(|_, batch| {
             batch.revocation(
@@ -260,46 +183,15 @@ pub async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Resu
             Ok(())
         })
         .await?;
-    tracing::info!(jti = %v.claims.jti, "signed out");
-    let mut resp = StatusCode::NO_CONTENT.into_response();
-    resp.headers_mut()
-        .insert(header::SET_COOKIE, clear_session_cookie());
-    Ok(resp)
+    tracing::info!(jti = %claims.jti, "signed out");
+    Ok(())
 }
 
-/// `POST /v1/sessions/renew`: a fresh session, `auth_time` kept, capped at
-/// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`. Renewed with the session cookie, the new session
-/// travels only in `Set-Cookie` and the body is a [`CookieSessionResponse`] (no token a script
-/// could read, ATTACKS A24); renewed with a bearer, the answer is as a sign-in's.
-pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<Response> {
-    let (v, source) = verify_presented(&state, &headers)?;
-    let c = v.claims;
-    {
-        let inner = state.read();
-        match decide(inner.ownership.get(&c.ctr), c.r#gen, Access::Write) {
-            Decision::Serve => {}
-            Decision::HandoffInProgress => {
-                return Err(Error::HandoffInProgress {
-                    retry_after_s: HANDOFF_RETRY_AFTER_S,
-                });
-            }
-            Decision::WrongCell { owner } => {
-                let endpoint = inner
-                    .map
-                    .as_ref()
-                    .and_then(|m| m.map.cell(&owner))
-                    .map(|e| e.endpoint.clone());
-                return Err(Error::WrongCell { owner, endpoint });
-            }
-            Decision::StaleSessionHere => {
-                return Err(Error::WrongCell {
-                    owner: state.config.cell_id.clone(),
-                    endpoint: Some(state.config.issuer.clone()),
-                });
-            }
-            Decision::NoRecord | Decision::ViewBehind => return Err(Error::UnknownContractor),
-        }
-    }
+/// Renewal: a fresh session for an active one, `auth_time` kept, capped at
+/// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`; only while this cell serves the contractor at
+/// the session's generation and the user is still active.
+pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> {
+    check_renewal(state, &c.ctr, c.r#gen)?;
     let store = state.store.clone();
     let sub = c.sub.clone();
     let user = blocking(move || store.user_by_subject(&sub)).await?;
@@ -309,34 +201,19 @@ pub async fn renew(State(state): State<AppState>, headers: HeaderMap) -> Result<
     let now = state.now();
     let cap = c.auth_time.saturating_add(DEFAULT_ABSOLUTE_LIFETIME_S);
     let exp = now.saturating_add(state.config.session_lifetime_s).min(cap);
-    if exp <= now {
-        return Err(Error::Session(protocol::token::TokenError::Expired));
-    }
-    let (token, claims) = mint(&state, c.sub, c.ctr, c.r#gen, c.cli, c.auth_time, now, exp)?;
-    crate::revocations::record_minted(&state, &token, &claims).await?;
-    tracing::info!(sub = %claims.sub, jti = %claims.jti, "renewed a session");
-    match source {
-        Source::Bearer => Ok(session_answer(&state, token, &claims, now)),
-        Source::Cookie => cookie_session_answer(&state, &token, &claims, now),
-    }
-}
-
-/// The `201` of a cookie renewal: `Set-Cookie` with the new session, a body without it.
-fn cookie_session_answer(
-    state: &AppState,
-    token: &SessionToken,
-    claims: &SessionClaims,
-    now: UnixSeconds,
-) -> Result<Response> {
-    let cookie = session_cookie(token.expose(), claims.exp.saturating_sub(now))
-        .ok_or_else(|| Error::Internal("the renewed session does not fit in a cookie".into()))?;
-    let body = CookieSessionResponse {
-        session_id: claims.jti.clone(),
-        cell_id: state.config.cell_id.clone(),
-        endpoint: state.config.issuer.clone(),
-        generation: claims.r#gen,
-        expires_at: claims.exp,
-        subject: claims.sub.clone(),
-    };
-    Ok(created(body, Some(cookie)))
+    let minted = mint(
+        state,
+        Grant {
+            sub: c.sub,
+            ctr: c.ctr,
+            generation: c.r#gen,
+            cli: c.cli,
+            auth_time: c.auth_time,
+        },
+        now,
+        exp,
+    )
+    .await?;
+    tracing::info!(sub = %minted.claims.sub, jti = %minted.claims.jti, "renewed a session");
+    Ok(minted)
 }

@@ -15,7 +15,7 @@
 //!   not drain it.
 //!
 //! The client IP is the socket peer, or the edge's `X-Cellbind-Client-Ip` from an
-//! authenticated edge only (`crate::http::client_ip`).
+//! authenticated edge only (`routes::extract::client_ip`).
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 
 /// The sign-in throttles.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     ip: DefaultKeyedRateLimiter<IpAddr>,
     account_ip: DefaultKeyedRateLimiter<(ContractorId, Login, IpAddr)>,
     account: DefaultKeyedRateLimiter<(ContractorId, Login)>,
@@ -49,7 +49,7 @@ fn refuse(not_until: governor::NotUntil<governor::clock::QuantaInstant>) -> Erro
 }
 
 impl Throttle {
-    pub fn new(config: &Config) -> Throttle {
+    pub(crate) fn new(config: &Config) -> Throttle {
         let per_minute = |rate, burst| Quota::per_minute(nonzero(rate)).allow_burst(nonzero(burst));
         Throttle {
             ip: RateLimiter::keyed(per_minute(
@@ -68,13 +68,13 @@ impl Throttle {
     }
 
     /// Takes one attempt from the client IP's bucket.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<()> {
+    pub(crate) fn check_ip(&self, ip: IpAddr) -> Result<()> {
         self.ip.check_key(&ip).map_err(refuse)
     }
 
     /// Takes one attempt from the (account, client IP) bucket, then, only when that one let it
     /// through, one from the account's ceiling.
-    pub fn check_account(
+    pub(crate) fn check_account(
         &self,
         contractor: &ContractorId,
         login: &Login,
@@ -89,7 +89,7 @@ impl Throttle {
     }
 
     /// Forgets buckets that are full again (bounds memory).
-    pub fn shrink(&self) {
+    pub(crate) fn shrink(&self) {
         self.ip.retain_recent();
         self.account_ip.retain_recent();
         self.account.retain_recent();

@@ -1,17 +1,12 @@
-//! TLS: the server side (axum-server with rustls/ring) and the client that trusts only the
-//! configured CA (reqwest with rustls, `tls_certs_only`).
+//! TLS: the server side (axum-server with rustls/ring), the client that trusts only the
+//! configured CA (reqwest with rustls, `tls_certs_only`), and its bounded body read.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// Installs the ring crypto provider for rustls once per process (later calls are no-ops).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// The server TLS configuration from a PEM chain and key.
-pub async fn server_config(
+pub(crate) async fn server_config(
     cert: &Path,
     key: &Path,
 ) -> Result<axum_server::tls_rustls::RustlsConfig> {
@@ -26,7 +21,7 @@ pub async fn server_config(
 
 /// An HTTPS client that trusts exactly the certificates in `ca_pem` (and nothing else).
 pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
-    install_crypto_provider();
+    runtime::install_crypto_provider();
     let certs = reqwest::Certificate::from_pem_bundle(ca_pem)
         .map_err(|e| Error::Config(format!("ca_cert: {e}")))?;
     if certs.is_empty() {
@@ -37,4 +32,29 @@ pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
         .https_only(true)
         .build()
         .map_err(|e| Error::Config(format!("HTTPS client: {e}")))
+}
+
+/// Why a bounded body read failed.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// The connection failed while reading.
+    Read(reqwest::Error),
+    /// The body is larger than allowed.
+    TooLarge,
+}
+
+/// Reads at most `max` bytes of a response body; a longer body is refused as soon as it
+/// passes `max`, without reading the rest.
+pub(crate) async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, ReadError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(ReadError::Read)? {
+        if body.len() + chunk.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }

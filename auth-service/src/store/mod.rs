@@ -1,190 +1,27 @@
-//! The durable store behind a trait, so another database can follow the SQLite one.
+//! The durable store behind one trait, so another database can follow the SQLite one. Its
+//! records live beside it (`records.rs`); the SQLite backend is in the `sqlite*` files below.
 //!
 //! Every state change that edges must learn about is written together with its feed entries
 //! and the new feed head in one transaction ([`Store::commit`]); users are not part of the feed.
 //! Calls block: callers run them on the blocking thread pool.
 
-use std::collections::BTreeMap;
-
-use protocol::feed::FeedEntry;
-use protocol::map::SignedMap;
-use protocol::ownership::OwnershipRecord;
 use protocol::revocation::Revocation;
 use protocol::time::UnixSeconds;
-use protocol::{ContractorId, Kid, Login, SubjectId};
-use serde::{Deserialize, Serialize};
+use protocol::{ContractorId, Login, SessionId, SubjectId};
 
 use crate::error::Result;
+use crate::store::records::{
+    Commit, Loaded, MintedSession, TicketBurn, TransferRecord, UserRecord,
+};
 
-pub mod sqlite;
-pub mod sqlite_migration;
-pub mod sqlite_revocations;
-
-pub use sqlite::SqliteStore;
-
-/// What a user may do in the product (carried for the app; the token does not distinguish).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    Technician,
-    Dispatcher,
-}
-
-/// Whether a user may sign in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum UserStatus {
-    #[default]
-    Active,
-    Disabled,
-}
-
-/// A stored technician or dispatcher. `password_hash` is an argon2id PHC string.
-#[derive(Clone, PartialEq, Eq)]
-pub struct UserRecord {
-    pub contractor_id: ContractorId,
-    pub login: Login,
-    pub subject: SubjectId,
-    pub role: Role,
-    pub password_hash: String,
-    pub status: UserStatus,
-}
-
-impl std::fmt::Debug for UserRecord {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UserRecord")
-            .field("contractor_id", &self.contractor_id)
-            .field("login", &self.login)
-            .field("subject", &self.subject)
-            .field("role", &self.role)
-            .field("password_hash", &"<redacted>")
-            .field("status", &self.status)
-            .finish()
-    }
-}
-
-/// Lifecycle of a stored signing key (a superset of the published statuses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeyState {
-    Next,
-    Current,
-    Retired,
-    /// Removed from the set: every session it signed fails.
-    Revoked,
-    /// Retired long enough that every session it signed has expired; removed from the set.
-    Expired,
-}
-
-impl KeyState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyState::Next => "next",
-            KeyState::Current => "current",
-            KeyState::Retired => "retired",
-            KeyState::Revoked => "revoked",
-            KeyState::Expired => "expired",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<KeyState> {
-        Some(match s {
-            "next" => KeyState::Next,
-            "current" => KeyState::Current,
-            "retired" => KeyState::Retired,
-            "revoked" => KeyState::Revoked,
-            "expired" => KeyState::Expired,
-            _ => return None,
-        })
-    }
-
-    /// Whether the key is in the published set.
-    pub fn published(self) -> bool {
-        matches!(self, KeyState::Next | KeyState::Current | KeyState::Retired)
-    }
-}
-
-/// A stored signing key. The seed is sealed (AES-256-GCM under the key-encryption key);
-/// it is dropped once the key leaves the set.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeyRow {
-    pub kid: Kid,
-    pub state: KeyState,
-    pub public: [u8; 32],
-    pub sealed_seed: Option<Vec<u8>>,
-    pub created_at: UnixSeconds,
-    /// When `state` was entered.
-    pub state_at: UnixSeconds,
-}
-
-impl std::fmt::Debug for KeyRow {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyRow")
-            .field("kid", &self.kid)
-            .field("state", &self.state)
-            .field("created_at", &self.created_at)
-            .field("state_at", &self.state_at)
-            .finish_non_exhaustive()
-    }
-}
-
-/// One durable state change.
-#[derive(Debug, Clone)]
-pub enum Write {
-    /// Insert or update a key; an update without a seed keeps the stored seed, and a revoked
-    /// or expired key loses it.
-    Key(KeyRow),
-    Ownership {
-        contractor: ContractorId,
-        record: OwnershipRecord,
-    },
-    Revocation(Revocation),
-    Map(Box<SignedMap>),
-}
-
-/// State changes, their feed entries and the new feed head, written atomically.
-#[derive(Debug, Clone, Default)]
-pub struct Commit {
-    pub writes: Vec<Write>,
-    pub entries: Vec<FeedEntry>,
-    pub head: u64,
-}
-
-/// Everything loaded at start-up.
-#[derive(Debug, Clone, Default)]
-pub struct Loaded {
-    pub keys: Vec<KeyRow>,
-    pub ownership: BTreeMap<ContractorId, OwnershipRecord>,
-    pub revocations: Vec<Revocation>,
-    pub map: Option<SignedMap>,
-    pub head: u64,
-    /// The retained feed log, oldest first.
-    pub log: Vec<FeedEntry>,
-    pub users: u64,
-}
-
-/// What a rebind burns: the ticket's id and the transferred session's id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TicketBurn {
-    /// The ticket's `jti`, kept until `exp`.
-    pub jti: protocol::SessionId,
-    pub exp: UnixSeconds,
-    /// The transferred session's id (the ticket's `sid`), kept until `sexp`.
-    pub sid: protocol::SessionId,
-    pub sexp: UnixSeconds,
-}
-
-/// The one ticket a source cell issues for a transferred session: its `jti`, `iat` and `exp`
-/// (every other claim follows from the session and the ownership record).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransferRecord {
-    pub ticket_jti: protocol::SessionId,
-    pub iat: UnixSeconds,
-    pub exp: UnixSeconds,
-}
+pub(crate) mod records;
+pub(crate) mod sqlite;
+mod sqlite_migration;
+mod sqlite_revocations;
+mod sqlite_rows;
 
 /// The durable store.
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub(crate) trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Loads the state, keeping the newest `retain` feed entries.
     fn load(&self, retain: u64) -> Result<Loaded>;
     /// Writes a commit atomically and drops feed entries older than the newest `retain`.
@@ -208,25 +45,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// sessions expired before `now` are forgotten. Durable before it answers.
     fn record_transfer(
         &self,
-        sid: &protocol::SessionId,
+        sid: &SessionId,
         sexp: UnixSeconds,
         proposed: &TransferRecord,
         now: UnixSeconds,
     ) -> Result<TransferRecord>;
     /// Records a minted session (per-cell revocation: listing a subject's sessions).
-    fn record_session(&self, session: &crate::revocations::MintedSession) -> Result<()>;
+    fn record_session(&self, session: &MintedSession) -> Result<()>;
     /// A subject's recorded sessions expiring after `now`, newest first, at most `limit`.
     fn sessions_of(
         &self,
         subject: &SubjectId,
         now: UnixSeconds,
         limit: usize,
-    ) -> Result<Vec<crate::revocations::MintedSession>>;
+    ) -> Result<Vec<MintedSession>>;
     /// One recorded session.
-    fn session(
-        &self,
-        jti: &protocol::SessionId,
-    ) -> Result<Option<crate::revocations::MintedSession>>;
+    fn session(&self, jti: &SessionId) -> Result<Option<MintedSession>>;
     /// Deletes the records of sessions that expired before `cutoff`; answers how many.
     fn delete_sessions_expired_before(&self, cutoff: UnixSeconds) -> Result<usize>;
     /// The revocation audit log after sequence `after`, oldest first, at most `limit` entries.

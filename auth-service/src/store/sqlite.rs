@@ -1,4 +1,4 @@
-//! SQLite implementation of [`Store`]: one file, WAL, `synchronous=FULL` (an acknowledged
+//! The SQLite backend of [`Store`]: one file, WAL, `synchronous=FULL` (an acknowledged
 //! change survives a crash), schema version in `PRAGMA user_version`.
 
 use std::path::Path;
@@ -7,15 +7,23 @@ use std::sync::Mutex;
 use protocol::feed::FeedEntry;
 use protocol::map::SignedMap;
 use protocol::revocation::Revocation;
-use protocol::{ContractorId, Kid, Login, SubjectId};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use protocol::time::UnixSeconds;
+use protocol::{ContractorId, Kid, Login, SessionId, SubjectId};
+use rusqlite::{Connection, params};
 
-use super::{Commit, KeyRow, KeyState, Loaded, Role, Store, UserRecord, UserStatus, Write};
 use crate::error::{Error, Result};
+use crate::store::Store;
+use crate::store::records::{
+    Commit, KeyRow, KeyState, Loaded, MintedSession, TicketBurn, TransferRecord, UserRecord, Write,
+};
+use crate::store::sqlite_rows::{
+    USER_COLUMNS, i, json, json_row, json_rows, u, unjson, users_where,
+};
+use crate::store::{sqlite_migration, sqlite_revocations};
 
 /// Schema version written to `PRAGMA user_version`. Version 1 is [`SCHEMA`]; each later
 /// version is reached from the one before by its entry in [`MIGRATIONS`].
-pub const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 /// How long a writer waits for a lock held by another connection, in milliseconds.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 
@@ -83,7 +91,7 @@ CREATE TABLE burned_tickets (
 
 /// `(version reached, SQL)`: the steps from version 1 to [`SCHEMA_VERSION`], applied in order
 /// in one transaction with the version bump.
-const MIGRATIONS: &[(i64, &str)] = &[(
+const MIGRATIONS: &[(u32, &str)] = &[(
     2,
     "
 -- A session id is transferred at most once (ATTACKS A28). At a target: the session ids
@@ -106,35 +114,20 @@ CREATE TABLE transferred_sessions (
 
 /// The SQLite store. One connection, serialised by a mutex (writes are serialised anyway).
 #[derive(Debug)]
-pub struct SqliteStore {
+pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
-}
-
-fn json<T: serde::Serialize>(v: &T) -> Result<String> {
-    serde_json::to_string(v).map_err(|e| Error::Internal(format!("encode: {e}")))
-}
-
-fn unjson<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> {
-    serde_json::from_str(s).map_err(|e| Error::Internal(format!("stored {what} is corrupt: {e}")))
-}
-
-fn u(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
-fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file and brings its schema up to date.
-    pub fn open(path: &Path) -> Result<SqliteStore> {
+    pub(crate) fn open(path: &Path) -> Result<SqliteStore> {
         let conn = Connection::open(path)?;
         Self::init(conn)
     }
 
     /// An in-memory database (tests).
-    pub fn in_memory() -> Result<SqliteStore> {
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Result<SqliteStore> {
         Self::init(Connection::open_in_memory()?)
     }
 
@@ -143,12 +136,7 @@ impl SqliteStore {
         // journal_mode answers a row; in-memory databases stay "memory".
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if !(0..=SCHEMA_VERSION).contains(&version) {
-            return Err(Error::Config(format!(
-                "database schema version {version} is not one this binary reads (0..={SCHEMA_VERSION})"
-            )));
-        }
+        let version = runtime::check_sqlite_user_version(&conn, SCHEMA_VERSION)?;
         if version < SCHEMA_VERSION {
             let mut sql = String::from("BEGIN IMMEDIATE;");
             if version == 0 {
@@ -176,50 +164,6 @@ impl SqliteStore {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
-
-pub(super) fn user_from_row(
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(String, String, String, String, String, String)> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-    ))
-}
-
-pub(super) fn user_parse(
-    row: (String, String, String, String, String, String),
-) -> Result<UserRecord> {
-    let (ctr, login, sub, role, hash, status) = row;
-    let bad = |w: &str| Error::Internal(format!("stored user {w} is corrupt"));
-    Ok(UserRecord {
-        contractor_id: ContractorId::new(ctr).map_err(|_| bad("contractor"))?,
-        login: Login::new(login).map_err(|_| bad("login"))?,
-        subject: SubjectId::new(sub).map_err(|_| bad("subject"))?,
-        role: unjson(&format!("\"{role}\""), "role")?,
-        password_hash: hash,
-        status: unjson(&format!("\"{status}\""), "status")?,
-    })
-}
-
-fn role_str(r: Role) -> &'static str {
-    match r {
-        Role::Technician => "technician",
-        Role::Dispatcher => "dispatcher",
-    }
-}
-
-fn status_str(s: UserStatus) -> &'static str {
-    match s {
-        UserStatus::Active => "active",
-        UserStatus::Disabled => "disabled",
-    }
-}
-
-pub(super) const USER_COLUMNS: &str = "contractor_id, login, subject, role, password_hash, status";
 
 impl Store for SqliteStore {
     fn load(&self, retain: u64) -> Result<Loaded> {
@@ -263,21 +207,18 @@ impl Store for SqliteStore {
                 out.ownership.insert(ctr, unjson(&rec, "ownership record")?);
             }
         }
-        {
-            let mut st = conn.prepare("SELECT body FROM revocations ORDER BY seq")?;
-            let rows = st.query_map([], |r| r.get::<_, String>(0))?;
-            for row in rows {
-                out.revocations
-                    .push(unjson::<Revocation>(&row?, "revocation")?);
-            }
-        }
-        out.map = conn
-            .query_row("SELECT body FROM placement_map WHERE id = 1", [], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()?
-            .map(|b| unjson::<SignedMap>(&b, "placement map"))
-            .transpose()?;
+        out.revocations = json_rows::<Revocation>(
+            &conn,
+            "SELECT body FROM revocations ORDER BY seq",
+            [],
+            "revocation",
+        )?;
+        out.map = json_row::<SignedMap>(
+            &conn,
+            "SELECT body FROM placement_map WHERE id = 1",
+            [],
+            "placement map",
+        )?;
         out.head = u(conn.query_row("SELECT head FROM feed_head WHERE id = 1", [], |r| r.get(0))?);
         {
             let mut st =
@@ -331,7 +272,7 @@ impl Store for SqliteStore {
                         "INSERT INTO revocations (seq, body) VALUES (?1, ?2)",
                         params![i(r.seq), json(r)?],
                     )?;
-                    super::sqlite_revocations::audit(&tx, r)?;
+                    sqlite_revocations::audit(&tx, r)?;
                 }
                 Write::Map(m) => {
                     tx.execute(
@@ -387,9 +328,9 @@ impl Store for SqliteStore {
                     user.contractor_id.as_str(),
                     user.login.as_str(),
                     user.subject.as_str(),
-                    role_str(user.role),
+                    user.role.as_str(),
                     user.password_hash,
-                    status_str(user.status),
+                    user.status.as_str(),
                 ])?;
             }
         }
@@ -399,77 +340,64 @@ impl Store for SqliteStore {
     }
 
     fn user(&self, contractor: &ContractorId, login: &Login) -> Result<Option<UserRecord>> {
-        let conn = self.conn();
-        conn.query_row(
-            &format!("SELECT {USER_COLUMNS} FROM users WHERE contractor_id = ?1 AND login = ?2"),
+        let users = users_where(
+            &self.conn(),
+            "contractor_id = ?1 AND login = ?2",
             params![contractor.as_str(), login.as_str()],
-            user_from_row,
-        )
-        .optional()?
-        .map(user_parse)
-        .transpose()
+        )?;
+        Ok(users.into_iter().next())
     }
 
-    fn record_session(&self, session: &crate::revocations::MintedSession) -> Result<()> {
-        super::sqlite_revocations::record_session(&self.conn(), session)
+    fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>> {
+        let users = users_where(&self.conn(), "subject = ?1", params![subject.as_str()])?;
+        Ok(users.into_iter().next())
+    }
+
+    fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>> {
+        users_where(
+            &self.conn(),
+            "contractor_id = ?1 ORDER BY login",
+            params![contractor.as_str()],
+        )
+    }
+
+    fn record_session(&self, session: &MintedSession) -> Result<()> {
+        sqlite_revocations::record_session(&self.conn(), session)
     }
 
     fn sessions_of(
         &self,
         subject: &SubjectId,
-        now: protocol::time::UnixSeconds,
+        now: UnixSeconds,
         limit: usize,
-    ) -> Result<Vec<crate::revocations::MintedSession>> {
-        super::sqlite_revocations::sessions_of(&self.conn(), subject, now, limit)
+    ) -> Result<Vec<MintedSession>> {
+        sqlite_revocations::sessions_of(&self.conn(), subject, now, limit)
     }
 
-    fn session(
-        &self,
-        jti: &protocol::SessionId,
-    ) -> Result<Option<crate::revocations::MintedSession>> {
-        super::sqlite_revocations::session(&self.conn(), jti)
+    fn session(&self, jti: &SessionId) -> Result<Option<MintedSession>> {
+        sqlite_revocations::session(&self.conn(), jti)
     }
 
-    fn delete_sessions_expired_before(&self, cutoff: protocol::time::UnixSeconds) -> Result<usize> {
-        super::sqlite_revocations::delete_expired(&self.conn(), cutoff)
+    fn delete_sessions_expired_before(&self, cutoff: UnixSeconds) -> Result<usize> {
+        sqlite_revocations::delete_expired(&self.conn(), cutoff)
     }
 
     fn revocation_audit(&self, after: u64, limit: usize) -> Result<Vec<Revocation>> {
-        super::sqlite_revocations::audit_page(&self.conn(), after, limit)
+        sqlite_revocations::audit_page(&self.conn(), after, limit)
     }
 
-    fn users_of(&self, contractor: &ContractorId) -> Result<Vec<UserRecord>> {
-        super::sqlite_migration::users_of(&self.conn(), contractor)
-    }
-
-    fn burn_ticket(
-        &self,
-        ticket: &super::TicketBurn,
-        now: protocol::time::UnixSeconds,
-    ) -> Result<bool> {
-        super::sqlite_migration::burn_ticket(&mut self.conn(), ticket, now)
+    fn burn_ticket(&self, ticket: &TicketBurn, now: UnixSeconds) -> Result<bool> {
+        sqlite_migration::burn_ticket(&mut self.conn(), ticket, now)
     }
 
     fn record_transfer(
         &self,
-        sid: &protocol::SessionId,
-        sexp: protocol::time::UnixSeconds,
-        proposed: &super::TransferRecord,
-        now: protocol::time::UnixSeconds,
-    ) -> Result<super::TransferRecord> {
-        super::sqlite_migration::record_transfer(&mut self.conn(), sid, sexp, proposed, now)
-    }
-
-    fn user_by_subject(&self, subject: &SubjectId) -> Result<Option<UserRecord>> {
-        let conn = self.conn();
-        conn.query_row(
-            &format!("SELECT {USER_COLUMNS} FROM users WHERE subject = ?1"),
-            params![subject.as_str()],
-            user_from_row,
-        )
-        .optional()?
-        .map(user_parse)
-        .transpose()
+        sid: &SessionId,
+        sexp: UnixSeconds,
+        proposed: &TransferRecord,
+        now: UnixSeconds,
+    ) -> Result<TransferRecord> {
+        sqlite_migration::record_transfer(&mut self.conn(), sid, sexp, proposed, now)
     }
 }
 
@@ -486,7 +414,7 @@ mod tests {
         let v: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, SCHEMA_VERSION);
+        assert_eq!(v, i64::from(SCHEMA_VERSION));
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -515,7 +443,7 @@ mod tests {
         let v: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, SCHEMA_VERSION);
+        assert_eq!(v, i64::from(SCHEMA_VERSION));
         let kept: i64 = conn
             .query_row("SELECT COUNT(*) FROM burned_tickets", [], |r| r.get(0))
             .unwrap();

@@ -1,37 +1,20 @@
-//! SQLite queries of the migration feature: a contractor's users (export), the single-use
+//! SQLite queries of the migration feature: the single-use
 //! transfer tickets and transferred session ids burned at this cell as a target
 //! (`burned_tickets`, version 1; `burned_sessions`, version 2), and the one ticket recorded
 //! per transferred session at this cell as a source (`transferred_sessions`, version 2).
 
+use protocol::SessionId;
 use protocol::time::UnixSeconds;
-use protocol::{ContractorId, SessionId};
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-use super::sqlite::{USER_COLUMNS, user_from_row, user_parse};
-use super::{TicketBurn, TransferRecord, UserRecord};
 use crate::error::{Error, Result};
-
-fn i(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// Every user of a contractor, by login.
-pub fn users_of(conn: &Connection, contractor: &ContractorId) -> Result<Vec<UserRecord>> {
-    let mut st = conn.prepare(&format!(
-        "SELECT {USER_COLUMNS} FROM users WHERE contractor_id = ?1 ORDER BY login"
-    ))?;
-    let rows = st.query_map(params![contractor.as_str()], user_from_row)?;
-    let mut out = Vec::new();
-    for row in rows {
-        out.push(user_parse(row?)?);
-    }
-    Ok(out)
-}
+use crate::store::records::{TicketBurn, TransferRecord};
+use crate::store::sqlite_rows::i;
 
 /// Burns a ticket id until its `exp` and its session id until the session's `sexp`, in one
 /// transaction; `false` (and nothing written) when either was burned already. Expired entries
 /// are forgotten in the same transaction (a replay after that is refused as expired anyway).
-pub fn burn_ticket(conn: &mut Connection, t: &TicketBurn, now: UnixSeconds) -> Result<bool> {
+pub(super) fn burn_ticket(conn: &mut Connection, t: &TicketBurn, now: UnixSeconds) -> Result<bool> {
     let cutoff = i(now.saturating_sub(protocol::token::LEEWAY_S));
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     tx.execute("DELETE FROM burned_tickets WHERE exp < ?1", params![cutoff])?;
@@ -59,7 +42,7 @@ pub fn burn_ticket(conn: &mut Connection, t: &TicketBurn, now: UnixSeconds) -> R
 
 /// Records `proposed` as the ticket of session `sid` unless one is recorded; answers the
 /// recorded one. Records of sessions expired before `now` (less the leeway) are forgotten.
-pub fn record_transfer(
+pub(super) fn record_transfer(
     conn: &mut Connection,
     sid: &SessionId,
     sexp: UnixSeconds,
@@ -109,7 +92,8 @@ pub fn record_transfer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{SqliteStore, Store as _};
+    use crate::store::Store as _;
+    use crate::store::sqlite::SqliteStore;
 
     fn id(n: u8) -> SessionId {
         SessionId::from_random([n; 16])

@@ -140,7 +140,7 @@ impl Fixture {
     }
 
     pub async fn with_extra(extra: &str) -> Fixture {
-        cellbind_auth_service::tls::install_crypto_provider();
+        runtime::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let tls = make_tls(dir.path());
         write_tokens(dir.path());

@@ -1,11 +1,8 @@
 //! Bad input, table-driven: every case gets a typed 4xx error body and changes nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
-use common::*;
 use serde_json::{Value, json};
 
 struct Case {

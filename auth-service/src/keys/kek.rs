@@ -1,7 +1,6 @@
-//! The signing-key ring (next / current / retired; revoked and expired keys leave it) and the
-//! key-encryption key that seals private keys at rest (AES-256-GCM, ring).
+//! The key-encryption key that seals private keys at rest (AES-256-GCM, ring), the system's
+//! secure random source, and the generation of a fresh sealed signing key.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::Path;
@@ -10,8 +9,6 @@ use std::sync::Arc;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use protocol::Kid;
-use protocol::feed::{FeedKey, KeyStatus};
-use protocol::jwks::{Jwks, KeySet, PublicKey};
 use protocol::time::UnixSeconds;
 use protocol::token::SigningKey;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
@@ -19,10 +16,10 @@ use ring::rand::{SecureRandom as _, SystemRandom};
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
-use crate::store::{KeyRow, KeyState};
+use crate::store::records::{KeyRow, KeyState};
 
 /// Length of the key-encryption key, in bytes.
-pub const KEK_BYTES: usize = 32;
+pub(crate) const KEK_BYTES: usize = 32;
 /// Random bytes in a generated kid (base64url: 12 characters after the `k-` prefix).
 const KID_RANDOM_BYTES: usize = 9;
 /// Format version of a sealed seed: `version || nonce || ciphertext || tag`.
@@ -31,7 +28,7 @@ const SEALED_VERSION: u8 = 1;
 const SEAL_AAD_CONTEXT: &[u8] = b"cellbind-key-seed-v1:";
 
 /// Fills a buffer from the system's secure random source.
-pub fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8; N]>> {
+pub(crate) fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8; N]>> {
     let mut buf = Zeroizing::new([0u8; N]);
     rng.fill(buf.as_mut())
         .map_err(|_| Error::Crypto("system random source failed"))?;
@@ -39,7 +36,7 @@ pub fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8; N]>> 
 }
 
 /// The key-encryption key. `Debug` never shows it.
-pub struct Kek {
+pub(crate) struct Kek {
     key: LessSafeKey,
 }
 
@@ -51,7 +48,7 @@ impl std::fmt::Debug for Kek {
 
 impl Kek {
     /// Reads the key file, or creates it (32 random bytes, mode 0600) if it does not exist.
-    pub fn load_or_create(path: &Path, rng: &SystemRandom) -> Result<Kek> {
+    pub(crate) fn load_or_create(path: &Path, rng: &SystemRandom) -> Result<Kek> {
         let bytes = match std::fs::read(path) {
             Ok(b) => {
                 if let Ok(meta) = std::fs::metadata(path)
@@ -83,7 +80,7 @@ impl Kek {
     }
 
     /// From 32 raw bytes.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Kek> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Kek> {
         if bytes.len() != KEK_BYTES {
             return Err(Error::Config(format!(
                 "key-encryption key must be exactly {KEK_BYTES} bytes"
@@ -103,7 +100,7 @@ impl Kek {
     }
 
     /// Seals a seed, bound to its kid.
-    pub fn seal(&self, rng: &SystemRandom, kid: &Kid, seed: &[u8; 32]) -> Result<Vec<u8>> {
+    pub(crate) fn seal(&self, rng: &SystemRandom, kid: &Kid, seed: &[u8; 32]) -> Result<Vec<u8>> {
         let nonce_bytes = random::<NONCE_LEN>(rng)?;
         let nonce = Nonce::assume_unique_for_key(*nonce_bytes);
         let mut in_out = seed.to_vec();
@@ -118,7 +115,7 @@ impl Kek {
     }
 
     /// Opens a sealed seed; fails if the kid, the key or any byte differs.
-    pub fn open(&self, kid: &Kid, sealed: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
+    pub(crate) fn open(&self, kid: &Kid, sealed: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
         let bad =
             || Error::Crypto("a stored private key does not open with this key-encryption key");
         let (&version, rest) = sealed.split_first().ok_or_else(bad)?;
@@ -138,7 +135,7 @@ impl Kek {
 }
 
 /// A freshly generated key: its signer and its sealed row.
-pub fn generate(
+pub(crate) fn generate(
     rng: &SystemRandom,
     kek: &Kek,
     state: KeyState,
@@ -160,152 +157,6 @@ pub fn generate(
         state_at: now,
     };
     Ok((Arc::new(signer), row))
-}
-
-/// One published key in memory.
-#[derive(Debug, Clone)]
-pub struct RingKey {
-    pub row: KeyRow,
-    pub signer: Arc<SigningKey>,
-}
-
-/// The published keys (next, current, retired) with their signers.
-#[derive(Debug, Clone, Default)]
-pub struct KeyRing {
-    keys: BTreeMap<Kid, RingKey>,
-    set: KeySet,
-}
-
-fn status_of(s: KeyState) -> Option<KeyStatus> {
-    match s {
-        KeyState::Next => Some(KeyStatus::Next),
-        KeyState::Current => Some(KeyStatus::Current),
-        KeyState::Retired => Some(KeyStatus::Retired),
-        KeyState::Revoked | KeyState::Expired => None,
-    }
-}
-
-impl KeyRing {
-    /// Rebuilds the ring from stored rows, opening every published key's seed.
-    pub fn from_rows(rows: &[KeyRow], kek: &Kek) -> Result<KeyRing> {
-        let mut ring = KeyRing::default();
-        for row in rows.iter().filter(|r| r.state.published()) {
-            let sealed = row.sealed_seed.as_deref().ok_or_else(|| {
-                Error::Internal(format!("published key {} has no stored seed", row.kid))
-            })?;
-            let seed = kek.open(&row.kid, sealed)?;
-            let signer = SigningKey::from_seed(row.kid.clone(), &seed)
-                .map_err(|e| Error::Internal(e.to_string()))?;
-            if signer.public_bytes() != row.public {
-                return Err(Error::Internal(format!(
-                    "stored key {} does not match its public key",
-                    row.kid
-                )));
-            }
-            ring.keys.insert(
-                row.kid.clone(),
-                RingKey {
-                    row: row.clone(),
-                    signer: Arc::new(signer),
-                },
-            );
-        }
-        ring.rebuild();
-        Ok(ring)
-    }
-
-    fn rebuild(&mut self) {
-        self.set = KeySet::new(
-            self.keys
-                .iter()
-                .map(|(kid, k)| (kid.clone(), k.signer.public_key()))
-                .collect(),
-        );
-    }
-
-    /// Applies a stored row: a published key is added or updated (its signer must be given
-    /// when it is new), any other state removes it.
-    pub fn apply(&mut self, row: &KeyRow, signer: Option<Arc<SigningKey>>) {
-        if row.state.published() {
-            let signer = match (signer, self.keys.get(&row.kid)) {
-                (Some(s), _) => s,
-                (None, Some(k)) => k.signer.clone(),
-                (None, None) => return,
-            };
-            self.keys.insert(
-                row.kid.clone(),
-                RingKey {
-                    row: KeyRow {
-                        sealed_seed: None,
-                        ..row.clone()
-                    },
-                    signer,
-                },
-            );
-        } else {
-            self.keys.remove(&row.kid);
-        }
-        self.rebuild();
-    }
-
-    pub fn get(&self, kid: &Kid) -> Option<&RingKey> {
-        self.keys.get(kid)
-    }
-
-    /// Keys in a given state, oldest first.
-    pub fn in_state(&self, state: KeyState) -> Vec<&RingKey> {
-        let mut v: Vec<&RingKey> = self
-            .keys
-            .values()
-            .filter(|k| k.row.state == state)
-            .collect();
-        v.sort_by_key(|k| (k.row.created_at, k.row.kid.clone()));
-        v
-    }
-
-    /// The signing key.
-    pub fn current(&self) -> Option<&RingKey> {
-        self.in_state(KeyState::Current).into_iter().last()
-    }
-
-    pub fn next(&self) -> Option<&RingKey> {
-        self.in_state(KeyState::Next).into_iter().last()
-    }
-
-    /// The verification set (next + current + retired).
-    pub fn key_set(&self) -> &KeySet {
-        &self.set
-    }
-
-    pub fn jwks(&self) -> Jwks {
-        self.set.to_jwks()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    pub fn feed_key(row: &KeyRow) -> Option<FeedKey> {
-        Some(FeedKey {
-            kid: row.kid.clone(),
-            x: URL_SAFE_NO_PAD.encode(row.public),
-            status: status_of(row.state)?,
-            created_at: row.created_at,
-        })
-    }
-
-    /// Every published key as the feed lists it.
-    pub fn feed_keys(&self) -> Vec<FeedKey> {
-        self.keys
-            .values()
-            .filter_map(|k| Self::feed_key(&k.row))
-            .collect()
-    }
-
-    /// The public key of a published kid.
-    pub fn public_key(&self, kid: &Kid) -> Option<PublicKey> {
-        self.set.get(kid.as_str()).cloned()
-    }
 }
 
 #[cfg(test)]
@@ -332,9 +183,12 @@ mod tests {
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
         assert!(kek.open(&row.kid, &flipped).is_err());
-        let ring = KeyRing::from_rows(std::slice::from_ref(&row), &kek).unwrap();
+        let ring = crate::keys::ring::KeyRing::from_rows(std::slice::from_ref(&row), &kek).unwrap();
         assert_eq!(ring.current().unwrap().row.kid, row.kid);
-        assert!(KeyRing::from_rows(&[row], &Kek::from_bytes(&[4; 32]).unwrap()).is_err());
+        assert!(
+            crate::keys::ring::KeyRing::from_rows(&[row], &Kek::from_bytes(&[4; 32]).unwrap())
+                .is_err()
+        );
     }
 
     #[test]

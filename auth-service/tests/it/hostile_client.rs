@@ -2,15 +2,12 @@
 //! only caller whose client-IP header and session cookie are believed, the one credential rule
 //! decides between a bearer and a cookie, the sign-in throttles cannot be turned into a lockout,
 //! and the data folder is private.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::net::SocketAddr;
 
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
-use common::*;
 use serde_json::{Value, json};
 
 const EDGE_KEY: &str = "x-cellbind-edge-key";

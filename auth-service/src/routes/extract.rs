@@ -1,23 +1,27 @@
-//! Request plumbing shared by the handlers: the JSON body extractor (typed 400/413 errors),
-//! the authenticated edge and the client IP, the session credentials under the one credential
-//! rule of `protocol::http`, and the admin/feed token guards.
+//! Request plumbing shared by the route handlers: the JSON body, path and query extractors
+//! (typed 400/413 refusals), the authenticated edge and the client IP, the session under the
+//! one credential rule of `protocol::http`, and the admin/feed token guards.
 
 use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
-use protocol::http::{Presented, X_CLIENT_IP, X_EDGE_KEY};
+use protocol::http::{Presented, Source, X_CLIENT_IP, X_EDGE_KEY};
+use protocol::token::{SessionClaims, Verified};
+use protocol::{ContractorId, Kid, SessionId, SubjectId};
+use runtime::Secret;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
-use crate::state::{AppState, Secret};
+use crate::sessions::verify_presented;
+use crate::state::AppState;
 
 /// A JSON body whose refusals are typed: 413 `PAYLOAD_TOO_LARGE` over the route's limit,
 /// 400 `INVALID_REQUEST` for anything that is not the expected JSON.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub(crate) T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = Error;
@@ -32,7 +36,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// A raw body with the same typed refusals as [`JsonBody`].
 #[derive(Debug)]
-pub struct RawBody(pub Bytes);
+pub(crate) struct RawBody(pub(crate) Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for RawBody {
     type Rejection = Error;
@@ -51,12 +55,62 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
+/// An identifier that a path segment carries, and what the refusal calls it.
+pub(crate) trait PathSegment: std::str::FromStr + Send {
+    const WHAT: &'static str;
+}
+
+impl PathSegment for ContractorId {
+    const WHAT: &'static str = "contractor id";
+}
+impl PathSegment for Kid {
+    const WHAT: &'static str = "kid";
+}
+impl PathSegment for SubjectId {
+    const WHAT: &'static str = "subject";
+}
+impl PathSegment for SessionId {
+    const WHAT: &'static str = "session id";
+}
+
+/// The one identifier in a route's path, parsed; 400 `INVALID_REQUEST` when it is not one.
+#[derive(Debug)]
+pub(crate) struct PathId<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: PathSegment> FromRequestParts<S> for PathId<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+        let Path(s) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Error::BadRequest(format!("the {} in the path is malformed", T::WHAT)))?;
+        s.parse::<T>()
+            .map(PathId)
+            .map_err(|_| Error::BadRequest(format!("the {} in the path is not valid", T::WHAT)))
+    }
+}
+
+/// A query string read into `T`; 400 `INVALID_REQUEST` when it does not fit.
+#[derive(Debug)]
+pub(crate) struct QueryOf<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| QueryOf(q))
+            .map_err(|e| Error::BadRequest(format!("query: {e}")))
+    }
+}
+
 /// Whether the request comes from an authenticated edge of this cell: exactly one
 /// `X-Cellbind-Edge-Key` header equal to the cell's edge token (compared in constant time).
-pub fn from_edge(headers: &HeaderMap, edge_token: &Secret) -> bool {
+pub(crate) fn from_edge(headers: &HeaderMap, edge_token: &Secret) -> bool {
     let mut keys = headers.get_all(X_EDGE_KEY).iter();
     match (keys.next(), keys.next()) {
-        (Some(key), None) => key.to_str().is_ok_and(|k| edge_token.matches(k)),
+        (Some(key), None) => edge_token.matches(key.as_bytes()),
         _ => false,
     }
 }
@@ -64,7 +118,7 @@ pub fn from_edge(headers: &HeaderMap, edge_token: &Secret) -> bool {
 /// The client's address for throttling: `X-Cellbind-Client-Ip` only from an authenticated
 /// edge (exactly one header holding an address); otherwise, and when the edge sent none, the
 /// socket peer. A client that reaches the auth-service directly cannot choose its bucket.
-pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, from_edge: bool) -> IpAddr {
+pub(crate) fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, from_edge: bool) -> IpAddr {
     let told = || {
         let mut all = headers.get_all(X_CLIENT_IP).iter();
         match (all.next(), all.next()) {
@@ -79,13 +133,11 @@ pub fn client_ip(headers: &HeaderMap, peer: Option<SocketAddr>, from_edge: bool)
         .unwrap_or(IpAddr::from([0, 0, 0, 0]))
 }
 
-/// Who is calling: whether from an authenticated edge, and the client's address.
+/// Who is calling: the client's address (believed from an authenticated edge only).
 #[derive(Debug, Clone, Copy)]
-pub struct Caller {
-    /// The request carried this cell's edge token.
-    pub from_edge: bool,
+pub(crate) struct Caller {
     /// The address the sign-in throttles count against ([`client_ip`]).
-    pub ip: IpAddr,
+    pub(crate) ip: IpAddr,
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -100,7 +152,6 @@ impl FromRequestParts<AppState> for Caller {
             .map(|c| c.0);
         let from_edge = from_edge(&parts.headers, &state.edge_token);
         Ok(Caller {
-            from_edge,
             ip: client_ip(&parts.headers, peer, from_edge),
         })
     }
@@ -110,7 +161,7 @@ impl FromRequestParts<AppState> for Caller {
 /// ([`protocol::http::Presented::resolve`]). The session cookie counts only from an
 /// authenticated edge, which enforces the CSRF proof on cookie requests; a cookie sent
 /// straight to the auth-service is ignored.
-pub fn presented<'a>(headers: &'a HeaderMap, edge_token: &Secret) -> Presented<'a> {
+fn presented<'a>(headers: &'a HeaderMap, edge_token: &Secret) -> Presented<'a> {
     let mut p = Presented::from_headers(headers);
     if p.cookie.is_some() && !from_edge(headers, edge_token) {
         tracing::debug!("ignored a session cookie that did not come through the edge");
@@ -119,10 +170,27 @@ pub fn presented<'a>(headers: &'a HeaderMap, edge_token: &Secret) -> Presented<'
     p
 }
 
+/// The request's verified session and where it came from (bearer or cookie); the refusals
+/// are the typed 401s of `sessions::verify_presented`.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) verified: Verified<SessionClaims>,
+    pub(crate) source: Source,
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let (verified, source) =
+            verify_presented(state, presented(&parts.headers, &state.edge_token))?;
+        Ok(Session { verified, source })
+    }
+}
+
 fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()> {
     // The same strict reading as sessions: exactly one header, scheme exactly `Bearer `.
     match Presented::from_headers(headers).authorization {
-        Some(Ok(t)) if secret.matches(t) => Ok(()),
+        Some(Ok(t)) if secret.matches(t.as_bytes()) => Ok(()),
         Some(Ok(_)) => {
             tracing::warn!(api = what, "refused a wrong bearer token");
             Err(Error::Unauthorized("the bearer token is wrong"))
@@ -139,9 +207,10 @@ fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()>
         }
     }
 }
+
 /// Proof that the request carried the admin token.
 #[derive(Debug)]
-pub struct Admin;
+pub(crate) struct Admin;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = Error;
@@ -152,7 +221,7 @@ impl FromRequestParts<AppState> for Admin {
 
 /// Proof that the request carried the feed token.
 #[derive(Debug)]
-pub struct FeedReader;
+pub(crate) struct FeedReader;
 
 impl FromRequestParts<AppState> for FeedReader {
     type Rejection = Error;

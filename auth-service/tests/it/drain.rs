@@ -2,13 +2,10 @@
 //! they applied and the contractors in handoff with writes still in flight; the drain status
 //! says "drained" only once every instance with a current lease applied the handoff and has
 //! nothing in flight for the contractor. An instance whose lease lapsed does not count.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
-use common::*;
 use serde_json::{Value, json};
 
 async fn report(f: &Fixture, instance: &str, since: u64, busy: &str) -> Resp {

@@ -1,13 +1,10 @@
 //! The real binary over real TLS: restart after SIGKILL keeps users, keys, ownership and the
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! feed sequence; stdin EOF stops it when asked.
-
-mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -46,8 +43,8 @@ fn start(
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    cellbind_auth_service::tls::install_crypto_provider();
-    let client = cellbind_auth_service::tls::client_trusting(ca_pem.as_bytes()).unwrap();
+    runtime::install_crypto_provider();
+    let client = cellbind_auth_service::client_trusting(ca_pem.as_bytes()).unwrap();
     Service {
         child,
         base: base.to_owned(),
@@ -265,7 +262,7 @@ async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clie
         public,
         internal,
     ));
-    let client = cellbind_auth_service::tls::client_trusting(f.tls.ca_pem.as_bytes()).unwrap();
+    let client = cellbind_auth_service::client_trusting(f.tls.ca_pem.as_bytes()).unwrap();
     let until = Instant::now() + DEADLINE;
     let resp = loop {
         match client
@@ -307,7 +304,7 @@ async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clie
     }
     // A client that does not trust this CA is refused at the handshake, on both listeners.
     let other = make_tls(tempfile::tempdir().unwrap().path());
-    let stranger = cellbind_auth_service::tls::client_trusting(other.ca_pem.as_bytes()).unwrap();
+    let stranger = cellbind_auth_service::client_trusting(other.ca_pem.as_bytes()).unwrap();
     for a in [addr, internal_addr] {
         assert!(
             stranger
@@ -366,11 +363,11 @@ async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
 
     let until = Instant::now() + DEADLINE;
-    while let Err(e) = cellbind_auth_service::map::poll_once(&f.state).await {
+    while let Err(e) = cellbind_auth_service::poll_once(&f.state).await {
         assert!(Instant::now() < until, "{e}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(f.state.read().map.as_ref().unwrap().map.version, 5);
+    assert_eq!(f.state.map_version(), Some(5));
     let ready = f
         .call(
             axum::http::Method::GET,
@@ -382,26 +379,16 @@ async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
     assert_eq!(ready.status, StatusCode::OK);
     let head = f.head().await;
     // polling the same map again changes nothing
-    cellbind_auth_service::map::poll_once(&f.state)
-        .await
-        .unwrap();
+    cellbind_auth_service::poll_once(&f.state).await.unwrap();
     assert_eq!(f.head().await, head);
     // an older map and a tampered one are refused and counted
     *served.lock().unwrap() = serde_json::to_value(signed_map(4, &[])).unwrap();
-    assert!(
-        cellbind_auth_service::map::poll_once(&f.state)
-            .await
-            .is_err()
-    );
+    assert!(cellbind_auth_service::poll_once(&f.state).await.is_err());
     let mut tampered = serde_json::to_value(signed_map(9, &[])).unwrap();
     tampered["map"]["version"] = json!(10);
     *served.lock().unwrap() = tampered;
-    assert!(
-        cellbind_auth_service::map::poll_once(&f.state)
-            .await
-            .is_err()
-    );
-    assert_eq!(f.state.read().map.as_ref().unwrap().map.version, 5);
+    assert!(cellbind_auth_service::poll_once(&f.state).await.is_err());
+    assert_eq!(f.state.map_version(), Some(5));
     assert_eq!(f.head().await, head);
     let m = f
         .call_internal(
@@ -425,9 +412,7 @@ async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
     );
     // a newer one is accepted and enters the feed
     *served.lock().unwrap() = serde_json::to_value(signed_map(6, &[])).unwrap();
-    cellbind_auth_service::map::poll_once(&f.state)
-        .await
-        .unwrap();
+    cellbind_auth_service::poll_once(&f.state).await.unwrap();
     let delta = f.feed(head).await;
     assert_eq!(delta["body"]["entries"][0]["change"]["type"], "map");
     assert_eq!(delta["body"]["entries"][0]["change"]["map"]["version"], 6);

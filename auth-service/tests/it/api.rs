@@ -1,13 +1,10 @@
 //! The HTTP API driven through the router with `oneshot`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::collections::BTreeSet;
 
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
-use common::*;
 use protocol::CellId;
 use protocol::jwks::{Jwks, KeySet};
 use protocol::token::{Expectations, SessionClaims};
@@ -540,12 +537,16 @@ async fn rotation_keeps_old_sessions_valid_and_revocation_removes_the_key() {
 async fn scheduled_rotation_and_retired_key_expiry() {
     let f =
         Fixture::with_extra("key_rotation_interval_s = 86400\nsession_lifetime_s = 172800").await;
-    let cur0 = f.state.read().ring.current().unwrap().row.kid.clone();
-    assert!(f.state.tick_keys().await.unwrap().is_none(), "not due yet");
+    let cur0 = f.state.current_signer().unwrap().kid().clone();
+    assert!(
+        cellbind_auth_service::tick_keys(&f.state)
+            .await
+            .unwrap()
+            .is_none(),
+        "not due yet"
+    );
     f.clock.advance(86_400);
-    let r = f
-        .state
-        .tick_keys()
+    let r = cellbind_auth_service::tick_keys(&f.state)
         .await
         .unwrap()
         .expect("rotated when due");
@@ -554,7 +555,7 @@ async fn scheduled_rotation_and_retired_key_expiry() {
     assert!(set.contains(cur0.as_str()));
     // once every session it signed has expired (lifetime + leeway), the retired key leaves
     f.clock.advance(172_800 + 60);
-    f.state.tick_keys().await.unwrap();
+    cellbind_auth_service::tick_keys(&f.state).await.unwrap();
     let (set, _) = jwks(&f).await;
     assert!(!set.contains(cur0.as_str()));
 }
@@ -814,33 +815,16 @@ async fn bulk_import_of_precomputed_hashes_and_state_survives_reopen() {
     assert_eq!(r.status, StatusCode::CREATED);
     let s = f.admin(Method::GET, "/admin/v1/status", Value::Null).await;
     assert_eq!(s.json["users"], 7000);
-    let kids = f
-        .state
-        .read()
-        .ring
-        .key_set()
-        .kids()
-        .cloned()
-        .collect::<Vec<_>>();
+    let kids = f.state.key_set().kids().cloned().collect::<Vec<_>>();
     let head = f.head().await;
     // reopen the same directory: same keys, ownership, head, users
     let again = f.reopen().await;
-    assert_eq!(
-        again
-            .read()
-            .ring
-            .key_set()
-            .kids()
-            .cloned()
-            .collect::<Vec<_>>(),
-        kids
-    );
-    assert_eq!(again.read().head, head);
+    assert_eq!(again.key_set().kids().cloned().collect::<Vec<_>>(), kids);
+    assert_eq!(again.feed_head(), head);
     assert!(
         again
-            .read()
-            .ownership
-            .contains_key(&protocol::ContractorId::new("c-5").unwrap())
+            .ownership_of(&protocol::ContractorId::new("c-5").unwrap())
+            .is_some()
     );
     assert_eq!(again.user_count(), 7000);
 }
@@ -953,14 +937,21 @@ async fn revocations_are_dropped_once_nothing_they_match_can_be_valid() {
             .len()
     };
     assert_eq!(
-        f.state.prune_revocations().await.unwrap(),
+        cellbind_auth_service::prune_revocations(&f.state)
+            .await
+            .unwrap(),
         0,
         "still matching live sessions"
     );
     assert_eq!(count(&f.feed(0).await), 2);
     // the signed-out session expired at T0 + 1 day: its revocation goes after the leeway
     f.clock.set(T0 + 86_400 + 60);
-    assert_eq!(f.state.prune_revocations().await.unwrap(), 1);
+    assert_eq!(
+        cellbind_auth_service::prune_revocations(&f.state)
+            .await
+            .unwrap(),
+        1
+    );
     let snap = f.feed(0).await;
     assert_eq!(count(&snap), 1);
     assert_eq!(
@@ -969,8 +960,13 @@ async fn revocations_are_dropped_once_nothing_they_match_can_be_valid() {
     );
     // the contractor revocation goes one lifetime after its "before"
     f.clock.set(T0 + 3600 + 86_400 + 60);
-    assert_eq!(f.state.prune_revocations().await.unwrap(), 1);
+    assert_eq!(
+        cellbind_auth_service::prune_revocations(&f.state)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(count(&f.feed(0).await), 0);
     // and it stays gone after a restart
-    assert!(f.reopen().await.read().revocations.is_empty());
+    assert!(f.reopen().await.revocations().is_empty());
 }

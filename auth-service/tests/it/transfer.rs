@@ -2,16 +2,13 @@
 //! contractor export/import of a migration, and the ticket attack table: replayed, expired,
 //! forged, other-audience, wrong-generation, session-as-ticket and ticket-as-session
 //! attempts are each refused with a typed error.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::sync::Arc;
 
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use cellbind_auth_service::{AppState, Config};
-use common::*;
 use protocol::jwks::KeySet;
 use protocol::token::{SigningKey, TicketClaims};
 use protocol::{CellId, Kid, SessionId};
@@ -113,7 +110,7 @@ async fn rebind(state: &AppState, ticket: &str) -> Resp {
 
 /// The source cell's current signing key (to mint tickets by hand).
 fn source_key(f: &Fixture) -> std::sync::Arc<SigningKey> {
-    f.state.read().ring.current().unwrap().signer.clone()
+    f.state.current_signer().unwrap()
 }
 
 fn assert_refused(r: &Resp, reason: &str) {
@@ -165,7 +162,7 @@ async fn migrated(f: &Fixture) -> (AppState, String) {
         .await;
         assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
     }
-    assert_eq!(target.read().revocations.len(), 1, "imported once");
+    assert_eq!(target.revocations().len(), 1, "imported once");
 
     own(&f.state, json!({"state": "handoff", "gen": 1})).await;
     own(&target, json!({"state": "active", "gen": 2})).await;
@@ -175,9 +172,9 @@ async fn migrated(f: &Fixture) -> (AppState, String) {
     )
     .await;
     let keys = jwks_of(&f.state).await;
-    target.peers.insert(
+    target.seed_peer_keys(
         CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".into(),
+        "https://127.0.0.1:8443".parse().unwrap(),
         keys,
     );
     (target, session)
@@ -223,9 +220,9 @@ async fn a_transferred_session_rebinds_once_at_the_new_generation() {
     // Replay: refused, also after a restart (the burn is durable).
     assert_refused(&rebind(&target, &ticket).await, "replayed");
     let restarted = peer(&f, 2).await;
-    restarted.peers.insert(
+    restarted.seed_peer_keys(
         CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".into(),
+        "https://127.0.0.1:8443".parse().unwrap(),
         jwks_of(&f.state).await,
     );
     assert_refused(&rebind(&restarted, &ticket).await, "replayed");
@@ -267,9 +264,9 @@ async fn the_ticket_attack_table() {
     let third = peer(&f, 3).await;
     put_map(&third).await;
     own(&third, json!({"state": "active", "gen": 2})).await;
-    third.peers.insert(
+    third.seed_peer_keys(
         CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".into(),
+        "https://127.0.0.1:8443".parse().unwrap(),
         jwks_of(&f.state).await,
     );
     assert_refused(&rebind(&third, &good).await, "invalid_ticket");
@@ -367,9 +364,9 @@ async fn a_second_ticket_carrying_an_already_rebound_session_is_refused_as_repla
     assert_refused(&rebind(&target, second.expose()).await, "replayed");
     // The session id stays burned after a restart of the target.
     let restarted = peer(&f, 2).await;
-    restarted.peers.insert(
+    restarted.seed_peer_keys(
         CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".into(),
+        "https://127.0.0.1:8443".parse().unwrap(),
         jwks_of(&f.state).await,
     );
     let mut third = claims.clone();

@@ -1,0 +1,108 @@
+//! A batch of feed-visible changes being prepared for one commit: each change becomes a store
+//! write and a feed entry with the next sequence number. `AppState::commit_with` hands one to
+//! its builder, then writes and applies it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use protocol::ContractorId;
+use protocol::Kid;
+use protocol::feed::{Change, FeedEntry};
+use protocol::map::SignedMap;
+use protocol::ownership::OwnershipRecord;
+use protocol::revocation::{Revocation, RevocationKind};
+use protocol::time::UnixSeconds;
+use protocol::token::SigningKey;
+
+use crate::keys::ring::KeyRing;
+use crate::store::records::{Commit, KeyRow, Write};
+
+/// Changes being prepared for one commit.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    next_seq: u64,
+    commit: Commit,
+    signers: HashMap<Kid, Arc<SigningKey>>,
+}
+
+impl Batch {
+    /// An empty batch after feed head `head`.
+    pub(crate) fn new(head: u64) -> Batch {
+        Batch {
+            next_seq: head + 1,
+            commit: Commit {
+                head,
+                ..Commit::default()
+            },
+            signers: HashMap::new(),
+        }
+    }
+
+    fn entry(&mut self, change: Change) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.commit.head = seq;
+        self.commit.entries.push(FeedEntry { seq, change });
+        seq
+    }
+
+    /// A key row changed (or was created with `signer`).
+    pub(crate) fn key(&mut self, row: KeyRow, signer: Option<Arc<SigningKey>>) {
+        let change = match KeyRing::feed_key(&row) {
+            Some(k) => Change::Key(k),
+            None => Change::KeyRemoved {
+                kid: row.kid.clone(),
+            },
+        };
+        self.entry(change);
+        if let Some(s) = signer {
+            self.signers.insert(row.kid.clone(), s);
+        }
+        self.commit.writes.push(Write::Key(row));
+    }
+
+    /// A contractor's ownership record changed.
+    pub(crate) fn ownership(&mut self, contractor: ContractorId, record: OwnershipRecord) {
+        self.entry(Change::Ownership {
+            contractor: contractor.clone(),
+            record: record.clone(),
+        });
+        self.commit
+            .writes
+            .push(Write::Ownership { contractor, record });
+    }
+
+    /// A revocation was recorded (its sequence number is its feed entry's).
+    pub(crate) fn revocation(
+        &mut self,
+        kind: RevocationKind,
+        at: UnixSeconds,
+        by: String,
+        reason: String,
+    ) {
+        let r = Revocation {
+            seq: self.next_seq,
+            kind,
+            at,
+            by,
+            reason,
+        };
+        self.entry(Change::Revocation(r.clone()));
+        self.commit.writes.push(Write::Revocation(r));
+    }
+
+    /// A placement map was accepted.
+    pub(crate) fn map(&mut self, map: SignedMap) {
+        self.entry(Change::Map(Box::new(map.clone())));
+        self.commit.writes.push(Write::Map(Box::new(map)));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.commit.entries.is_empty()
+    }
+
+    /// The commit to write and the signers of the keys it creates.
+    pub(crate) fn into_parts(self) -> (Commit, HashMap<Kid, Arc<SigningKey>>) {
+        (self.commit, self.signers)
+    }
+}

@@ -1,0 +1,261 @@
+//! The admin API (bearer admin token; internal listener), HTTP in and out: users, ownership,
+//! keys, revocations and their audit, session listings, the placement map, status and the
+//! migration interface. Every body and answer is a `protocol::admin::cell` type (its module
+//! doc has the table of endpoints).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use protocol::admin::cell::{
+    AuditFormat, AuditQuery, ContractorExport, DrainQuery, ImportUsers, KeyRevokeRequest,
+    KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk, OwnershipRecord, OwnershipSet,
+    RevokeRequest, Status, UserCreated, UsersImported,
+};
+use protocol::{ContractorId, Kid, SessionId, SubjectId};
+
+use crate::error::{Error, Result};
+use crate::keys::lifecycle;
+use crate::revocations::{self, checked_text};
+use crate::routes::extract::{Admin, JsonBody, PathId, QueryOf, RawBody};
+use crate::state::AppState;
+use crate::{map, migration, ownership, users};
+
+/// Default number of audit entries in one export page.
+pub(crate) const DEFAULT_AUDIT_PAGE: usize = 10_000;
+/// Largest audit export page.
+pub(crate) const MAX_AUDIT_PAGE: usize = 100_000;
+/// `Content-Type` of the JSON-lines audit export.
+pub(crate) const JSON_LINES: &str = "application/x-ndjson";
+
+// ---- users ----------------------------------------------------------------------------------
+
+/// `POST /admin/v1/users` [`NewUser`] → 201 [`UserCreated`].
+pub(crate) async fn create_user(
+    _: Admin,
+    State(state): State<AppState>,
+    JsonBody(user): JsonBody<NewUser>,
+) -> Result<Response> {
+    let subject = users::create(&state, vec![user])
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Internal("no user stored".into()))?;
+    tracing::info!(%subject, "stored a user");
+    Ok((StatusCode::CREATED, Json(UserCreated { subject })).into_response())
+}
+
+/// `POST /admin/v1/users/import` [`ImportUsers`] → 200 [`UsersImported`] (one transaction).
+pub(crate) async fn import_users(
+    _: Admin,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<ImportUsers>,
+) -> Result<Json<UsersImported>> {
+    let subjects = users::create(&state, body.users).await?;
+    tracing::info!(imported = subjects.len(), "imported users");
+    Ok(Json(UsersImported {
+        imported: subjects.len() as u64,
+    }))
+}
+
+// ---- ownership ------------------------------------------------------------------------------
+
+/// `PUT /admin/v1/ownership/{ctr}` [`OwnershipRecord`] → 200 [`OwnershipSet`].
+pub(crate) async fn put_ownership(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+    JsonBody(record): JsonBody<OwnershipRecord>,
+) -> Result<Json<OwnershipSet>> {
+    let seq = ownership::set(&state, BTreeMap::from([(ctr, record)])).await?;
+    Ok(Json(OwnershipSet { seq }))
+}
+
+/// `PUT /admin/v1/ownership` [`OwnershipBulk`] → 200 [`OwnershipSet`] (one transaction).
+pub(crate) async fn put_ownership_bulk(
+    _: Admin,
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<OwnershipBulk>,
+) -> Result<Json<OwnershipSet>> {
+    let seq = ownership::set(&state, body.records).await?;
+    Ok(Json(OwnershipSet { seq }))
+}
+
+/// `GET /admin/v1/ownership/{ctr}` → the [`OwnershipRecord`] or 404.
+pub(crate) async fn get_ownership(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+) -> Result<Json<OwnershipRecord>> {
+    ownership::get(&state, &ctr).map(Json)
+}
+
+// ---- keys -----------------------------------------------------------------------------------
+
+/// `GET /admin/v1/keys` → [`Keys`].
+pub(crate) async fn keys(_: Admin, State(state): State<AppState>) -> Json<Keys> {
+    Json(Keys {
+        keys: state.read().ring.feed_keys(),
+    })
+}
+
+/// `POST /admin/v1/keys/rotate` → `Rotation`.
+pub(crate) async fn rotate(_: Admin, State(state): State<AppState>) -> Result<Response> {
+    Ok(Json(lifecycle::rotate(&state).await?).into_response())
+}
+
+/// `POST /admin/v1/keys/{kid}/revoke` [`KeyRevokeRequest`] → 200 [`KeyRevoked`].
+pub(crate) async fn revoke_key(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(kid): PathId<Kid>,
+    JsonBody(audit): JsonBody<KeyRevokeRequest>,
+) -> Result<Json<KeyRevoked>> {
+    checked_text("reason", &audit.reason)?;
+    checked_text("by", &audit.by)?;
+    let changed = lifecycle::revoke_key(&state, &kid, audit.by, audit.reason).await?;
+    tracing::warn!(%kid, changed, "key revoked");
+    let seq = state.read().head;
+    Ok(Json(KeyRevoked {
+        seq,
+        revoked: changed,
+    }))
+}
+
+// ---- revocations ----------------------------------------------------------------------------
+
+/// `POST /admin/v1/revocations` [`RevokeRequest`] → 200 `RevokeAnswer`.
+pub(crate) async fn revoke(
+    _: Admin,
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<RevokeRequest>,
+) -> Result<Response> {
+    let answer = revocations::revoke(&state, req.kind, req.by, req.reason).await?;
+    Ok(Json(answer).into_response())
+}
+
+/// `GET /admin/v1/audit/revocations?after=SEQ&limit=N&format=jsonl|json` ([`AuditQuery`]):
+/// every revocation ever recorded by this cell, oldest first, with who, when and why. JSON
+/// lines by default, a JSON array with `format=json`.
+pub(crate) async fn audit_export(
+    _: Admin,
+    State(state): State<AppState>,
+    QueryOf(q): QueryOf<AuditQuery>,
+) -> Result<Response> {
+    let limit = q
+        .limit
+        .map_or(DEFAULT_AUDIT_PAGE, |l| {
+            usize::try_from(l).unwrap_or(usize::MAX)
+        })
+        .clamp(1, MAX_AUDIT_PAGE);
+    let entries = revocations::audit_page(&state, q.after, limit).await?;
+    match q.format.unwrap_or_default() {
+        AuditFormat::Jsonl => {
+            let mut body = String::new();
+            for e in &entries {
+                body.push_str(
+                    &serde_json::to_string(e).map_err(|e| Error::Internal(e.to_string()))?,
+                );
+                body.push('\n');
+            }
+            let mut resp = body.into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON_LINES));
+            Ok(resp)
+        }
+        AuditFormat::Json => Ok(Json(entries).into_response()),
+    }
+}
+
+/// `GET /admin/v1/subjects/{sub}/sessions` → `SubjectSessions`.
+pub(crate) async fn sessions_of_subject(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(sub): PathId<SubjectId>,
+) -> Result<Response> {
+    Ok(Json(revocations::sessions_of_subject(&state, sub).await?).into_response())
+}
+
+/// `GET /admin/v1/sessions/{jti}` → `SessionRecordAnswer` or 404.
+pub(crate) async fn session_record(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(jti): PathId<SessionId>,
+) -> Result<Response> {
+    Ok(Json(revocations::session_record(&state, jti).await?).into_response())
+}
+
+// ---- placement map and status ---------------------------------------------------------------
+
+/// `PUT /admin/v1/placement-map` with a `SignedMap` → 200 `MapAccepted` / 400.
+pub(crate) async fn put_map(
+    _: Admin,
+    State(state): State<AppState>,
+    RawBody(body): RawBody,
+) -> Result<Response> {
+    Ok(Json(map::accept(&state, &body).await?).into_response())
+}
+
+/// `GET /admin/v1/status` → [`Status`].
+pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Json<Status> {
+    let (seq, kids, map_version, contractors) = {
+        let inner = state.read();
+        let kids = inner
+            .ring
+            .feed_keys()
+            .into_iter()
+            .map(|k| KidStatus {
+                kid: k.kid,
+                status: k.status,
+            })
+            .collect();
+        (
+            inner.head,
+            kids,
+            inner.map.as_ref().map(|m| m.map.version),
+            inner.ownership.len() as u64,
+        )
+    };
+    Json(Status {
+        cell_id: state.config.cell_id.clone(),
+        seq,
+        kids,
+        map_version,
+        users: state.user_count(),
+        contractors,
+        instances: state.instances.sorted(),
+    })
+}
+
+// ---- migration ------------------------------------------------------------------------------
+
+/// `GET /admin/v1/contractors/{ctr}/export` → [`ContractorExport`].
+pub(crate) async fn export(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+) -> Result<Json<ContractorExport>> {
+    migration::export(&state, ctr).await.map(Json)
+}
+
+/// `POST /admin/v1/contractors/{ctr}/import` [`ContractorExport`] → `ImportAnswer`.
+pub(crate) async fn import(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+    JsonBody(doc): JsonBody<ContractorExport>,
+) -> Result<Response> {
+    Ok(Json(migration::import(&state, ctr, doc).await?).into_response())
+}
+
+/// `GET /admin/v1/drain/{ctr}?seq=S` ([`DrainQuery`]) → `DrainStatus`.
+pub(crate) async fn drain(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+    QueryOf(q): QueryOf<DrainQuery>,
+) -> Result<Response> {
+    Ok(Json(migration::drain_status(&state, &ctr, q.seq)).into_response())
+}

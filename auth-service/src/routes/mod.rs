@@ -1,0 +1,107 @@
+//! The HTTP layer: the routes of the two listeners and their handlers, which only read the
+//! request (extractors in `extract.rs`), call the domain modules and write the answer. Both
+//! routers write one `access` log line per request.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use runtime::access::Listener;
+
+use crate::routes::service::{method_not_allowed, not_found};
+use crate::state::AppState;
+
+mod admin;
+pub(crate) mod extract;
+mod service;
+mod sessions;
+mod transfer;
+
+/// Body limit of ordinary requests, in bytes.
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+/// Body limit of the bulk user import and bulk ownership seed, in bytes.
+pub(crate) const BULK_BODY_LIMIT: usize = 32 * 1024 * 1024;
+/// Body limit of a pushed placement map, in bytes.
+pub(crate) const MAP_BODY_LIMIT: usize = protocol::map::MAX_MAP_BYTES;
+
+/// The routes a client may reach (through the edge): sign-in, the session routes, transfer
+/// and rebind, the JWKS, the placement map and health.
+fn public_routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", post(sessions::sign_in))
+        .route(
+            "/v1/sessions/current",
+            get(sessions::current).delete(sessions::sign_out),
+        )
+        .route("/v1/sessions/renew", post(sessions::renew))
+        .route("/v1/sessions/transfer", post(transfer::transfer))
+        .route("/v1/sessions/rebind", post(transfer::rebind))
+        .route("/.well-known/jwks.json", get(service::jwks))
+        .route(crate::map::MAP_PATH, get(service::get_map))
+        .route("/healthz", get(service::healthz))
+        .route("/readyz", get(service::readyz))
+}
+
+/// The routes only the cell's own components reach: the feed, the admin API and metrics.
+fn internal_only_routes() -> Router<AppState> {
+    Router::new()
+        .route("/metrics", get(service::metrics))
+        .route(protocol::feed::FEED_PATH, get(service::feed))
+        .route("/admin/v1/users", post(admin::create_user))
+        .route(
+            "/admin/v1/users/import",
+            post(admin::import_users).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
+        .route(
+            "/admin/v1/ownership",
+            put(admin::put_ownership_bulk).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
+        .route(
+            "/admin/v1/ownership/{ctr}",
+            put(admin::put_ownership).get(admin::get_ownership),
+        )
+        .route("/admin/v1/keys", get(admin::keys))
+        .route("/admin/v1/keys/rotate", post(admin::rotate))
+        .route("/admin/v1/keys/{kid}/revoke", post(admin::revoke_key))
+        .route("/admin/v1/revocations", post(admin::revoke))
+        .route("/admin/v1/audit/revocations", get(admin::audit_export))
+        .route(
+            "/admin/v1/subjects/{sub}/sessions",
+            get(admin::sessions_of_subject),
+        )
+        .route("/admin/v1/sessions/{jti}", get(admin::session_record))
+        .route(
+            "/admin/v1/placement-map",
+            put(admin::put_map).layer(DefaultBodyLimit::max(MAP_BODY_LIMIT)),
+        )
+        .route("/admin/v1/status", get(admin::status))
+        .route("/admin/v1/contractors/{ctr}/export", get(admin::export))
+        .route(
+            "/admin/v1/contractors/{ctr}/import",
+            post(admin::import).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
+        .route("/admin/v1/drain/{ctr}", get(admin::drain))
+}
+
+fn finish(routes: Router<AppState>, listener: Listener, state: AppState) -> Router {
+    let routes = routes
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT));
+    runtime::access::logged(routes, listener).with_state(state)
+}
+
+/// The PUBLIC listener's routes (`listen`): the client routes only. Every other path is a
+/// `404 NOT_FOUND` here, the admin API and the feed included.
+pub fn public_router(state: AppState) -> Router {
+    finish(public_routes(), Listener::Public, state)
+}
+
+/// The INTERNAL listener's routes (`internal_listen`): the client routes, the feed, the admin
+/// API and metrics.
+pub fn internal_router(state: AppState) -> Router {
+    finish(
+        public_routes().merge(internal_only_routes()),
+        Listener::Internal,
+        state,
+    )
+}

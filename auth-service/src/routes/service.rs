@@ -1,0 +1,96 @@
+//! The service routes: the cell state feed (feed token), the JWKS, the held placement map,
+//! health, readiness, metrics, and the answers for unknown paths and methods.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::feed::{self, FeedAsk};
+use crate::routes::extract::{FeedReader, QueryOf};
+use crate::state::AppState;
+
+/// `Cache-Control` of the JWKS.
+pub(crate) const JWKS_CACHE_CONTROL: &str = "public, max-age=60";
+
+/// Query of the feed: `since=SEQ&instance=ID&wait_ms=MS&busy=c-1,c-2`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct FeedQuery {
+    #[serde(default)]
+    since: u64,
+    instance: String,
+    #[serde(default)]
+    wait_ms: u64,
+    /// Comma-separated contractors in handoff with writes still in flight at the instance.
+    #[serde(default)]
+    busy: Option<String>,
+}
+
+/// `GET /internal/v1/feed` (bearer feed token): a delta after `since` or a snapshot, after a
+/// long-poll of at most `wait_ms`.
+pub(crate) async fn feed(
+    _: FeedReader,
+    State(state): State<AppState>,
+    QueryOf(q): QueryOf<FeedQuery>,
+) -> Result<Response> {
+    let ask = FeedAsk {
+        since: q.since,
+        instance: &q.instance,
+        wait_ms: q.wait_ms,
+        busy: q.busy.as_deref(),
+    };
+    Ok(axum::Json(feed::serve(&state, ask).await?).into_response())
+}
+
+pub(crate) async fn not_found() -> Error {
+    Error::NotFound("route".into())
+}
+
+pub(crate) async fn method_not_allowed() -> Error {
+    Error::BadRequest("method not allowed on this path".into())
+}
+
+/// `GET /.well-known/jwks.json`.
+pub(crate) async fn jwks(State(state): State<AppState>) -> Response {
+    let jwks = state.read().ring.jwks();
+    let mut resp = axum::Json(jwks).into_response();
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(JWKS_CACHE_CONTROL),
+    );
+    resp
+}
+
+/// `GET /v1/placement-map`: the held signed map, or 503 `NOT_READY`.
+pub(crate) async fn get_map(State(state): State<AppState>) -> Result<Response> {
+    let map = state.read().map.clone();
+    map.map(|m| axum::Json(m).into_response())
+        .ok_or(Error::NotReady("no placement map is held yet"))
+}
+
+pub(crate) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready once a signing key is loaded and, with a control plane configured, a map is held.
+pub(crate) async fn readyz(State(state): State<AppState>) -> Result<&'static str> {
+    let inner = state.read();
+    if inner.ring.current().is_none() {
+        return Err(Error::NotReady("no signing key loaded"));
+    }
+    if state.config.control_plane_url.is_some() && inner.map.is_none() {
+        return Err(Error::NotReady("no placement map held yet"));
+    }
+    Ok("ready\n")
+}
+
+/// `GET /metrics` (internal listener only).
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let mut resp = state.metrics.render().into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    resp
+}

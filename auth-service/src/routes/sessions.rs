@@ -1,0 +1,113 @@
+//! `POST /v1/sessions`, `GET|DELETE /v1/sessions/current`, `POST /v1/sessions/renew`: HTTP in
+//! and out of `sessions` (bodies, the session cookie, status codes, the sign-in metric).
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use protocol::ClientKind;
+use protocol::api::{CookieSessionResponse, SignInRequest, SignInResponse};
+use protocol::http::{Source, clear_session_cookie, session_cookie};
+
+use crate::error::{Error, Result};
+use crate::routes::extract::{Caller, JsonBody, Session};
+use crate::sessions::{self, Minted};
+use crate::state::AppState;
+
+fn outcome<T>(r: &Result<T>) -> &'static str {
+    match r {
+        Ok(_) => "success",
+        Err(Error::InvalidCredentials) => "invalid_credentials",
+        Err(Error::RateLimited { .. }) => "rate_limited",
+        Err(Error::WrongCell { .. }) => "wrong_cell",
+        Err(Error::UnknownContractor) => "unknown_contractor",
+        Err(Error::HandoffInProgress { .. }) => "handoff_in_progress",
+        Err(Error::BadRequest(_) | Error::PayloadTooLarge) => "bad_request",
+        Err(_) => "error",
+    }
+}
+
+/// `POST /v1/sessions`.
+pub(crate) async fn sign_in(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<JsonBody<SignInRequest>, Error>,
+) -> Result<Response> {
+    let result = match body {
+        Ok(JsonBody(req)) => sessions::sign_in(&state, caller.ip, req).await,
+        Err(e) => Err(e),
+    };
+    state.metrics.signin(outcome(&result));
+    Ok(session_answer(&state, result?))
+}
+
+/// The `201` of a sign-in, a bearer renewal and a rebind: a [`SignInResponse`], and for a
+/// desk session the session cookie too.
+pub(crate) fn session_answer(state: &AppState, minted: Minted) -> Response {
+    let Minted { token, claims, now } = minted;
+    let cookie = (claims.cli == ClientKind::Desk)
+        .then(|| session_cookie(token.expose(), claims.exp.saturating_sub(now)))
+        .flatten();
+    let body = SignInResponse {
+        session: token,
+        session_id: claims.jti.clone(),
+        cell_id: state.config.cell_id.clone(),
+        endpoint: state.config.issuer.to_string(),
+        generation: claims.r#gen,
+        expires_at: claims.exp,
+        subject: claims.sub.clone(),
+    };
+    created(body, cookie)
+}
+
+/// A `201` that is never cached, with the session cookie when there is one.
+fn created(body: impl serde::Serialize, cookie: Option<HeaderValue>) -> Response {
+    let mut resp = (StatusCode::CREATED, axum::Json(body)).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(c) = cookie {
+        h.insert(header::SET_COOKIE, c);
+    }
+    resp
+}
+
+/// The `201` of a cookie renewal: `Set-Cookie` with the new session, a body without it.
+fn cookie_session_answer(state: &AppState, minted: Minted) -> Result<Response> {
+    let Minted { token, claims, now } = minted;
+    let cookie = session_cookie(token.expose(), claims.exp.saturating_sub(now))
+        .ok_or_else(|| Error::Internal("the renewed session does not fit in a cookie".into()))?;
+    let body = CookieSessionResponse {
+        session_id: claims.jti.clone(),
+        cell_id: state.config.cell_id.clone(),
+        endpoint: state.config.issuer.to_string(),
+        generation: claims.r#gen,
+        expires_at: claims.exp,
+        subject: claims.sub.clone(),
+    };
+    Ok(created(body, Some(cookie)))
+}
+
+/// `GET /v1/sessions/current`: the validated session's claims.
+pub(crate) async fn current(session: Session) -> Result<Response> {
+    Ok(axum::Json(session.verified.claims).into_response())
+}
+
+/// `DELETE /v1/sessions/current`: revokes this session (204) and clears the cookie.
+pub(crate) async fn sign_out(State(state): State<AppState>, session: Session) -> Result<Response> {
+    sessions::sign_out(&state, &session.verified.claims).await?;
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, clear_session_cookie());
+    Ok(resp)
+}
+
+/// `POST /v1/sessions/renew`: a fresh session (see `sessions::renew`). Renewed with the
+/// session cookie, the new session travels only in `Set-Cookie` and the body is a
+/// [`CookieSessionResponse`] (no token a script could read, ATTACKS A24); renewed with a
+/// bearer, the answer is as a sign-in's.
+pub(crate) async fn renew(State(state): State<AppState>, session: Session) -> Result<Response> {
+    let minted = sessions::renew(&state, session.verified.claims).await?;
+    match session.source {
+        Source::Bearer => Ok(session_answer(&state, minted)),
+        Source::Cookie => cookie_session_answer(&state, minted),
+    }
+}

@@ -1,0 +1,261 @@
+//! Wiring: opening what a config names into an [`AppState`], the background tasks, and
+//! serving the two routers over TLS until `runtime::shutdown_signal`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::Password;
+use protocol::jwks::PublicKey;
+use runtime::Secret;
+use runtime::access::Listener;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::keys::kek::{Kek, random};
+use crate::keys::lifecycle::{ensure_keys, tick_keys};
+use crate::keys::ring::KeyRing;
+use crate::revocations::{prune_minted, prune_revocations};
+use crate::routes::{internal_router, public_router};
+use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, blocking};
+use crate::store::sqlite::SqliteStore;
+use crate::{map, tls};
+
+/// How often the key schedule is checked, at most, in seconds.
+pub(crate) const KEY_TICK_MAX_S: u64 = 60;
+/// How often idle throttle buckets are dropped, in seconds.
+pub(crate) const THROTTLE_HOUSEKEEPING_S: u64 = 60;
+/// How long in-flight requests may finish after a shutdown signal.
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Opens everything a config names: the data directory (0700) and SQLite store (0600), the
+/// key-encryption key (created 0600 if missing), the admin, feed and edge tokens, and the
+/// control-plane client.
+pub async fn open(config: Config) -> Result<AppState> {
+    open_with_clock(config, protocol::time::system_clock()).await
+}
+
+/// [`open`] with a given clock (tests fake days with it).
+pub async fn open_with_clock(
+    config: Config,
+    clock: protocol::time::SharedClock,
+) -> Result<AppState> {
+    // ATTACKS A30: the data folder is owner-only even when it already existed, and the
+    // database exists 0600 before SQLite opens it (its -wal and -shm inherit that mode).
+    runtime::private_dir(&config.data_dir)
+        .map_err(Error::io(format!("create {}", config.data_dir.display())))?;
+    let db = config.db_path();
+    runtime::private_sqlite(&db).map_err(Error::io(format!("create {}", db.display())))?;
+    let store = blocking(move || {
+        let store = SqliteStore::open(&db)?;
+        runtime::private_sqlite(&db).map_err(Error::io(format!("restrict {}", db.display())))?;
+        Ok(store)
+    })
+    .await?;
+    let rng = ring::rand::SystemRandom::new();
+    let kek = Kek::load_or_create(&config.kek_file, &rng)?;
+    let http = match (&config.control_plane_url, &config.ca_cert) {
+        (Some(_), Some(ca)) => {
+            let pem = std::fs::read(ca).map_err(Error::io(format!("read {}", ca.display())))?;
+            Some(tls::client_trusting(&pem)?)
+        }
+        _ => None,
+    };
+    let parts = Parts {
+        store: Arc::new(store),
+        kek,
+        admin_token: Secret::from_file(&config.admin_token_file)?,
+        feed_token: Secret::from_file(&config.feed_token_file)?,
+        edge_token: Secret::from_file(&config.edge_token_file)?,
+        clock,
+        http,
+    };
+    let store = parts.store.clone();
+    let loaded = blocking(move || store.load(FEED_RETAIN_ENTRIES)).await?;
+    let ring = KeyRing::from_rows(&loaded.keys, &parts.kek)?;
+    let map_key = config
+        .map_public_key
+        .as_deref()
+        .map(PublicKey::from_b64)
+        .transpose()
+        .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
+    let dummy_hash = {
+        let rng = rng.clone();
+        blocking(move || {
+            let pw = random::<16>(&rng)?;
+            let pw = Password::new(base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                pw.as_ref(),
+            ))
+            .map_err(|e| Error::Internal(e.to_string()))?;
+            crate::passwords::hash(&pw, &rng)
+        })
+        .await?
+    };
+    let start = Start {
+        loaded,
+        ring,
+        map_key,
+        dummy_hash,
+        rng,
+    };
+    let state = AppState::new(config, parts, start);
+    ensure_keys(&state).await?;
+    Ok(state)
+}
+
+/// Starts the background tasks: the key schedule, the placement-map poller (when a control
+/// plane is configured) and throttle housekeeping. Abort the handles to stop them.
+pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    let s = state.clone();
+    tasks.push(tokio::spawn(async move {
+        let every = s.config.key_rotation_interval_s.clamp(1, KEY_TICK_MAX_S);
+        let mut tick = tokio::time::interval(Duration::from_secs(every));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = tick_keys(&s).await {
+                tracing::error!(error = %e, "key schedule failed");
+            }
+            if let Err(e) = prune_revocations(&s).await {
+                tracing::error!(error = %e, "dropping expired revocations failed");
+            }
+            if let Err(e) = prune_minted(&s).await {
+                tracing::error!(error = %e, "dropping expired session records failed");
+            }
+        }
+    }));
+    if state.config.control_plane_url.is_some() {
+        tasks.push(tokio::spawn(map::poll_forever(state.clone())));
+    }
+    let s = state.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(THROTTLE_HOUSEKEEPING_S));
+        loop {
+            tick.tick().await;
+            s.throttle.shrink();
+        }
+    }));
+    tasks
+}
+
+/// Serves [`public_router`] on `public` and [`internal_router`] on `internal`, both over the
+/// TLS certificate and key of the config, until one fails. The two stop together: when one
+/// listener fails, the other is shut down and the first error is returned.
+pub async fn serve(
+    state: AppState,
+    public: std::net::TcpListener,
+    internal: std::net::TcpListener,
+) -> Result<()> {
+    serve_until(state, public, internal, std::future::pending()).await
+}
+
+/// [`serve`] until `shutdown` resolves too: then both listeners stop accepting and the
+/// requests in flight get [`SHUTDOWN_GRACE`] to finish.
+pub async fn serve_until(
+    state: AppState,
+    public: std::net::TcpListener,
+    internal: std::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    runtime::install_crypto_provider();
+    let tls = tls::server_config(&state.config.tls_cert, &state.config.tls_key).await?;
+    let control = axum_server::Control::new();
+    let one = |listener: std::net::TcpListener, which: Listener| {
+        let tls = tls.clone();
+        let state = state.clone();
+        let handle = axum_server::Handle::<SocketAddr>::with_control(control.clone());
+        async move {
+            listener
+                .set_nonblocking(true)
+                .map_err(Error::io("configure the listener"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(Error::io("listener address"))?;
+            let server = axum_server::from_tcp_rustls(listener, tls)
+                .map_err(Error::io("listen"))?
+                .handle(handle);
+            tracing::info!(
+                %addr,
+                listener = which.as_str(),
+                cell = %state.config.cell_id,
+                "auth-service listening"
+            );
+            let app = match which {
+                Listener::Public => public_router(state),
+                Listener::Internal => internal_router(state),
+            };
+            server
+                .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .map_err(Error::io(format!("serve the {} listener", which.as_str())))
+        }
+    };
+    // Stops both servers and their connections however this function ends (an error of
+    // either listener, or the caller dropping the future).
+    let _stop_both = StopOnDrop(control.clone());
+    let graceful = control.clone();
+    let watcher = tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        graceful.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    let _stop_watcher = AbortOnDrop(watcher);
+    let public = one(public, Listener::Public);
+    let internal = one(internal, Listener::Internal);
+    tokio::pin!(public, internal);
+    let (first, public_ended) = tokio::select! {
+        r = &mut public => (r, true),
+        r = &mut internal => (r, false),
+    };
+    if first.is_err() {
+        control.shutdown();
+    }
+    let other = if public_ended {
+        internal.await
+    } else {
+        public.await
+    };
+    if let Err(e) = other {
+        tracing::warn!(error = %e, "the other listener failed while stopping");
+    }
+    first
+}
+
+/// Shuts the servers of a [`axum_server::Control`] down when dropped.
+struct StopOnDrop(axum_server::Control);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Opens, starts the background tasks, binds `listen` and `internal_listen` and serves both
+/// until `runtime::shutdown_signal` (SIGINT, SIGTERM, or stdin's end with
+/// `CELLBIND_EXIT_ON_STDIN_EOF=1`), then stops gracefully.
+pub async fn run(config: Config) -> Result<()> {
+    runtime::install_crypto_provider();
+    let (listen, internal_listen) = (config.listen, config.internal_listen);
+    let state = open(config).await?;
+    let public =
+        std::net::TcpListener::bind(listen).map_err(Error::io(format!("bind {listen}")))?;
+    let internal = std::net::TcpListener::bind(internal_listen)
+        .map_err(Error::io(format!("bind {internal_listen}")))?;
+    let tasks = spawn_background(&state);
+    let served = serve_until(state, public, internal, runtime::shutdown_signal()).await;
+    for t in tasks {
+        t.abort();
+    }
+    served
+}

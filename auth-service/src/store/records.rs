@@ -1,0 +1,226 @@
+//! The records the store keeps, beside the [`Store`](super::Store) trait that reads and writes
+//! them. Wire types of the admin API convert from them (`protocol::admin::cell`); these are
+//! the storage shapes.
+
+use std::collections::BTreeMap;
+
+use protocol::admin::cell::{Role, SessionRecord, UserStatus};
+use protocol::feed::FeedEntry;
+use protocol::map::SignedMap;
+use protocol::ownership::OwnershipRecord;
+use protocol::revocation::Revocation;
+use protocol::time::UnixSeconds;
+use protocol::token::SessionClaims;
+use protocol::{CellId, ClientKind, ContractorId, Generation, Kid, Login, SessionId, SubjectId};
+use serde::{Deserialize, Serialize};
+
+/// A stored technician or dispatcher. `password_hash` is an argon2id PHC string.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct UserRecord {
+    pub(crate) contractor_id: ContractorId,
+    pub(crate) login: Login,
+    pub(crate) subject: SubjectId,
+    pub(crate) role: Role,
+    pub(crate) password_hash: String,
+    pub(crate) status: UserStatus,
+}
+
+impl std::fmt::Debug for UserRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserRecord")
+            .field("contractor_id", &self.contractor_id)
+            .field("login", &self.login)
+            .field("subject", &self.subject)
+            .field("role", &self.role)
+            .field("password_hash", &"<redacted>")
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+/// Lifecycle of a stored signing key (a superset of the published statuses). Its transitions
+/// are the state machine of `keys::lifecycle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum KeyState {
+    Next,
+    Current,
+    Retired,
+    /// Removed from the set: every session it signed fails.
+    Revoked,
+    /// Retired long enough that every session it signed has expired; removed from the set.
+    Expired,
+}
+
+impl KeyState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Next => "next",
+            KeyState::Current => "current",
+            KeyState::Retired => "retired",
+            KeyState::Revoked => "revoked",
+            KeyState::Expired => "expired",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<KeyState> {
+        Some(match s {
+            "next" => KeyState::Next,
+            "current" => KeyState::Current,
+            "retired" => KeyState::Retired,
+            "revoked" => KeyState::Revoked,
+            "expired" => KeyState::Expired,
+            _ => return None,
+        })
+    }
+
+    /// Whether the key is in the published set.
+    pub(crate) fn published(self) -> bool {
+        matches!(self, KeyState::Next | KeyState::Current | KeyState::Retired)
+    }
+}
+
+/// A stored signing key. The seed is sealed (AES-256-GCM under the key-encryption key);
+/// it is dropped once the key leaves the set.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct KeyRow {
+    pub(crate) kid: Kid,
+    pub(crate) state: KeyState,
+    pub(crate) public: [u8; 32],
+    pub(crate) sealed_seed: Option<Vec<u8>>,
+    pub(crate) created_at: UnixSeconds,
+    /// When `state` was entered.
+    pub(crate) state_at: UnixSeconds,
+}
+
+impl std::fmt::Debug for KeyRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRow")
+            .field("kid", &self.kid)
+            .field("state", &self.state)
+            .field("created_at", &self.created_at)
+            .field("state_at", &self.state_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One durable state change.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// Insert or update a key; an update without a seed keeps the stored seed, and a revoked
+    /// or expired key loses it.
+    Key(KeyRow),
+    Ownership {
+        contractor: ContractorId,
+        record: OwnershipRecord,
+    },
+    Revocation(Revocation),
+    Map(Box<SignedMap>),
+}
+
+/// State changes, their feed entries and the new feed head, written atomically.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Commit {
+    pub(crate) writes: Vec<Write>,
+    pub(crate) entries: Vec<FeedEntry>,
+    pub(crate) head: u64,
+}
+
+/// Everything loaded at start-up.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Loaded {
+    pub(crate) keys: Vec<KeyRow>,
+    pub(crate) ownership: BTreeMap<ContractorId, OwnershipRecord>,
+    pub(crate) revocations: Vec<Revocation>,
+    pub(crate) map: Option<SignedMap>,
+    pub(crate) head: u64,
+    /// The retained feed log, oldest first.
+    pub(crate) log: Vec<FeedEntry>,
+    pub(crate) users: u64,
+}
+
+/// What a rebind burns: the ticket's id and the transferred session's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TicketBurn {
+    /// The ticket's `jti`, kept until `exp`.
+    pub(crate) jti: SessionId,
+    pub(crate) exp: UnixSeconds,
+    /// The transferred session's id (the ticket's `sid`), kept until `sexp`.
+    pub(crate) sid: SessionId,
+    pub(crate) sexp: UnixSeconds,
+}
+
+/// The one ticket a source cell issues for a transferred session: its `jti`, `iat` and `exp`
+/// (every other claim follows from the session and the ownership record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TransferRecord {
+    pub(crate) ticket_jti: SessionId,
+    pub(crate) iat: UnixSeconds,
+    pub(crate) exp: UnixSeconds,
+}
+
+/// A session as minted, recorded at sign-in and renewal (and rebind) so that an operator can
+/// list a subject's sessions. Tokens themselves are never stored. Stored as this JSON shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MintedSession {
+    pub(crate) session_id: SessionId,
+    pub(crate) subject: SubjectId,
+    pub(crate) contractor: ContractorId,
+    pub(crate) client: ClientKind,
+    pub(crate) kid: Kid,
+    pub(crate) generation: Generation,
+    pub(crate) issued_at: UnixSeconds,
+    pub(crate) expires_at: UnixSeconds,
+    pub(crate) auth_time: UnixSeconds,
+}
+
+impl MintedSession {
+    /// The record of a freshly minted session.
+    pub(crate) fn of(kid: Kid, c: &SessionClaims) -> MintedSession {
+        MintedSession {
+            session_id: c.jti.clone(),
+            subject: c.sub.clone(),
+            contractor: c.ctr.clone(),
+            client: c.cli,
+            kid,
+            generation: c.r#gen,
+            issued_at: c.iat,
+            expires_at: c.exp,
+            auth_time: c.auth_time,
+        }
+    }
+
+    /// The claims this session carried (enough for the revocation matcher).
+    pub(crate) fn claims(&self, issuer: &str, cell: &CellId) -> SessionClaims {
+        SessionClaims {
+            iss: issuer.to_owned(),
+            aud: cell.clone(),
+            sub: self.subject.clone(),
+            ctr: self.contractor.clone(),
+            cell: cell.clone(),
+            r#gen: self.generation,
+            iat: self.issued_at,
+            nbf: self.issued_at,
+            exp: self.expires_at,
+            auth_time: self.auth_time,
+            jti: self.session_id.clone(),
+            cli: self.client,
+        }
+    }
+}
+
+impl From<MintedSession> for SessionRecord {
+    fn from(m: MintedSession) -> SessionRecord {
+        SessionRecord {
+            session_id: m.session_id,
+            subject: m.subject,
+            contractor: m.contractor,
+            client: m.client,
+            kid: m.kid,
+            generation: m.generation,
+            issued_at: m.issued_at,
+            expires_at: m.expires_at,
+            auth_time: m.auth_time,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Users (technicians and dispatchers) as the admin API and a migration's import create them:
+//! validation, the subject id `{contractor}.{login}`, password hashing or an imported hash
+//! checked for strength, then one store transaction.
+
+use std::sync::atomic::Ordering;
+
+use protocol::admin::cell::{ExportedUser, NewUser};
+use protocol::{ContractorId, SubjectId};
+
+use crate::error::{Error, Result};
+use crate::passwords::{check_phc, hash};
+use crate::state::{AppState, blocking};
+use crate::store::records::UserRecord;
+
+/// The subject id of a login of a contractor.
+fn subject_of(ctr: &ContractorId, login: &protocol::Login) -> Result<SubjectId> {
+    SubjectId::new(format!("{ctr}.{login}")).map_err(|e| Error::BadRequest(format!("subject: {e}")))
+}
+
+/// Validates a user and produces its record. Passwords are hashed here (slow).
+fn to_record(u: NewUser, rng: &ring::rand::SystemRandom) -> Result<UserRecord> {
+    let subject = subject_of(&u.contractor_id, &u.login)?;
+    let password_hash = match (u.password, u.password_hash) {
+        (Some(p), None) => hash(&p, rng)?,
+        (None, Some(h)) => {
+            check_phc(&h)?;
+            h
+        }
+        _ => {
+            return Err(Error::BadRequest(
+                "give exactly one of password and password_hash".into(),
+            ));
+        }
+    };
+    Ok(UserRecord {
+        contractor_id: u.contractor_id,
+        login: u.login,
+        subject,
+        role: u.role,
+        password_hash,
+        status: u.status,
+    })
+}
+
+/// The record of an exported user, imported for `ctr`.
+pub(crate) fn imported(ctr: &ContractorId, u: ExportedUser) -> Result<UserRecord> {
+    check_phc(&u.password_hash)?;
+    Ok(UserRecord {
+        subject: subject_of(ctr, &u.login)?,
+        contractor_id: ctr.clone(),
+        login: u.login,
+        role: u.role,
+        password_hash: u.password_hash,
+        status: u.status,
+    })
+}
+
+/// The exported form of a stored user (its hash, never a password).
+pub(crate) fn exported(u: UserRecord) -> ExportedUser {
+    ExportedUser {
+        login: u.login,
+        role: u.role,
+        password_hash: u.password_hash,
+        status: u.status,
+    }
+}
+
+/// Stores records in one transaction and updates the user count.
+pub(crate) async fn store_records(state: &AppState, records: Vec<UserRecord>) -> Result<()> {
+    let store = state.store.clone();
+    let total = blocking(move || store.upsert_users(&records)).await?;
+    state.users.store(total, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Validates, hashes and stores new users in one transaction; answers their subjects.
+pub(crate) async fn create(state: &AppState, users: Vec<NewUser>) -> Result<Vec<SubjectId>> {
+    let rng = state.rng.clone();
+    let records: Vec<UserRecord> =
+        blocking(move || users.into_iter().map(|u| to_record(u, &rng)).collect()).await?;
+    let subjects = records.iter().map(|r| r.subject.clone()).collect();
+    store_records(state, records).await?;
+    Ok(subjects)
+}

@@ -1,0 +1,13 @@
+//! The auth-service's integration tests, one binary (link time): each module is one area,
+//! `common` holds the fixtures.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod api;
+mod bad_input;
+mod drain;
+mod hostile_client;
+mod process;
+mod revocations;
+mod transfer;
