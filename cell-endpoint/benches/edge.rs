@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::forward::Upstreams;
+use cellbind_cell_endpoint::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::ownership::{Access, OwnershipRecord};
@@ -300,16 +300,17 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     };
     let app_url =
         serve(Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") })));
+    let app_url = protocol::Endpoint::parse(&app_url).unwrap();
     let client =
-        cellbind_cell_endpoint::forward::https_client(&ca, Duration::from_secs(2)).unwrap();
+        cellbind_cell_endpoint::upstream::https_client(&ca, Duration::from_secs(2)).unwrap();
     let mut up = Upstreams::local(None, None);
-    up.auth = cellbind_cell_endpoint::forward::Target::Http {
+    up.auth = cellbind_cell_endpoint::upstream::Target::Http {
         client: client.clone(),
-        base: cellbind_cell_endpoint::forward::base_url("auth", &app_url).unwrap(),
+        base: cellbind_cell_endpoint::upstream::base_url("auth", &app_url).unwrap(),
     };
-    up.app = cellbind_cell_endpoint::forward::Target::Http {
+    up.app = cellbind_cell_endpoint::upstream::Target::Http {
         client: client.clone(),
-        base: cellbind_cell_endpoint::forward::base_url("app", &app_url).unwrap(),
+        base: cellbind_cell_endpoint::upstream::base_url("app", &app_url).unwrap(),
     };
     let cell = CellId::new("cell-03").unwrap();
     let mut settings = Settings::new(cell.clone(), ISSUER);
@@ -338,7 +339,7 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     edge.mark_synced();
     let edge_url = serve(cellbind_cell_endpoint::app(edge));
     let token = key.mint(&claims(999_999)).unwrap().expose().to_owned();
-    let user = cellbind_cell_endpoint::forward::https_client(&ca, Duration::from_secs(2)).unwrap();
+    let user = cellbind_cell_endpoint::upstream::https_client(&ca, Duration::from_secs(2)).unwrap();
     let call = |path: &'static str| {
         let req = user.get(format!("{edge_url}{path}")).bearer_auth(&token);
         async move {

@@ -26,23 +26,18 @@
 //! the `X-Cellbind-Csrf` header and compared in constant time. A `__Host-` cookie can only be
 //! set by this exact origin over HTTPS, so a cross-site page can neither read nor plant it.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use futures::future::Either;
 use rand::RngCore as _;
-use tower::{Layer, Service};
 
-use crate::Edge;
+use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
+use crate::guard::{Check, Guard};
+use crate::origin::{is_fleet_origin, same_origin};
 use crate::state::CellState;
 
-pub use protocol::http::{CSRF_COOKIE, CSRF_HEADER};
 /// Random bytes in a CSRF token (base64url, 22 characters).
 pub const CSRF_TOKEN_BYTES: usize = 16;
 /// How long a browser may cache a preflight answer, in seconds.
@@ -75,44 +70,6 @@ pub enum Verdict {
     Refuse(&'static str),
     /// Served by the inner service; `cors` is the fleet origin to allow on the answer.
     Pass { cors: Option<HeaderValue> },
-}
-
-/// The origin (`scheme://host[:port]`) of an endpoint URL, lower-cased, default port dropped.
-pub fn origin_of(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if scheme.is_empty() || authority.is_empty() {
-        return None;
-    }
-    let scheme = scheme.to_ascii_lowercase();
-    let mut authority = authority.to_ascii_lowercase();
-    let default = match scheme.as_str() {
-        "https" => Some(":443"),
-        "http" => Some(":80"),
-        _ => None,
-    };
-    if let Some(d) = default
-        && authority.ends_with(d)
-    {
-        authority.truncate(authority.len() - d.len());
-    }
-    Some(format!("{scheme}://{authority}"))
-}
-
-fn same_origin(candidate: &str, url: &str) -> bool {
-    origin_of(url).is_some_and(|o| o == candidate)
-}
-
-/// Whether `origin` is one of the fleet's cells in the signed placement map this edge holds.
-pub fn is_fleet_origin(origin: &str, state: Option<&CellState>) -> bool {
-    state
-        .and_then(CellState::map)
-        .is_some_and(|m| m.map.cells.iter().any(|c| same_origin(origin, &c.endpoint)))
-}
-
-/// Whether `origin` is this cell's own origin or a fleet cell's.
-pub fn origin_allowed(origin: &str, public_url: &str, state: Option<&CellState>) -> bool {
-    same_origin(origin, public_url) || is_fleet_origin(origin, state)
 }
 
 fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
@@ -185,11 +142,7 @@ fn finish(mut resp: Response, cors: Option<HeaderValue>, cookie_session: bool) -
     }
     if let Some(origin) = cors {
         let h = resp.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-            HeaderValue::from_static("true"),
-        );
+        allow_origin(h, origin);
         h.insert(
             header::ACCESS_CONTROL_EXPOSE_HEADERS,
             HeaderValue::from_static(CORS_EXPOSE),
@@ -199,14 +152,19 @@ fn finish(mut resp: Response, cors: Option<HeaderValue>, cookie_session: bool) -
     resp
 }
 
-fn preflight(origin: HeaderValue) -> Response {
-    let mut resp = StatusCode::NO_CONTENT.into_response();
-    let h = resp.headers_mut();
+/// `Access-Control-Allow-Origin: origin` with credentials.
+fn allow_origin(h: &mut HeaderMap, origin: HeaderValue) {
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
         HeaderValue::from_static("true"),
     );
+}
+
+fn preflight(origin: HeaderValue) -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    allow_origin(h, origin);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static(CORS_METHODS),
@@ -223,62 +181,31 @@ fn preflight(origin: HeaderValue) -> Response {
     resp
 }
 
-/// The browser layer.
+/// The browser guard (the outermost layer): answers preflights, refuses cross-site unsafe
+/// requests, finishes answers (see the module doc).
 #[derive(Debug, Clone)]
-pub struct BrowserLayer {
+pub struct BrowserGuard {
     edge: Edge,
 }
 
-impl BrowserLayer {
+impl BrowserGuard {
     pub fn new(edge: Edge) -> Self {
         Self { edge }
     }
 }
 
-impl<S> Layer<S> for BrowserLayer {
-    type Service = BrowserService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        BrowserService {
-            edge: self.edge.clone(),
-            inner,
-        }
-    }
+/// What [`finish`] needs of the request: the fleet origin to allow, and whether the request
+/// rode on the session cookie.
+#[derive(Debug)]
+pub struct Finishing {
+    cors: Option<HeaderValue>,
+    cookie_session: bool,
 }
 
-/// The browser service: answers preflights, refuses cross-site unsafe requests, decorates
-/// answers (see the module doc).
-#[derive(Debug, Clone)]
-pub struct BrowserService<S> {
-    edge: Edge,
-    inner: S,
-}
+impl Guard for BrowserGuard {
+    type Note = Finishing;
 
-impl<S> Service<Request<Body>> for BrowserService<S>
-where
-    S: Service<Request<Body>, Response = Response, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = std::convert::Infallible;
-    type Future = Either<
-        S::Future,
-        Either<
-            std::future::Ready<Result<Response, Self::Error>>,
-            Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>,
-        >,
-    >;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let clone = self.inner.clone();
-        // The ready service is the one we were polled for; keep the clone for next time.
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+    fn check(&self, req: Request<Body>) -> Check<Finishing> {
         // The fleet's origins come from the held map: only a request with an Origin needs it.
         let state = if req.headers().contains_key(header::ORIGIN) {
             self.edge.current()
@@ -299,21 +226,25 @@ where
             Verdict::Pass { cors: None }
                 if !cookie_session && !may_set_session_cookie(req.uri().path()) =>
             {
-                Either::Left(inner.call(req))
+                Check::Pass(req)
             }
-            Verdict::Preflight(origin) => {
-                Either::Right(Either::Left(std::future::ready(Ok(preflight(origin)))))
-            }
+            Verdict::Preflight(origin) => Check::Answer(preflight(origin)),
             Verdict::Refuse(why) => {
                 self.edge.metrics().outcome("forbidden");
-                Either::Right(Either::Left(std::future::ready(Ok(rescue(
-                    &EdgeError::Csrf(why),
-                )))))
+                Check::Answer(rescue(&EdgeError::Csrf(why)))
             }
-            Verdict::Pass { cors } => Either::Right(Either::Right(Box::pin(async move {
-                Ok(finish(inner.call(req).await?, cors, cookie_session))
-            }))),
+            Verdict::Pass { cors } => Check::Finish(
+                req,
+                Finishing {
+                    cors,
+                    cookie_session,
+                },
+            ),
         }
+    }
+
+    fn finish(&self, note: Finishing, resp: Response) -> Response {
+        finish(resp, note.cors, note.cookie_session)
     }
 }
 
@@ -325,20 +256,6 @@ fn may_set_session_cookie(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origins_are_normalised() {
-        assert_eq!(
-            origin_of("https://127.0.0.4:8443/").as_deref(),
-            Some("https://127.0.0.4:8443")
-        );
-        assert_eq!(
-            origin_of("HTTPS://Cell.Example:443/x").as_deref(),
-            Some("https://cell.example")
-        );
-        assert_eq!(origin_of("no scheme"), None);
-        assert_eq!(origin_of("https://"), None);
-    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -1,13 +1,12 @@
 //! Configuration (docs/INTERNALS.md, "cell-endpoint"): a TOML file, then `CELLBIND_<FIELD>`
-//! environment overrides (figment).
+//! environment overrides (`runtime::config`); the URLs are `protocol::Endpoint`s (parsed and
+//! normalised once: a trailing `/` is accepted and dropped).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
-use figment::providers::{Env, Format as _, Toml};
-use protocol::CellId;
+use protocol::{CellId, Endpoint};
 use serde::Deserialize;
 
 use crate::error::EdgeError;
@@ -104,13 +103,13 @@ pub struct Config {
     pub instance_id: String,
     pub listen: SocketAddr,
     /// This cell's public endpoint URL: the `iss` of its sessions.
-    pub public_url: String,
+    pub public_url: Endpoint,
     /// The auth-service's public listener: `/v1/sessions*` is forwarded there.
-    pub auth_service_url: String,
+    pub auth_service_url: Endpoint,
     /// The auth-service's internal listener: the cell state feed is read there.
-    pub feed_url: String,
+    pub feed_url: Endpoint,
     /// The app's public listener: validated `/api/*` is forwarded there.
-    pub app_url: String,
+    pub app_url: Endpoint,
     /// Bearer token of the feed (this cell's).
     pub feed_token_file: PathBuf,
     /// This cell's app token, presented to the app as `X-Cellbind-Edge-Key`.
@@ -179,13 +178,9 @@ pub struct Config {
 }
 
 impl Config {
-    /// Loads `path` (TOML), then `CELLBIND_*` environment overrides.
+    /// Loads `path` (TOML), then `CELLBIND_*` environment overrides (`runtime::config`).
     pub fn load(path: &Path) -> Result<Self, EdgeError> {
-        Figment::new()
-            .merge(Toml::file(path))
-            .merge(Env::prefixed("CELLBIND_"))
-            .extract()
-            .map_err(|e| EdgeError::Config(e.to_string()))
+        runtime::config::load(path).map_err(|e| EdgeError::Config(e.to_string()))
     }
 
     /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
@@ -195,7 +190,7 @@ impl Config {
         Ok(Settings {
             cell_id: self.cell_id.clone(),
             instance_id: self.instance_id.clone(),
-            public_url: self.public_url.clone(),
+            public_url: self.public_url.to_string(),
             session_lifetime_s: self.session_lifetime_s,
             write_lease: Duration::from_millis(self.write_lease_ms),
             rate_per_ip_per_s: self.rate_per_ip_per_s,
@@ -281,6 +276,8 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use figment::Figment;
+    use figment::providers::{Format as _, Toml};
 
     #[test]
     fn env_overrides_the_file() {

@@ -44,7 +44,7 @@ pub struct ConnectionGate {
 }
 
 impl ConnectionGate {
-    pub fn new(settings: &crate::Settings, refused: Counter) -> Self {
+    pub fn new(settings: &crate::config::Settings, refused: Counter) -> Self {
         Self {
             open: Mutex::new(HashMap::new()),
             max_per_ip: settings.max_connections_per_ip.max(1),

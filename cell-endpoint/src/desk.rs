@@ -22,9 +22,9 @@ use protocol::api::SignInRequest;
 use protocol::{ClientKind, ContractorId, ErrorBody, Login, Password};
 use serde::Deserialize;
 
-use crate::Edge;
-use crate::browser::{origin_allowed, origin_of};
+use crate::edge::Edge;
 use crate::error::EdgeError;
+use crate::origin::{fleet_origins, origin_allowed};
 use crate::state::CellState;
 
 /// The desk page.
@@ -57,19 +57,8 @@ pub fn routes() -> Router<Edge> {
 /// The page's CSP: everything from this origin only, except that the sign-in may post its
 /// form to the fleet's other cells, named by the signed map (it never fetches from them).
 pub fn content_security_policy(state: Option<&CellState>) -> String {
-    let mut fleet = String::new();
-    if let Some(m) = state.and_then(CellState::map) {
-        for c in &m.map.cells {
-            // Only plain origins: a `;` or space in a map entry must not add a directive.
-            if let Some(o) = origin_of(&c.endpoint).filter(|o| {
-                o.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.:/[]".contains(&b))
-            }) {
-                fleet.push(' ');
-                fleet.push_str(&o);
-            }
-        }
-    }
+    // Only plain origins: a `;` or space in a map entry must not add a directive.
+    let fleet: String = fleet_origins(state).map(|o| format!(" {o}")).collect();
     format!(
         "default-src 'self'; connect-src 'self'; form-action 'self'{fleet}; \
          frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
@@ -83,18 +72,16 @@ fn secure(edge: &Edge, mut resp: Response) -> Response {
     if let Ok(v) = HeaderValue::from_str(&csp) {
         h.insert(header::CONTENT_SECURITY_POLICY, v);
     }
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    // Only the origin, and only over HTTPS: `no-referrer` would also make the browser send
-    // `Origin: null` on the hand-over form POST, which the owner must see to trust it.
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static(REFERRER_POLICY),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    for (name, value) in [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        // Only the origin, and only over HTTPS: `no-referrer` would also make the browser send
+        // `Origin: null` on the hand-over form POST, which the owner must see to trust it.
+        (header::REFERRER_POLICY, REFERRER_POLICY),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-cache"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
     resp
 }
 

@@ -19,6 +19,8 @@ pub const UPSTREAM_RETRY_AFTER_S: u64 = 2;
 pub enum EdgeError {
     #[error("configuration: {0}")]
     Config(String),
+    #[error("configuration: {0}")]
+    Secret(#[from] runtime::secret::SecretError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error("tls: {0}")]
@@ -234,6 +236,7 @@ pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
         ),
         EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),
         EdgeError::Config(_)
+        | EdgeError::Secret(_)
         | EdgeError::Io(_)
         | EdgeError::Tls(_)
         | EdgeError::StateFile(_)

@@ -1,276 +1,24 @@
 //! Forwarding: `/v1/sessions*` to the cell's auth-service, validated `/api/*` to the cell's
-//! app. Both over HTTPS (reqwest, rustls, trusting only the configured CA), both with
-//! timeouts so an upstream that is down is a fast error, never a hang.
+//! app (the upstreams themselves are `upstream`). Only what the edge chose travels: the
+//! client's headers minus every credential, forwarding, identity and override header, plus the
+//! credential the rule chose (session routes) or the verified identity (`/api/*`).
 
-use std::fmt;
-use std::time::Duration;
+use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
-use tower::ServiceExt as _;
+use protocol::http::{
+    BEARER_PREFIX, CSRF_COOKIE, SESSION_COOKIE, Source, X_CLIENT_IP, X_EDGE_KEY, is_cellbind_header,
+};
+use protocol::ownership::Access;
 
-use crate::Edge;
-use crate::config::Config;
+use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
 use crate::limits::client_ip;
-use crate::validate::Validated;
-
-pub use protocol::http::{
-    CELLBIND_HEADER_PREFIX, X_CLIENT_IP, X_CONTRACTOR, X_EDGE_KEY, X_GENERATION, X_SESSION,
-    X_SUBJECT,
-};
-
-/// A secret read from a `*_file` setting. `Debug` never shows it.
-#[derive(Clone, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
-    }
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    /// Reads a secret file, without its trailing newline.
-    pub fn from_file(path: &std::path::Path) -> Result<Self, EdgeError> {
-        let s = std::fs::read_to_string(path)
-            .map_err(|e| EdgeError::Config(format!("{}: {e}", path.display())))?;
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(EdgeError::Config(format!("{} is empty", path.display())));
-        }
-        Ok(Self(s.to_owned()))
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-/// Where requests go: a real HTTPS upstream, or an in-process router (tests, benchmarks).
-#[derive(Clone)]
-pub enum Target {
-    Http {
-        client: reqwest::Client,
-        /// The upstream's base URL (scheme, authority, optional path prefix, no trailing `/`).
-        base: reqwest::Url,
-    },
-    Local(Router),
-    /// Not configured: every request fails as unreachable.
-    None,
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Http { base, .. } => write!(f, "Http({base})"),
-            Target::Local(_) => f.write_str("Local"),
-            Target::None => f.write_str("None"),
-        }
-    }
-}
-
-/// Why an upstream call failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendError {
-    Unreachable,
-    Timeout,
-    /// The target could not be appended to the upstream's base without being changed.
-    BadTarget,
-}
-
-/// The upstream URL for `path_and_query`: the base with the already validated (canonical,
-/// see `target`) path appended byte for byte, never resolved against it (ATTACKS A23). A URL
-/// library that would change the appended path (dot segments, re-encoding) makes this `None`.
-pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> Option<reqwest::Url> {
-    let (path, query) = match path_and_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (path_and_query, None),
-    };
-    if !path.starts_with('/') {
-        return None;
-    }
-    let prefix = base.path().trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!(
-        "{}{}",
-        base.as_str().trim_end_matches('/'),
-        path_and_query
-    ))
-    .ok()?;
-    let same_path = url
-        .path()
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest == path);
-    (same_path
-        && url.query() == query
-        && url.host_str() == base.host_str()
-        && url.port_or_known_default() == base.port_or_known_default())
-    .then_some(url)
-}
-
-/// Parses an upstream base URL from the configuration (https only, no query or fragment).
-pub fn base_url(what: &str, url: &str) -> Result<reqwest::Url, EdgeError> {
-    let u = reqwest::Url::parse(url.trim_end_matches('/'))
-        .map_err(|e| EdgeError::Config(format!("{what}: {e}")))?;
-    if u.scheme() != "https" || u.query().is_some() || u.fragment().is_some() {
-        return Err(EdgeError::Config(format!(
-            "{what} must be an https URL without query or fragment"
-        )));
-    }
-    Ok(u)
-}
-
-impl Target {
-    /// Sends a request whose URI holds only path and query.
-    pub async fn send(
-        &self,
-        req: http::Request<bytes::Bytes>,
-        timeout: Duration,
-    ) -> Result<Response, SendError> {
-        match self {
-            Target::None => Err(SendError::Unreachable),
-            Target::Local(router) => {
-                let (parts, body) = req.into_parts();
-                let req = http::Request::from_parts(parts, Body::from(body));
-                match tokio::time::timeout(timeout, router.clone().oneshot(req)).await {
-                    Ok(Ok(resp)) => Ok(resp),
-                    Ok(Err(never)) => match never {},
-                    Err(_) => Err(SendError::Timeout),
-                }
-            }
-            Target::Http { client, base } => {
-                let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                let url = upstream_url(base, pq).ok_or(SendError::BadTarget)?;
-                let (parts, body) = req.into_parts();
-                let resp = client
-                    .request(parts.method, url)
-                    .headers(parts.headers)
-                    .body(body)
-                    .timeout(timeout)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        if e.is_timeout() {
-                            SendError::Timeout
-                        } else {
-                            SendError::Unreachable
-                        }
-                    })?;
-                let resp: http::Response<reqwest::Body> = resp.into();
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                Ok(Response::from_parts(parts, Body::new(body)))
-            }
-        }
-    }
-}
-
-/// The upstreams and what the edge presents to them.
-#[derive(Debug, Clone)]
-pub struct Upstreams {
-    /// The auth-service's public listener (`/v1/sessions*`).
-    pub auth: Target,
-    /// The auth-service's internal listener (the feed).
-    pub feed: Target,
-    /// The app's public listener (`/api/*`).
-    pub app: Target,
-    /// The app token as `X-Cellbind-Edge-Key` towards the app, marked sensitive (never logged
-    /// by hyper/h2).
-    pub app_key_header: HeaderValue,
-    /// The edge token as `X-Cellbind-Edge-Key` towards the auth-service, marked sensitive.
-    pub edge_key_header: HeaderValue,
-    pub feed_token: Secret,
-    pub auth_timeout: Duration,
-    pub app_timeout: Duration,
-}
-
-/// The app token of in-process upstreams (tests, benchmarks).
-pub const LOCAL_APP_TOKEN: &str = "edge-key-for-tests";
-/// The edge token of in-process upstreams (tests, benchmarks).
-pub const LOCAL_EDGE_TOKEN: &str = "edge-token-for-tests";
-
-impl Upstreams {
-    /// In-process upstreams (tests, benchmarks); the feed is read from the auth router.
-    pub fn local(auth: Option<Router>, app: Option<Router>) -> Self {
-        let auth = auth.map_or(Target::None, Target::Local);
-        Self {
-            feed: auth.clone(),
-            auth,
-            app: app.map_or(Target::None, Target::Local),
-            app_key_header: sensitive(LOCAL_APP_TOKEN).unwrap_or(HeaderValue::from_static("")),
-            edge_key_header: sensitive(LOCAL_EDGE_TOKEN).unwrap_or(HeaderValue::from_static("")),
-            feed_token: Secret::new("feed-token-for-tests"),
-            auth_timeout: Duration::from_millis(crate::config::DEFAULT_AUTH_TIMEOUT_MS),
-            app_timeout: Duration::from_millis(crate::config::DEFAULT_APP_TIMEOUT_MS),
-        }
-    }
-
-    /// Real HTTPS upstreams trusting only `ca_cert`.
-    pub fn from_config(c: &Config) -> Result<Self, EdgeError> {
-        let client = https_client(&c.ca_cert, Duration::from_millis(c.connect_timeout_ms))?;
-        let http = |what, url: &str| -> Result<Target, EdgeError> {
-            Ok(Target::Http {
-                client: client.clone(),
-                base: base_url(what, url)?,
-            })
-        };
-        Ok(Self {
-            auth: http("auth_service_url", &c.auth_service_url)?,
-            feed: http("feed_url", &c.feed_url)?,
-            app: http("app_url", &c.app_url)?,
-            app_key_header: sensitive(Secret::from_file(&c.app_token_file)?.expose())?,
-            edge_key_header: sensitive(Secret::from_file(&c.edge_token_file)?.expose())?,
-            feed_token: Secret::from_file(&c.feed_token_file)?,
-            auth_timeout: Duration::from_millis(c.auth_timeout_ms),
-            app_timeout: Duration::from_millis(c.app_timeout_ms),
-        })
-    }
-}
-
-fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
-    let mut v = HeaderValue::from_str(s)
-        .map_err(|_| EdgeError::Config("a token is not a valid header value".into()))?;
-    v.set_sensitive(true);
-    Ok(v)
-}
-
-/// A reqwest client that trusts only the PEM CA bundle at `ca`.
-pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<reqwest::Client, EdgeError> {
-    let pem = std::fs::read(ca).map_err(|e| EdgeError::Config(format!("{}: {e}", ca.display())))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| EdgeError::Tls(format!("ca_cert: {e}")))?;
-    if certs.is_empty() {
-        return Err(EdgeError::Tls("ca_cert holds no certificate".into()));
-    }
-    reqwest::Client::builder()
-        .tls_certs_only(certs)
-        .connect_timeout(connect)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| EdgeError::Tls(e.to_string()))
-}
-
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-fn strip_hop_by_hop(h: &mut HeaderMap) {
-    for name in &HOP_BY_HOP {
-        h.remove(name);
-    }
-}
+use crate::token_cache::Validated;
+use crate::upstream::SendError;
 
 /// Whether a client's request header is never forwarded (ATTACKS A25, A26): hop-by-hop
 /// headers (RFC 9110 §7.6.1), `Host` and `Content-Length` (the upstream request has its own),
@@ -318,7 +66,7 @@ fn never_forwarded(name: &str) -> bool {
             | "x-http-method-override"
             | "x-http-method"
             | "x-method-override"
-    ) || protocol::http::is_cellbind_header(name)
+    ) || is_cellbind_header(name)
 }
 
 /// Whether header name `name` (lower case) is `listed` (lower case, `-` only), an `_` in `name`
@@ -370,7 +118,7 @@ fn cookies_for_app(incoming: &HeaderMap) -> Option<HeaderValue> {
         let Ok(v) = v.to_str() else { continue };
         for pair in v.split(';') {
             let pair = pair.trim_start_matches(' ');
-            let ours = [protocol::http::SESSION_COOKIE, protocol::http::CSRF_COOKIE]
+            let ours = [SESSION_COOKIE, CSRF_COOKIE]
                 .iter()
                 .any(|c| pair.strip_prefix(c).is_some_and(|r| r.starts_with('=')));
             if !ours && !pair.is_empty() {
@@ -521,13 +269,13 @@ async fn forward_auth(
             .resolve_credential(&parts.headers, &parts.method)
             .await?;
         let (name, value) = match chosen.source {
-            protocol::http::Source::Bearer => (
+            Source::Bearer => (
                 header::AUTHORIZATION,
-                format!("{}{}", protocol::http::BEARER_PREFIX, chosen.token),
+                format!("{}{}", BEARER_PREFIX, chosen.token),
             ),
-            protocol::http::Source::Cookie => (
+            Source::Cookie => (
                 header::COOKIE,
-                format!("{}={}", protocol::http::SESSION_COOKIE, chosen.token),
+                format!("{}={}", SESSION_COOKIE, chosen.token),
             ),
         };
         let mut v = HeaderValue::from_str(&value)
@@ -562,14 +310,12 @@ pub async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
 }
 
 async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
-    let Some(v) = req.extensions().get::<std::sync::Arc<Validated>>().cloned() else {
+    let Some(v) = req.extensions().get::<Arc<Validated>>().cloned() else {
         return Err(EdgeError::SessionMissing);
     };
     // A write registers itself, then looks at ownership again (see `drain`): a handoff applied
     // since validation refuses it, or the drain report that follows counts it.
-    let _in_flight = if protocol::ownership::Access::of_method(req.method().as_str())
-        == protocol::ownership::Access::Write
-    {
+    let _in_flight = if Access::of_method(req.method().as_str()) == Access::Write {
         let guard = edge.in_flight().begin(&v.claims.ctr);
         crate::drain::recheck(edge.current().as_deref(), &v.claims)?;
         Some(guard)
@@ -602,34 +348,6 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn upstream_urls_are_appended_never_resolved() {
-        let base = base_url("t", "https://127.0.0.3:8444/").unwrap();
-        assert_eq!(
-            upstream_url(&base, "/v1/sessions/current?x=1")
-                .unwrap()
-                .as_str(),
-            "https://127.0.0.3:8444/v1/sessions/current?x=1"
-        );
-        for bad in [
-            "/v1/sessions/../../admin/v1/status",
-            "/v1/sessions/%2e%2e/admin",
-            "/api/./x",
-            "api/x",
-            "/api/{x}",
-        ] {
-            assert!(upstream_url(&base, bad).is_none(), "{bad}");
-        }
-        let prefixed = base_url("t", "https://app.internal/cell-03").unwrap();
-        assert_eq!(
-            upstream_url(&prefixed, "/api/routes/today")
-                .unwrap()
-                .as_str(),
-            "https://app.internal/cell-03/api/routes/today"
-        );
-        assert!(base_url("t", "http://x").is_err());
-    }
 
     #[test]
     fn forwarding_and_identity_headers_never_come_from_the_client() {

@@ -1,20 +1,17 @@
 //! Rate limits (governor): per client IP for every request, per subject for validated ones.
-//! Both answer `429 RATE_LIMITED` with `Retry-After`.
+//! Both answer `429 RATE_LIMITED` with `Retry-After`. Also where a request's client address
+//! is recorded once established ([`ClientIp`], [`client_ip`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
-use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::{ConnectInfo, Request};
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::SubjectId;
 
-use crate::Edge;
 use crate::config::Settings;
-use crate::error::{EdgeError, rescue};
+use crate::error::EdgeError;
 
 /// How often idle limiter entries are dropped, in seconds.
 pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
@@ -63,7 +60,8 @@ impl Limits {
             })
     }
 
-    fn retain_recent(&self) {
+    /// Drops idle entries so memory stays bounded (call every [`LIMITER_HOUSEKEEPING_S`]).
+    pub fn retain_recent(&self) {
         self.per_ip.retain_recent();
         self.per_subject.retain_recent();
     }
@@ -74,7 +72,7 @@ impl Limits {
 pub struct ClientIp(pub IpAddr);
 
 /// The connection's peer: the PROXY v2 source a trusted proxy named, else the socket peer.
-fn peer_of(req: &Request) -> Option<IpAddr> {
+pub fn peer_of(req: &Request) -> Option<IpAddr> {
     req.extensions()
         .get::<crate::conn::ProxiedPeer>()
         .map(|p| p.0.ip())
@@ -91,30 +89,5 @@ pub fn client_ip(req: &Request) -> Option<IpAddr> {
     match req.extensions().get::<ClientIp>() {
         Some(ClientIp(ip)) => Some(*ip),
         None => peer_of(req),
-    }
-}
-
-/// Per-IP middleware: establishes the client address once (recorded for the forwarders) and
-/// takes one request from its bucket.
-pub async fn per_ip(State(edge): State<Edge>, mut req: Request, next: Next) -> Response {
-    if let Some(peer) = peer_of(&req) {
-        let s = edge.settings();
-        let ip =
-            crate::client_ip::resolve(peer, req.headers(), &s.trusted_proxies, s.client_ip_header);
-        req.extensions_mut().insert(ClientIp(ip));
-        if let Err(e) = edge.limits.check_ip(ip) {
-            edge.metrics().outcome(e.outcome());
-            return rescue(&e);
-        }
-    }
-    next.run(req).await
-}
-
-/// Drops idle limiter entries so memory stays bounded.
-pub async fn housekeeping(edge: Edge) {
-    let mut tick = tokio::time::interval(Duration::from_secs(LIMITER_HOUSEKEEPING_S));
-    loop {
-        tick.tick().await;
-        edge.limits.retain_recent();
     }
 }

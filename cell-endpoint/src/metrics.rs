@@ -45,6 +45,15 @@ pub struct Metrics {
     connections_refused: Counter,
 }
 
+/// Registers `metric` under `name` and hands it back (the registry keeps a clone).
+fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -54,55 +63,59 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("cellbind_edge");
-        let requests = Family::<Labels, Counter>::default();
+        let requests = registered(
+            &mut registry,
+            "requests",
+            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited, forbidden, bad_request)",
+            Family::<Labels, Counter>::default(),
+        );
         // Every series exists from the start, so a dashboard sees zeros, not gaps.
         let by_outcome = OUTCOMES
             .iter()
             .map(|o| requests.get_or_create_owned(&[("outcome", *o)]))
             .collect();
-        registry.register(
-            "requests",
-            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited, forbidden, bad_request)",
-            requests.clone(),
-        );
-        // 1 µs .. ~16 ms.
-        let validation = Histogram::new(exponential_buckets(1e-6, 2.0, 15));
-        registry.register(
+        let validation = registered(
+            &mut registry,
             "validation_seconds",
             "Time to validate a session (signature or cache, revocation, ownership)",
-            validation.clone(),
+            // 1 µs .. ~16 ms.
+            Histogram::new(exponential_buckets(1e-6, 2.0, 15)),
         );
-        let state_age = Family::<Labels, Gauge>::default();
-        registry.register(
+        let state_age = registered(
+            &mut registry,
             "state_age_seconds",
             "Seconds since the auth-service last confirmed each part of the held state (-1: none held)",
-            state_age.clone(),
+            Family::<Labels, Gauge>::default(),
         );
-        let feed_lag = Gauge::default();
-        registry.register(
+        let feed_lag = registered(
+            &mut registry,
             "feed_lag",
             "Feed head minus the sequence number applied",
-            feed_lag.clone(),
+            Gauge::default(),
         );
-        let feed_rejected = Counter::default();
-        registry.register(
+        let feed_rejected = registered(
+            &mut registry,
             "feed_rejected",
             "Feed documents refused (the last-known-good state was kept)",
-            feed_rejected.clone(),
+            Counter::default(),
         );
-        let feed_syncs = Counter::default();
-        registry.register("feed_syncs", "Successful feed syncs", feed_syncs.clone());
-        let key_refetches = Counter::default();
-        registry.register(
+        let feed_syncs = registered(
+            &mut registry,
+            "feed_syncs",
+            "Successful feed syncs",
+            Counter::default(),
+        );
+        let key_refetches = registered(
+            &mut registry,
             "key_refetches",
             "Key refetches caused by an unknown kid (single-flight, rate-limited)",
-            key_refetches.clone(),
+            Counter::default(),
         );
-        let connections_refused = Counter::default();
-        registry.register(
+        let connections_refused = registered(
+            &mut registry,
             "connections_refused",
             "Connections closed at once because their address already had the most allowed open",
-            connections_refused.clone(),
+            Counter::default(),
         );
         Self {
             registry,

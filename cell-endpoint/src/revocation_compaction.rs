@@ -14,7 +14,7 @@ use protocol::revocation::{Revocation, RevocationKind, RevocationSet};
 use protocol::time::UnixSeconds;
 use protocol::token::LEEWAY_S;
 
-use crate::CellState;
+use crate::state::CellState;
 
 /// Whether a revocation can still match a session this instance would accept at `now`.
 pub fn still_matters(r: &Revocation, lifetime_s: u64, now: UnixSeconds) -> bool {

@@ -22,7 +22,6 @@ use std::time::Duration;
 use protocol::ownership::Access;
 use serde::Deserialize;
 
-use crate::Edge;
 use crate::error::EdgeError;
 
 /// Default `revocation_max_age_ms`: 0, the check is off.
@@ -71,27 +70,6 @@ pub fn decide(
             Err(EdgeError::RevocationsStale)
         }
         (true, FailClosed::Writes, Access::Read) => Ok(()),
-    }
-}
-
-impl Edge {
-    /// Time since the last successful feed sync, if there was one.
-    pub fn revocation_view_age(&self) -> Option<Duration> {
-        self.last_sync
-            .lock()
-            .ok()
-            .and_then(|g| g.map(|t| t.elapsed()))
-    }
-
-    /// Refuses a request when the revocation view is too old for it (see the module doc).
-    pub fn check_revocation_freshness(&self, access: Access) -> Result<(), EdgeError> {
-        let s = self.settings();
-        decide(
-            self.revocation_view_age(),
-            s.revocation_max_age,
-            s.revocation_fail_closed,
-            access,
-        )
     }
 }
 

@@ -7,9 +7,11 @@ use std::time::Duration;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use http::header;
 use protocol::feed::{FEED_PATH, FeedResponse};
+use protocol::http::BEARER_PREFIX;
 
-use crate::Edge;
+use crate::edge::Edge;
 use crate::error::EdgeError;
+use crate::state::CellState;
 
 /// First retry delay after a failed sync.
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -40,7 +42,7 @@ pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse
         query_escape(&edge.settings().instance_id),
         crate::drain::busy_param(&edge.in_flight().busy_in_handoff(edge.current().as_deref()))
     );
-    let bearer = format!("Bearer {}", edge.upstreams().feed_token.expose());
+    let bearer = format!("{BEARER_PREFIX}{}", edge.upstreams().feed_token.expose());
     let mut auth = http::HeaderValue::from_str(&bearer)
         .map_err(|_| EdgeError::Config("feed token is not a valid header value".into()))?;
     auth.set_sensitive(true);
@@ -86,7 +88,7 @@ pub async fn fetch_once(edge: &Edge) -> Result<(), EdgeError> {
     Ok(())
 }
 
-async fn persist(edge: &Edge, next: std::sync::Arc<crate::CellState>) {
+async fn persist(edge: &Edge, next: std::sync::Arc<CellState>) {
     let Some(dir) = edge.state_dir().cloned() else {
         return;
     };

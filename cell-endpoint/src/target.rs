@@ -87,7 +87,7 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
 /// This cell's public authority from its public URL (`https://Cell.Example:443/` →
 /// `cell.example`).
 pub fn authority_of(public_url: &str) -> String {
-    crate::browser::origin_of(public_url)
+    crate::origin::origin_of(public_url)
         .and_then(|o| o.split_once("://").map(|(_, a)| a.to_owned()))
         .unwrap_or_default()
 }
@@ -154,25 +154,25 @@ mod tests {
                 .body(Body::empty())
                 .unwrap()
         };
-        assert!(check(&req("https://127.0.0.4:8443/api/x", Version::HTTP_11), &me).is_ok());
-        assert!(check(&req("https://127.0.0.9:8443/api/x", Version::HTTP_11), &me).is_err());
-        assert!(
-            check(
-                &req("http://internal:8446/admin/v1/status", Version::HTTP_11),
-                &me
-            )
-            .is_err()
-        );
-        assert!(check(&req("/api/x", Version::HTTP_11), &me).is_ok());
-        // HTTP/2 always carries :authority; it is Host, not a target to route elsewhere.
-        assert!(check(&req("https://127.0.0.9:8443/api/x", Version::HTTP_2), &me).is_ok());
-        assert!(
-            check(
-                &req("https://127.0.0.4:8443/api/../x", Version::HTTP_2),
-                &me
-            )
-            .is_err()
-        );
+        for (uri, version, ok) in [
+            ("https://127.0.0.4:8443/api/x", Version::HTTP_11, true),
+            ("https://127.0.0.9:8443/api/x", Version::HTTP_11, false),
+            (
+                "http://internal:8446/admin/v1/status",
+                Version::HTTP_11,
+                false,
+            ),
+            ("/api/x", Version::HTTP_11, true),
+            // HTTP/2 always carries :authority; it is Host, not a target to route elsewhere.
+            ("https://127.0.0.9:8443/api/x", Version::HTTP_2, true),
+            ("https://127.0.0.4:8443/api/../x", Version::HTTP_2, false),
+        ] {
+            assert_eq!(
+                check(&req(uri, version), &me).is_ok(),
+                ok,
+                "{uri} {version:?}"
+            );
+        }
         assert_eq!(authority_of("https://Cell.Example:443/"), "cell.example");
     }
 }

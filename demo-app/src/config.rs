@@ -1,17 +1,13 @@
-//! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides (figment).
+//! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides
+//! (`runtime::config`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::Figment;
-use figment::providers::{Env, Format, Toml};
 use serde::Deserialize;
 
 use crate::error::{AppError, Result};
 use protocol::CellId;
-
-/// Environment prefix of configuration overrides.
-pub const ENV_PREFIX: &str = "CELLBIND_";
 
 /// The demo app's settings (see docs/INTERNALS.md).
 #[derive(Debug, Clone, Deserialize)]
@@ -33,12 +29,10 @@ pub struct Config {
 }
 
 impl Config {
+    /// Loads `path`, then the `CELLBIND_*` overrides, and [`Config::validate`]s the result.
     pub fn load(path: &Path) -> Result<Config> {
-        let cfg: Config = Figment::new()
-            .merge(Toml::file_exact(path))
-            .merge(Env::prefixed(ENV_PREFIX).ignore(&["exit_on_stdin_eof"]))
-            .extract()
-            .map_err(|e| AppError::Config(e.to_string()))?;
+        let cfg: Config =
+            runtime::config::load(path).map_err(|e| AppError::Config(e.to_string()))?;
         cfg.validate()?;
         Ok(cfg)
     }

@@ -21,6 +21,8 @@ pub enum AppError {
         #[source]
         source: std::io::Error,
     },
+    #[error("configuration: {0}")]
+    Secret(#[from] runtime::secret::SecretError),
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
     #[error("stored data is not valid: {0}")]
@@ -64,20 +66,12 @@ impl AppError {
             AppError::AdminToken => {
                 ErrorBody::new(ErrorCode::Forbidden, "a valid admin token is required")
             }
-            AppError::UnknownContractor => ErrorBody::new(
-                ErrorCode::CellStateStale,
-                "this app does not know the contractor (yet)",
-            )
-            .retry_after(STALE_RETRY_AFTER_S),
+            AppError::UnknownContractor => stale("this app does not know the contractor (yet)"),
             AppError::WrongCell => ErrorBody::new(
                 ErrorCode::WrongCell,
                 "the contractor is served elsewhere or at a newer generation",
             ),
-            AppError::Stale => ErrorBody::new(
-                ErrorCode::CellStateStale,
-                "this app's view of the contractor is behind the request",
-            )
-            .retry_after(STALE_RETRY_AFTER_S),
+            AppError::Stale => stale("this app's view of the contractor is behind the request"),
             AppError::Handoff => ErrorBody::new(
                 ErrorCode::HandoffInProgress,
                 "the contractor is being handed off; writes are paused",
@@ -85,12 +79,18 @@ impl AppError {
             .retry_after(HANDOFF_RETRY_AFTER_S),
             AppError::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such resource"),
             AppError::Config(_)
+            | AppError::Secret(_)
             | AppError::Io { .. }
             | AppError::Db(_)
             | AppError::Corrupt(_)
             | AppError::Internal(_) => ErrorBody::new(ErrorCode::Internal, "internal error"),
         }
     }
+}
+
+/// `503 CELL_STATE_STALE` with `Retry-After`: this app's view is behind the request.
+fn stale(message: &'static str) -> ErrorBody {
+    ErrorBody::new(ErrorCode::CellStateStale, message).retry_after(STALE_RETRY_AFTER_S)
 }
 
 impl IntoResponse for AppError {

@@ -6,8 +6,11 @@ use std::time::Duration;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 
+use crate::config::Config;
 use crate::error::{AppError, Result};
-use crate::{Config, internal_router, public_router, state_from_config};
+use crate::internal::internal_router;
+use crate::public::public_router;
+use crate::state::AppState;
 
 /// Grace period for in-flight requests at shutdown, in milliseconds.
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
@@ -49,7 +52,7 @@ async fn serve(
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
     config.validate()?;
-    let state = state_from_config(&config)?;
+    let state = AppState::from_config(&config)?;
     let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
         .await
         .map_err(|e| AppError::io("loading the TLS certificate and key", e))?;

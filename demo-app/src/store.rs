@@ -3,90 +3,20 @@
 
 use std::path::Path;
 
+use protocol::admin::app::{
+    Completion, ContractorState, EXPORT_SCHEMA, ExportDoc, JobRow, Lifecycle,
+};
 use protocol::{ContractorId, Generation};
-use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use crate::error::{AppError, Result};
 
-/// Schema version of `app.db` and of the export document.
+/// Schema version of `app.db` (the export document's is `protocol::admin::app::EXPORT_SCHEMA`).
 pub const SCHEMA_VERSION: u32 = 1;
 /// File name of the database in the data directory.
 pub const DB_FILE: &str = "app.db";
 /// How long a writer waits for SQLite's lock, in milliseconds.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
-
-/// Where a contractor stands in this app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Lifecycle {
-    /// Serving reads and writes at its generation.
-    Active,
-    /// Handoff: reads served, writes refused.
-    Frozen,
-    /// Data copied in by a migration, not yet activated here.
-    Imported,
-    /// Given up to another cell.
-    Released,
-}
-
-impl Lifecycle {
-    fn as_str(self) -> &'static str {
-        match self {
-            Lifecycle::Active => "active",
-            Lifecycle::Frozen => "frozen",
-            Lifecycle::Imported => "imported",
-            Lifecycle::Released => "released",
-        }
-    }
-    fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "active" => Lifecycle::Active,
-            "frozen" => Lifecycle::Frozen,
-            "imported" => Lifecycle::Imported,
-            "released" => Lifecycle::Released,
-            other => return Err(AppError::Corrupt(format!("unknown lifecycle {other:?}"))),
-        })
-    }
-}
-
-/// A contractor as this app knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContractorState {
-    pub generation: Generation,
-    pub state: Lifecycle,
-}
-
-/// One applied completion (a write), as listed and exported.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Completion {
-    pub job_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idempotency_key: Option<String>,
-    pub subject: String,
-    pub generation: Generation,
-    pub completed_at: u64,
-    /// The answer given when it was applied (replayed verbatim for the same key).
-    pub result: serde_json::Value,
-}
-
-/// A completed job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRow {
-    pub job_id: String,
-    pub completed_at: u64,
-}
-
-/// A contractor's data as moved by a migration (export → import).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExportDoc {
-    pub schema: u32,
-    pub contractor_id: ContractorId,
-    pub generation: Generation,
-    pub jobs: Vec<JobRow>,
-    pub completions: Vec<Completion>,
-}
 
 /// The outcome of a completion request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +50,40 @@ fn gen_of(v: i64) -> Result<Generation> {
 
 fn to_i64(v: u64) -> Result<i64> {
     i64::try_from(v).map_err(|_| AppError::BadRequest("number out of range".into()))
+}
+
+fn lifecycle_of(s: &str) -> Result<Lifecycle> {
+    Lifecycle::parse(s).ok_or_else(|| AppError::Corrupt(format!("unknown lifecycle {s:?}")))
+}
+
+/// Records a completed job (the first completion's time).
+fn insert_job(tx: &Transaction<'_>, c: &ContractorId, job_id: &str, at: i64) -> Result<()> {
+    tx.execute(
+        "INSERT INTO jobs (contractor, job_id, completed_at) VALUES (?1, ?2, ?3)",
+        params![c.as_str(), job_id, at],
+    )?;
+    Ok(())
+}
+
+/// Records an applied completion with the answer it was given.
+fn insert_completion(tx: &Transaction<'_>, c: &ContractorId, k: &Completion) -> Result<()> {
+    let text = serde_json::to_string(&k.result)
+        .map_err(|e| AppError::Internal(format!("encoding a result: {e}")))?;
+    tx.execute(
+        "INSERT INTO completions
+             (contractor, job_id, idempotency_key, subject, generation, completed_at, result)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            c.as_str(),
+            k.job_id,
+            k.idempotency_key,
+            k.subject,
+            to_i64(k.generation.0)?,
+            to_i64(k.completed_at)?,
+            text
+        ],
+    )?;
+    Ok(())
 }
 
 impl Store {
@@ -182,7 +146,7 @@ impl Store {
         row.map(|(g, s)| {
             Ok(ContractorState {
                 generation: gen_of(g)?,
-                state: Lifecycle::parse(&s)?,
+                state: lifecycle_of(&s)?,
             })
         })
         .transpose()
@@ -255,7 +219,7 @@ impl Store {
         let Some((held, state)) = state else {
             return Err(AppError::UnknownContractor);
         };
-        let (held, state) = (gen_of(held)?, Lifecycle::parse(&state)?);
+        let (held, state) = (gen_of(held)?, lifecycle_of(&state)?);
         if let Some(key) = req.idempotency_key {
             let prior: Option<String> = tx
                 .query_row(
@@ -291,29 +255,22 @@ impl Store {
             Some(at) => at,
             None => {
                 let at = to_i64(req.now)?;
-                tx.execute(
-                    "INSERT INTO jobs (contractor, job_id, completed_at) VALUES (?1, ?2, ?3)",
-                    params![req.contractor.as_str(), req.job_id, at],
-                )?;
+                insert_job(&tx, req.contractor, req.job_id, at)?;
                 at
             }
         };
         let result = result_of(u64::try_from(completed_at).unwrap_or(0));
-        let text = serde_json::to_string(&result)
-            .map_err(|e| AppError::Internal(format!("encoding a result: {e}")))?;
-        tx.execute(
-            "INSERT INTO completions
-                 (contractor, job_id, idempotency_key, subject, generation, completed_at, result)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                req.contractor.as_str(),
-                req.job_id,
-                req.idempotency_key,
-                req.subject,
-                to_i64(req.generation.0)?,
-                to_i64(req.now)?,
-                text
-            ],
+        insert_completion(
+            &tx,
+            req.contractor,
+            &Completion {
+                job_id: req.job_id.to_owned(),
+                idempotency_key: req.idempotency_key.map(str::to_owned),
+                subject: req.subject.to_owned(),
+                generation: req.generation,
+                completed_at: req.now,
+                result: result.clone(),
+            },
         )?;
         tx.commit()?;
         Ok(CompleteOutcome::Applied(result))
@@ -355,7 +312,7 @@ impl Store {
     pub fn export(&self, c: &ContractorId) -> Result<ExportDoc> {
         let st = self.contractor(c)?.ok_or(AppError::NotFound)?;
         Ok(ExportDoc {
-            schema: SCHEMA_VERSION,
+            schema: EXPORT_SCHEMA,
             contractor_id: c.clone(),
             generation: st.generation,
             jobs: self.completed_jobs(c)?,
@@ -366,9 +323,9 @@ impl Store {
     /// Takes in a contractor's data (state `imported`: not serving writes until activated).
     /// Refused while the contractor is active or frozen here.
     pub fn import(&mut self, doc: &ExportDoc) -> Result<()> {
-        if doc.schema != SCHEMA_VERSION {
+        if doc.schema != EXPORT_SCHEMA {
             return Err(AppError::BadRequest(format!(
-                "export schema {} is not {SCHEMA_VERSION}",
+                "export schema {} is not {EXPORT_SCHEMA}",
                 doc.schema
             )));
         }
@@ -387,28 +344,10 @@ impl Store {
             [c.as_str()],
         )?;
         for j in &doc.jobs {
-            tx.execute(
-                "INSERT INTO jobs (contractor, job_id, completed_at) VALUES (?1, ?2, ?3)",
-                params![c.as_str(), j.job_id, to_i64(j.completed_at)?],
-            )?;
+            insert_job(&tx, c, &j.job_id, to_i64(j.completed_at)?)?;
         }
         for k in &doc.completions {
-            let text = serde_json::to_string(&k.result)
-                .map_err(|e| AppError::BadRequest(format!("result: {e}")))?;
-            tx.execute(
-                "INSERT INTO completions
-                     (contractor, job_id, idempotency_key, subject, generation, completed_at, result)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    c.as_str(),
-                    k.job_id,
-                    k.idempotency_key,
-                    k.subject,
-                    to_i64(k.generation.0)?,
-                    to_i64(k.completed_at)?,
-                    text
-                ],
-            )?;
+            insert_completion(&tx, c, k)?;
         }
         tx.execute(
             "INSERT INTO contractors (id, generation, state) VALUES (?1, ?2, 'imported')

@@ -1,13 +1,13 @@
 //! The demo app's HTTP behaviour, driven through its router.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cellbind_demo_app::store::Store;
-use cellbind_demo_app::{AppState, RouteToday, Secret, internal_router, public_router};
+use cellbind_demo_app::{AppState, RouteToday, internal_router, public_router};
 use http_body_util::BodyExt as _;
 use protocol::CellId;
 use protocol::time::FakeClock;
+use runtime::Secret;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tower::ServiceExt as _;

@@ -1,6 +1,5 @@
 //! Real-socket tests: the binary's server code over TLS on its two listeners, trusting only a
 //! test CA; and the modes of the files it writes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;

@@ -3,17 +3,13 @@
 //! (`revocation_max_age_ms`, `revocation_fail_closed`) refuses writes or everything with
 //! `503 CELL_STATE_STALE` once the revocation view is older than the bound.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use axum::http::StatusCode;
-use cellbind_cell_endpoint::forward::Upstreams;
 use cellbind_cell_endpoint::revocation_freshness::FailClosed;
+use cellbind_cell_endpoint::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge};
-use common::*;
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::{CellId, Kid};

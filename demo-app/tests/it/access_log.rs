@@ -1,15 +1,16 @@
-//! The access log: one line per request on either listener. Alone in its binary, because a
-//! tracing subscriber installed for one test would race with the other tests' threads.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+//! The access log: one line per request on either listener. The subscriber is this test's
+//! thread's default only (the test runtime is single-threaded), so the other tests of the
+//! binary, on their own threads, neither see it nor write into it.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
 use cellbind_demo_app::store::Store;
-use cellbind_demo_app::{AppState, Secret, internal_router, public_router};
+use cellbind_demo_app::{AppState, internal_router, public_router};
 use protocol::CellId;
 use protocol::time::FakeClock;
+use runtime::Secret;
 use tower::ServiceExt as _;
 
 const EDGE: &str = "edge-key-for-tests";
@@ -44,7 +45,11 @@ async fn every_request_is_logged_with_its_listener_method_path_and_status_but_no
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    // With one live dispatcher, tracing takes a callsite's interest from whichever thread
+    // reaches it first: another test's thread, with no subscriber, would turn the access log
+    // off for this one too. A second live dispatcher makes it ask every subscriber.
+    let _ask_every_subscriber = tracing::Dispatch::new(tracing_subscriber::registry());
+    let _only_here = tracing::subscriber::set_default(subscriber);
     let state = AppState::new(
         CellId::new("cell-02").unwrap(),
         Store::open_in_memory().unwrap(),

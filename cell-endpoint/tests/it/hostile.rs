@@ -1,18 +1,15 @@
 //! What a hostile client can reach through the edge (ATTACKS A23–A27, A29), in process with a
 //! recording auth-service and app, then over real sockets for the connection-level rules.
 //! Each table row is one probe; every refused probe must reach neither upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
-
-mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
-use common::*;
 use protocol::ClientKind;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -393,8 +390,6 @@ fn tokio_stream_from(
 
 // ---- Real sockets: the connection gate (per-address cap, PROXY v2) and slow requests. ----
 
-mod support;
-
 struct Served {
     url: String,
     addr: SocketAddr,
@@ -404,7 +399,7 @@ struct Served {
 
 async fn serve(edge: cellbind_cell_endpoint::Edge) -> Served {
     let dir = tempfile::tempdir().unwrap();
-    let pki = support::make_pki(dir.path(), "hostile");
+    let pki = crate::support::make_pki(dir.path(), "hostile");
     let tls = cellbind_cell_endpoint::tls::load(&pki.cert, &pki.key)
         .await
         .unwrap();

@@ -1,12 +1,8 @@
 //! ATTACKS.md table against the whole edge service, in-process: every forged, malformed or
 //! foreign token is a 401 with the right code, never a panic, never a forward to the app.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-
+use crate::common::*;
 use axum::http::StatusCode;
-use common::*;
 use protocol::token::{SESSION_TYP, TICKET_TYP};
 
 fn valid_payload() -> serde_json::Value {

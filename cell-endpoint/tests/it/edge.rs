@@ -1,23 +1,19 @@
 //! Behaviour of the edge service driven in-process with `oneshot`: forwarding, ownership and
 //! generation decisions, revocation, readiness, the write lease, rate limits, the feed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::*;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Query};
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, get as get_route};
-use cellbind_cell_endpoint::forward::Upstreams;
+use cellbind_cell_endpoint::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge, state};
-use common::*;
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::{Revocation, RevocationKind};
@@ -406,7 +402,7 @@ async fn sign_in_is_forwarded_with_the_edges_client_address_and_no_credentials()
     assert!(h.get("authorization").is_none());
     assert_eq!(
         h["x-cellbind-edge-key"],
-        cellbind_cell_endpoint::forward::LOCAL_EDGE_TOKEN
+        cellbind_cell_endpoint::upstream::LOCAL_EDGE_TOKEN
     );
     assert_eq!(h["x-forwarded-for"], "192.0.2.7");
 }

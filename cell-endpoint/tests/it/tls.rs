@@ -1,17 +1,12 @@
 //! The edge over a real TLS socket: HTTP/1.1 and HTTP/2, header limits, certificate reload
 //! without dropping open connections, graceful shutdown.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-mod support;
-
 use std::time::Duration;
 
+use crate::common::*;
+use crate::support::*;
 use axum::http::{StatusCode, Version};
 use cellbind_cell_endpoint::tls;
-use common::*;
-use support::*;
 
 fn https(ca: &std::path::Path, h1: bool) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -5,19 +5,15 @@
 //! The workspace binaries must be built before the tests (`cargo build --workspace --bins`,
 //! as CI does); the test fails with that message if the auth-service binary is missing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod support;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
-use support::*;
 
 const CELL: &str = "cell-03";
 const CTR: &str = "c-40711";

@@ -1,20 +1,17 @@
 //! The edge's part of the migration drain: a write in flight when the handoff arrives is
 //! reported busy on the next feed request, a write after the handoff is refused, and once the
 //! write finishes the report clears (and the sync loop is woken to send it).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::*;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::any;
 use cellbind_cell_endpoint::Edge;
-use cellbind_cell_endpoint::forward::Upstreams;
-use common::*;
+use cellbind_cell_endpoint::upstream::Upstreams;
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse};
 use protocol::ownership::OwnershipRecord;
 use protocol::{ContractorId, Generation};

@@ -1,14 +1,10 @@
 //! The binary as a process: it serves `/healthz` over TLS with no auth-service reachable, and
 //! with `CELLBIND_EXIT_ON_STDIN_EOF=1` it exits as soon as its stdin reaches EOF.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod support;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_exits_when_its_stdin_closes() {

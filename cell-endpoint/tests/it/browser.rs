@@ -1,16 +1,13 @@
 //! Browser rules of the edge, in process: CORS for the fleet's origins only (never on session
 //! answers), the CSRF proof on cookie-session writes, the CSRF cookie beside the session cookie,
 //! and the desk's assets and cross-cell sign-in form.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod common;
-
+use crate::common::*;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use axum::response::IntoResponse as _;
 use axum::routing::any;
-use common::*;
 use protocol::ClientKind;
 
 const EVIL: &str = "https://evil.example";

@@ -1,0 +1,258 @@
+//! [`Edge`]: everything the request path shares (settings, the held cell state, clock,
+//! metrics, token cache, rate limiters, the key-refetch gate, upstreams, the connection gate,
+//! in-flight writes), and the state transitions every part relies on: installing a view,
+//! applying a feed answer, the write lease and the revocation view's age. The request-path
+//! modules (browser rules, validation, forwarding, the desk, the feed sync) build on it; it
+//! builds on none of them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use protocol::feed::{FeedBody, FeedResponse};
+use protocol::ownership::Access;
+use protocol::time::SharedClock;
+use runtime::refetch::RefetchGate;
+
+use crate::config::Settings;
+use crate::conn::ConnectionGate;
+use crate::drain::InFlight;
+use crate::error::EdgeError;
+use crate::limits::Limits;
+use crate::metrics::Metrics;
+use crate::state::CellState;
+use crate::token_cache::TokenCache;
+use crate::upstream::Upstreams;
+use crate::{revocation_compaction, revocation_freshness, target};
+
+/// Everything the request path shares. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Edge(Arc<Inner>);
+
+/// What an [`Edge`] shares (reached through `Deref`; the fields are private to this module).
+#[derive(Debug)]
+pub struct Inner {
+    settings: Settings,
+    state: ArcSwapOption<CellState>,
+    apply_lock: Mutex<()>,
+    last_sync: Mutex<Option<Instant>>,
+    clock: SharedClock,
+    metrics: Metrics,
+    cache: TokenCache,
+    limits: Limits,
+    refetch: RefetchGate,
+    upstreams: Upstreams,
+    /// This cell's public authority (`host[:port]`), for absolute-form targets.
+    public_authority: String,
+    /// Admission of connections (PROXY v2, the per-address cap).
+    gate: Arc<ConnectionGate>,
+    state_dir: Option<PathBuf>,
+    in_flight: Arc<InFlight>,
+}
+
+impl std::ops::Deref for Edge {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Edge {
+    /// An edge with no state yet (every validated request answers `503 NOT_READY`).
+    pub fn new(settings: Settings, clock: SharedClock, upstreams: Upstreams) -> Self {
+        let limits = Limits::new(&settings);
+        let refetch = RefetchGate::new(settings.kid_refetch_cooldown);
+        let public_authority = target::authority_of(&settings.public_url);
+        let metrics = Metrics::new();
+        let gate = Arc::new(ConnectionGate::new(
+            &settings,
+            metrics.connections_refused(),
+        ));
+        Edge(Arc::new(Inner {
+            public_authority,
+            gate,
+            settings,
+            state: ArcSwapOption::empty(),
+            apply_lock: Mutex::new(()),
+            last_sync: Mutex::new(None),
+            clock,
+            metrics,
+            cache: TokenCache::new(),
+            limits,
+            refetch,
+            upstreams,
+            state_dir: None,
+            in_flight: Arc::default(),
+        }))
+    }
+
+    /// Persist applied state under `dir` (the binary sets this; in-process tests may not).
+    pub fn with_state_dir(self, dir: PathBuf) -> Self {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.state_dir = Some(dir);
+                Edge(Arc::new(inner))
+            }
+            Err(shared) => Edge(shared),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
+    /// The admission of this edge's connections (give it to [`tls::serve`]).
+    pub fn connection_gate(&self) -> Arc<ConnectionGate> {
+        self.gate.clone()
+    }
+
+    /// Writes in flight per contractor (the migration drain).
+    pub fn in_flight(&self) -> &Arc<InFlight> {
+        &self.in_flight
+    }
+
+    /// The verified-token cache.
+    pub fn token_cache(&self) -> &TokenCache {
+        &self.cache
+    }
+
+    /// The per-IP and per-subject rate limiters.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The unknown-kid key refetch gate.
+    pub fn key_refetch(&self) -> &RefetchGate {
+        &self.refetch
+    }
+
+    /// This cell's public authority (`host[:port]`), for absolute-form targets.
+    pub fn public_authority(&self) -> &str {
+        &self.public_authority
+    }
+
+    pub fn state_dir(&self) -> Option<&PathBuf> {
+        self.state_dir.as_ref()
+    }
+
+    /// The view requests are decided from, if any.
+    pub fn current(&self) -> Option<Arc<CellState>> {
+        self.state.load_full()
+    }
+
+    /// Installs a whole view (start-up from disk, tests).
+    pub fn install(&self, state: CellState) {
+        let _g = self.apply_lock.lock();
+        self.state.store(Some(Arc::new(state)));
+    }
+
+    /// Records a successful feed sync now (renews the write lease).
+    pub fn mark_synced(&self) {
+        if let Ok(mut g) = self.last_sync.lock() {
+            *g = Some(Instant::now());
+        }
+        self.metrics.feed_synced();
+    }
+
+    /// Whether writes may be served: the lease is off, or the last sync is within it.
+    pub fn lease_current(&self) -> bool {
+        let lease = self.settings.write_lease;
+        if lease.is_zero() {
+            return true;
+        }
+        match self.last_sync.lock() {
+            Ok(g) => g.is_some_and(|t| t.elapsed() <= lease),
+            Err(_) => false,
+        }
+    }
+
+    /// Applies a feed answer fetched with `since`. Returns the new view when it changed
+    /// anything worth persisting, `None` when the answer was stale (a concurrent fetch got
+    /// there first) or empty. A refused answer keeps the last-known-good view.
+    pub fn apply_feed(
+        &self,
+        since: u64,
+        resp: FeedResponse,
+    ) -> Result<Option<Arc<CellState>>, EdgeError> {
+        let _g = self
+            .apply_lock
+            .lock()
+            .map_err(|_| EdgeError::Feed("state lock poisoned".into()))?;
+        let held = self.state.load_full();
+        let held_seq = held.as_ref().map_or(0, |h| h.seq);
+        let is_delta = matches!(resp.body, FeedBody::Delta { .. });
+        if is_delta && held_seq != since {
+            return Ok(None);
+        }
+        let changed = !matches!(&resp.body, FeedBody::Delta { entries } if entries.is_empty());
+        let next = match CellState::apply(held.as_deref(), &self.settings.cell_id, resp) {
+            Ok(mut n) => {
+                // Revocations that can match nothing this instance accepts are dropped here:
+                // the feed never removes them.
+                revocation_compaction::compact(
+                    &mut n,
+                    self.settings.session_lifetime_s,
+                    self.clock.now(),
+                );
+                Arc::new(n)
+            }
+            Err(e) => {
+                self.metrics.feed_rejected();
+                return Err(e);
+            }
+        };
+        self.state.store(Some(next.clone()));
+        self.metrics
+            .set_feed_lag(next.head.saturating_sub(next.seq) as i64);
+        drop(_g);
+        self.mark_synced();
+        Ok(changed.then_some(next))
+    }
+
+    /// Brings the state-age and feed-lag gauges up to date (before the metrics are read).
+    pub fn refresh_gauges(&self) {
+        let now = self.clock.now() as i64;
+        match self.current() {
+            Some(s) => {
+                let age = now - s.confirmed_at as i64;
+                let map_age = if s.map().is_some() { age } else { -1 };
+                self.metrics.set_state_ages(age, age, map_age);
+                self.metrics
+                    .set_feed_lag(s.head.saturating_sub(s.seq) as i64);
+            }
+            None => self.metrics.set_state_ages(-1, -1, -1),
+        }
+    }
+
+    /// Time since the last successful feed sync, if there was one.
+    pub fn revocation_view_age(&self) -> Option<Duration> {
+        self.last_sync
+            .lock()
+            .ok()
+            .and_then(|g| g.map(|t| t.elapsed()))
+    }
+
+    /// Refuses a request when the revocation view is too old for it (`revocation_freshness`).
+    pub fn check_revocation_freshness(&self, access: Access) -> Result<(), EdgeError> {
+        let s = self.settings();
+        revocation_freshness::decide(
+            self.revocation_view_age(),
+            s.revocation_max_age,
+            s.revocation_fail_closed,
+            access,
+        )
+    }
+}

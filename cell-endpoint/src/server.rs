@@ -1,0 +1,78 @@
+//! The edge binary's life ([`run`]): load the disk copy, start the feed sync, the limiter
+//! housekeeping, the certificate watcher and the HTTPS server; stop when told, after draining.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::edge::Edge;
+use crate::error::EdgeError;
+use crate::limits::LIMITER_HOUSEKEEPING_S;
+use crate::service::app;
+use crate::upstream::Upstreams;
+use crate::{state, sync, tls};
+
+/// Runs the edge binary: loads the disk copy, starts the feed sync, the certificate watcher
+/// and the HTTPS server; returns after `shutdown` resolves and connections drained.
+pub async fn run(
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), EdgeError> {
+    runtime::install_crypto_provider();
+    tracing::info!(
+        cell = %config.cell_id,
+        instance = %config.instance_id,
+        write_lease_ms = config.write_lease_ms,
+        feed_wait_ms = config.feed_wait_ms,
+        rate_per_ip_per_s = config.rate_per_ip_per_s,
+        rate_per_subject_per_s = config.rate_per_subject_per_s,
+        "cell-endpoint starting"
+    );
+    let upstreams = Upstreams::from_config(&config)?;
+    let edge = Edge::new(
+        config.settings()?,
+        protocol::time::system_clock(),
+        upstreams,
+    )
+    .with_state_dir(config.state_dir.clone());
+    match state::load(&config.state_dir, &config.cell_id) {
+        Ok(Some(s)) => {
+            tracing::info!(
+                seq = s.seq,
+                "serving from the persisted state until the feed answers"
+            );
+            edge.install(s);
+        }
+        Ok(None) => tracing::info!("no persisted state; not ready until the feed answers"),
+        Err(e) => tracing::warn!(error = %e, "persisted state refused; waiting for the feed"),
+    }
+    let sync_task = tokio::spawn(sync::run(edge.clone(), config.feed_wait_ms));
+    let limits_task = tokio::spawn(limiter_housekeeping(edge.clone()));
+    let tls = tls::load(&config.tls_cert, &config.tls_key).await?;
+    let watch_task = tokio::spawn(tls::watch(
+        tls.clone(),
+        config.tls_cert.clone(),
+        config.tls_key.clone(),
+        Duration::from_millis(config.cert_watch_ms),
+    ));
+    let handle = axum_server::Handle::new();
+    let h = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        h.graceful_shutdown(Some(tls::GRACEFUL_SHUTDOWN));
+    });
+    let gate = edge.connection_gate();
+    let result = tls::serve(config.listen, tls, handle, gate, app(edge)).await;
+    sync_task.abort();
+    limits_task.abort();
+    watch_task.abort();
+    result
+}
+
+/// Drops idle rate-limiter entries every [`LIMITER_HOUSEKEEPING_S`] so memory stays bounded.
+async fn limiter_housekeeping(edge: Edge) {
+    let mut tick = tokio::time::interval(Duration::from_secs(LIMITER_HOUSEKEEPING_S));
+    loop {
+        tick.tick().await;
+        edge.limits().retain_recent();
+    }
+}

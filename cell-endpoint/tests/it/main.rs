@@ -1,0 +1,29 @@
+//! The cell-endpoint's integration tests, one binary (link time): each module was a test
+//! binary of its own. `common` builds in-process edges (keys, sessions, state, fake
+//! upstreams); `support` builds certificates, configs and real processes.
+//!
+//! - `attacks`: the ATTACKS.md table and the Wycheproof JWS vectors, in process.
+//! - `edge`: forwarding, ownership and generation decisions, revocation, readiness, the write
+//!   lease, rate limits, the feed, persistence, rotation and the unknown-kid flood.
+//! - `browser`: CORS, the CSRF proof and cookie, the desk.
+//! - `hostile`: ATTACKS A23–A27 and A29 in process and over real sockets.
+//! - `drain`: the edge's part of the migration drain.
+//! - `revocation_freshness`: the fail-closed revocation bound.
+//! - `tls`: a real TLS socket (h1, h2, certificate reload, graceful shutdown).
+//! - `process`, `static_stability`: the binaries as processes (build them first:
+//!   `cargo build --workspace --bins`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod common;
+mod support;
+
+mod attacks;
+mod browser;
+mod drain;
+mod edge;
+mod hostile;
+mod process;
+mod revocation_freshness;
+mod static_stability;
+mod tls;

@@ -1,0 +1,93 @@
+//! What both listeners' handlers share: the two callers (the edge, vouching for a session's
+//! identity with the edge key; an operator tool holding the admin token), body and path
+//! parsing, `/healthz` and the `404` fallback.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use protocol::http::{BEARER_PREFIX, X_CONTRACTOR, X_EDGE_KEY, X_GENERATION, X_SUBJECT};
+use protocol::{ContractorId, Generation};
+use serde::Deserialize;
+
+use crate::error::{AppError, Result};
+use crate::state::AppState;
+
+/// The caller of `/api/*` as the edge vouched for it.
+#[derive(Debug, Clone)]
+pub struct EdgeCaller {
+    pub contractor: ContractorId,
+    pub subject: String,
+    pub generation: Generation,
+}
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Result<&'a str> {
+    h.get(name)
+        .ok_or_else(|| AppError::BadRequest(format!("missing {name}")))?
+        .to_str()
+        .map_err(|_| AppError::BadRequest(format!("{name} is not text")))
+}
+
+impl FromRequestParts<AppState> for EdgeCaller {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let h = &parts.headers;
+        let key = h.get(X_EDGE_KEY).ok_or(AppError::EdgeKey)?;
+        if !state.edge_key().matches(key.as_bytes()) {
+            return Err(AppError::EdgeKey);
+        }
+        let contractor = parse_contractor(header_str(h, X_CONTRACTOR)?)?;
+        let subject = header_str(h, X_SUBJECT)?.to_owned();
+        let generation = header_str(h, X_GENERATION)?
+            .parse::<Generation>()
+            .map_err(|e| AppError::BadRequest(e.to_string()))?;
+        Ok(EdgeCaller {
+            contractor,
+            subject,
+            generation,
+        })
+    }
+}
+
+/// A caller of `/internal/*` holding the admin token.
+#[derive(Debug, Clone, Copy)]
+pub struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(BEARER_PREFIX.as_bytes()))
+            .ok_or(AppError::AdminToken)?;
+        if state.admin_token().matches(presented) {
+            Ok(Admin)
+        } else {
+            Err(AppError::AdminToken)
+        }
+    }
+}
+
+/// A JSON body (a malformed one is `400 INVALID_REQUEST`).
+pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("body: {e}")))
+}
+
+/// A contractor id from a path or header.
+pub(crate) fn parse_contractor(s: &str) -> Result<ContractorId> {
+    ContractorId::new(s).map_err(|e| AppError::BadRequest(e.to_string()))
+}
+
+/// `GET /healthz` on both listeners.
+pub(crate) async fn healthz(State(st): State<AppState>) -> Response {
+    axum::Json(serde_json::json!({ "status": "ok", "cell_id": st.cell_id })).into_response()
+}
+
+/// Every other path on both listeners.
+pub(crate) async fn not_found() -> AppError {
+    AppError::NotFound
+}
