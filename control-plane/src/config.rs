@@ -3,15 +3,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::Figment;
-use figment::providers::{Env, Format, Toml};
 use protocol::CellId;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CpError, Result};
 
-/// Environment prefix of configuration overrides.
-pub const ENV_PREFIX: &str = "CELLBIND_";
 /// Default number of buckets of the placement map.
 pub const DEFAULT_BUCKET_COUNT: usize = 1024;
 /// Default interval between two publications of the map, in milliseconds.
@@ -56,16 +52,16 @@ fn default_publish_interval_ms() -> u64 {
 }
 
 impl Config {
+    /// Reads `path`, then `CELLBIND_<FIELD>` overrides ([`runtime::config::load`]), and
+    /// validates the result.
     pub fn load(path: &Path) -> Result<Config> {
-        let cfg: Config = Figment::new()
-            .merge(Toml::file_exact(path))
-            .merge(Env::prefixed(ENV_PREFIX).ignore(&["exit_on_stdin_eof"]))
-            .extract()
-            .map_err(|e| CpError::Config(e.to_string()))?;
+        let cfg: Config = runtime::config::load(path).map_err(|e| CpError::Config(e.0))?;
         cfg.validate()?;
         Ok(cfg)
     }
 
+    /// Refuses a configuration without cells, with a bucket count out of range or a zero
+    /// publication interval.
     pub fn validate(&self) -> Result<()> {
         if self.cells.is_empty() {
             return Err(CpError::Config("at least one cell is required".into()));

@@ -1,12 +1,10 @@
 //! The crate's one error type and the one function that turns it into an HTTP answer.
 
-use std::path::PathBuf;
-
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::{ErrorBody, ErrorCode};
 
-/// Everything that can go wrong in the control plane and `cellctl`.
+/// Everything that can go wrong in the control plane.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CpError {
@@ -20,22 +18,14 @@ pub enum CpError {
     },
     #[error("address {0} is already in use")]
     AddrInUse(std::net::SocketAddr),
-    #[error("another `cellctl dev` is already running in {}", .0.display())]
-    AlreadyRunning(PathBuf),
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
     #[error("placement map: {0}")]
     Map(#[from] protocol::map::MapError),
     #[error("key: {0}")]
     Key(String),
-    #[error("certificates: {0}")]
-    Cert(#[from] rcgen::Error),
-    #[error("HTTP: {0}")]
-    Http(String),
-    #[error("{0}")]
-    Fleet(String),
-    #[error("{0}")]
-    Client(String),
+    #[error(transparent)]
+    Secret(#[from] runtime::secret::SecretError),
     #[error("bad request: {0}")]
     BadRequest(String),
     #[error("a valid admin token is required")]
@@ -77,12 +67,6 @@ impl IntoResponse for CpError {
         let status =
             StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (status, axum::Json(body)).into_response()
-    }
-}
-
-impl From<reqwest::Error> for CpError {
-    fn from(e: reqwest::Error) -> Self {
-        CpError::Http(e.to_string())
     }
 }
 

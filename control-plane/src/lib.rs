@@ -1,21 +1,19 @@
-//! Cellbind control plane: the placement authority.
+//! Cellbind control plane: the placement authority (never on the serving path).
 //!
 //! - [`store`]: placements (contractor → cell, generation) in SQLite.
 //! - [`publish`]: the signed placement map, published to a directory and over HTTPS, every
 //!   `publish_interval_ms` and on every change.
-//! - [`server`]: the control plane's HTTPS service (`router()` for tests, `run()` for the binary).
-//! - [`dev`]: `cellctl dev`, a real local fleet, used by the end-to-end tests too.
-//! - [`cli`]: the `cellctl` command line.
-//! - [`revoke`]: `cellctl revoke …`, the per-cell revocation fan-out.
+//! - [`server`]: the control plane's HTTPS service (`router()` for tests, `run()` for the binary);
+//!   its admin API's types are `protocol::admin::placement`.
+//! - [`map_key`]: the map signing key file.
+//! - [`config`], [`error`]: the configuration file and the crate's one error type.
+//!
+//! The operator's CLI is the `cellctl` crate and the local dev fleet the `devfleet` crate.
 
-pub mod cli;
 pub mod config;
-pub mod dev;
 pub mod error;
-pub mod migrate;
+pub mod map_key;
 pub mod publish;
-pub mod revoke;
-pub mod secrets;
 pub mod server;
 pub mod store;
 

@@ -1,3 +1,5 @@
+//! `cellbind-control-plane --config PATH.toml`: the placement store and signed map publication.
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,15 +17,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Plain text unless a person is watching: log files are read by tools and tests.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    runtime::logging::init("info");
     let result = match control_plane::config::Config::load(&args.config) {
         Ok(cfg) => control_plane::server::run(cfg).await,
         Err(e) => Err(e),

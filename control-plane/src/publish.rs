@@ -12,12 +12,13 @@ use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, bucket_of};
 use protocol::time::SharedClock;
 use protocol::token::SigningKey;
 
+use runtime::secret::write_atomic;
+
 use crate::error::{CpError, Result};
-use crate::secrets::write_atomic;
+use crate::store::Store;
 
 /// Mode of the published map file (public content).
 pub const MAP_FILE_MODE: u32 = 0o644;
-use crate::store::Store;
 
 /// File name of the published map in the publish directory.
 pub const MAP_FILE: &str = "placement-map.json";

@@ -14,18 +14,22 @@ use axum::routing::{get, post};
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 use protocol::ContractorId;
+use protocol::admin::placement::{
+    MAP_PUBLIC_KEY_PATH, MapPublicKey, PLACEMENT_MAP_PATH, PLACEMENT_ROUTE, PUBLISH_PATH,
+    PlacementAnswer, Published,
+};
 use protocol::map::CellEntry;
-use serde::{Deserialize, Serialize};
+use runtime::Secret;
 
 use crate::config::Config;
 use crate::error::{CpError, Result};
+use crate::map_key::{load_or_create_map_key, public_key_b64};
 use crate::publish::Publisher;
-use crate::secrets::{Secret, load_or_create_map_key, public_key_b64};
 use crate::store::{Placement, Store};
 
 /// Grace period for in-flight requests at shutdown, in milliseconds.
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
-pub use runtime::{EXIT_ON_STDIN_EOF_ENV, install_crypto_provider, shutdown_signal};
+use runtime::{install_crypto_provider, shutdown_signal};
 /// `Cache-Control` max-age of the published map, in seconds.
 pub const MAP_MAX_AGE_S: u64 = 30;
 
@@ -100,13 +104,10 @@ async fn placement_map(State(st): State<CpState>) -> Result<Response> {
 }
 
 async fn map_public_key(State(st): State<CpState>) -> Response {
-    let key = base64_of(st.publisher.public_key().as_bytes());
-    axum::Json(serde_json::json!({ "public_key": key })).into_response()
-}
-
-fn base64_of(b: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    axum::Json(MapPublicKey {
+        public_key: public_key_b64_of(&st.publisher),
+    })
+    .into_response()
 }
 
 fn parse_contractor(s: &str) -> Result<ContractorId> {
@@ -124,16 +125,6 @@ async fn get_placement(
         .await?
         .ok_or(CpError::NotFound)?;
     Ok(axum::Json(p).into_response())
-}
-
-/// Answer of a placement change.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PlacementAnswer {
-    pub contractor_id: ContractorId,
-    #[serde(flatten)]
-    pub placement: Placement,
-    pub changed: bool,
-    pub map_version: u64,
 }
 
 async fn put_placement(
@@ -162,7 +153,10 @@ async fn put_placement(
 
 async fn publish_now(State(st): State<CpState>, _: Admin) -> Result<Response> {
     let map = st.publisher.publish().await?;
-    Ok(axum::Json(serde_json::json!({ "version": map.map.version })).into_response())
+    Ok(axum::Json(Published {
+        version: map.map.version,
+    })
+    .into_response())
 }
 
 async fn healthz() -> Response {
@@ -177,13 +171,10 @@ async fn not_found() -> CpError {
 pub fn router(state: CpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/v1/placement-map", get(placement_map))
-        .route("/v1/map-public-key", get(map_public_key))
-        .route(
-            "/admin/v1/placements/{ctr}",
-            get(get_placement).put(put_placement),
-        )
-        .route("/admin/v1/publish", post(publish_now))
+        .route(PLACEMENT_MAP_PATH, get(placement_map))
+        .route(MAP_PUBLIC_KEY_PATH, get(map_public_key))
+        .route(PLACEMENT_ROUTE, get(get_placement).put(put_placement))
+        .route(PUBLISH_PATH, post(publish_now))
         .fallback(not_found)
         .with_state(state)
 }
@@ -221,7 +212,8 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
 }
 
 fn public_key_b64_of(p: &Publisher) -> String {
-    base64_of(p.public_key().as_bytes())
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(p.public_key().as_bytes())
 }
 
 /// Binds `addr`, naming it in the error when that fails.

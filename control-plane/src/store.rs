@@ -6,7 +6,6 @@ use std::path::Path;
 use protocol::map::SignedMap;
 use protocol::{CellId, ContractorId, Generation};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{CpError, Result};
 
@@ -17,12 +16,7 @@ pub const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// File name of the store in the data directory.
 pub const DB_FILE: &str = "placements.db";
 
-/// Where a contractor is placed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Placement {
-    pub cell: CellId,
-    pub generation: Generation,
-}
+pub use protocol::admin::placement::Placement;
 
 /// The store. One connection; callers serialize access.
 #[derive(Debug)]

@@ -18,7 +18,6 @@
 //! # let _ = route; Ok(()) }
 //! ```
 
-pub mod cli;
 mod client;
 mod error;
 pub mod session;

@@ -1,4 +1,4 @@
-//! The SDK against a real dev fleet (`control_plane::dev::Fleet`: five cells, each an
+//! The SDK against a real dev fleet (`devfleet::Fleet`: five cells, each an
 //! auth-service, an edge and a demo app as OS processes, over TLS from a local CA).
 //!
 //! Needs the fleet's binaries next to this test's target directory (`cargo build --workspace`
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cellbind_sdk::{Client, Error, FileStore, MemoryStore, SessionStore};
-use control_plane::dev::{DemoUser, Fleet, FleetFile, FleetOptions};
+use devfleet::{DemoUser, Fleet, FleetFile, FleetOptions};
 use http::Method;
 use protocol::jwks::PublicKey;
 use protocol::map::{MapError, SignedMap};
@@ -107,7 +107,7 @@ impl Ctx {
     /// An admin call to a cell's auth-service, with that cell's own admin token.
     async fn admin(
         &self,
-        cell: &control_plane::dev::FleetCell,
+        cell: &devfleet::FleetCell,
         method: Method,
         path: &str,
         body: Option<serde_json::Value>,
@@ -207,7 +207,6 @@ async fn sdk_against_a_real_fleet() {
     renewal_in_the_window_gets_a_new_session(&ctx).await;
     a_revoked_session_is_typed_and_clears_the_store(&ctx).await;
     let (restorable, expected) = signed_in_file_store(&ctx).await;
-    the_command_line_client(&ctx, &fleet.fleet_file_path()).await;
 
     fleet.stop().await;
     restore_with_the_network_off(&ctx, &restorable, &expected).await;
@@ -444,27 +443,4 @@ async fn restore_with_the_network_off(
         Some(expected),
         "a network error keeps the session"
     );
-}
-
-async fn the_command_line_client(ctx: &Ctx, fleet_json: &Path) {
-    use cellbind_sdk::cli;
-    let t = ctx.tech_on(&ctx.cell_ids()[0], 5);
-    let cfg = cli::CliConfig::from_fleet(fleet_json).await.unwrap();
-    let e = cli::sign_in(&cfg, t.contractor_id.as_str(), &t.login, "wrong-password")
-        .await
-        .unwrap_err();
-    assert!(matches!(e, Error::InvalidCredentials), "{e:?}");
-    let out = cli::sign_in(&cfg, t.contractor_id.as_str(), &t.login, &t.password)
-        .await
-        .unwrap();
-    assert_eq!(out.json["cell_id"], t.cell_id.as_str());
-    // a later invocation reads the session file
-    let cfg = cli::CliConfig::from_fleet(fleet_json).await.unwrap();
-    let out = cli::get(&cfg, ROUTES).await.unwrap();
-    assert!(out.success);
-    assert_eq!(out.json["body"]["contractor_id"], t.contractor_id.as_str());
-    let out = cli::post(&cfg, "/api/jobs/j-cli-1/complete", Some("{}"))
-        .await
-        .unwrap();
-    assert!(out.success, "{}", out.human);
 }

@@ -8,14 +8,14 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use crate::error::{CpError, Result};
-use crate::secrets::{write_atomic, write_private};
+use crate::error::{FleetError, Result};
+use runtime::secret::{write_atomic, write_private};
 
 /// Mode of certificate files (public).
 pub const CERT_FILE_MODE: u32 = 0o644;
-/// Timeout of one request made by `cellctl`, in milliseconds.
+/// Timeout of one request made by a client of [`client_trusting`], in milliseconds.
 pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
-/// Connect timeout of `cellctl`'s requests, in milliseconds.
+/// Connect timeout of a client of [`client_trusting`], in milliseconds.
 pub const CLIENT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 
 /// A CA that can issue leaf certificates.
@@ -81,16 +81,17 @@ impl LocalCa {
     ) -> Result<()> {
         let (cert, key) = self.issue(name, ips)?;
         write_atomic(cert_path, cert.as_bytes(), CERT_FILE_MODE)?;
-        write_private(key_path, key.as_bytes())
+        Ok(write_private(key_path, key.as_bytes())?)
     }
 }
 
-/// An HTTPS client that trusts only the CA certificates in `ca_pem`.
+/// An HTTPS client that trusts only the CA certificates in `ca_pem`: the one client builder of
+/// the dev fleet and of `cellctl` (whose admin client adds its retry policy on top).
 pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
-    crate::server::install_crypto_provider();
+    runtime::install_crypto_provider();
     let certs = reqwest::Certificate::from_pem_bundle(ca_pem)?;
     if certs.is_empty() {
-        return Err(CpError::Config(
+        return Err(FleetError::Config(
             "the CA file holds no certificate".to_string(),
         ));
     }
@@ -103,7 +104,7 @@ pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
 
 /// An HTTPS client that trusts only the CA certificate file at `path`.
 pub fn client_trusting_file(path: &Path) -> Result<reqwest::Client> {
-    let pem =
-        std::fs::read(path).map_err(|e| CpError::io(format!("reading {}", path.display()), e))?;
+    let pem = std::fs::read(path)
+        .map_err(|e| FleetError::io(format!("reading {}", path.display()), e))?;
     client_trusting(&pem)
 }

@@ -21,9 +21,9 @@
 //! auth-service's internal listener (`cells[].auth_service.url`); the control plane is asked
 //! with its own token (the top-level `admin_token`).
 //!
-//! Each cell is asked with bounded retries (transport errors, 5xx and 429 only). The
-//! auth-service answers a repeated request with the revocation already in force, so a retry
-//! after a lost answer records nothing twice.
+//! Each cell is asked through the admin client with its retry policy (transport errors, 5xx and
+//! 429 only; see [`crate::admin`]). The auth-service answers a repeated request with the
+//! revocation already in force, so a retry after a lost answer records nothing twice.
 //!
 //! Per cell:
 //!
@@ -38,27 +38,19 @@
 use std::path::Path;
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable as _};
 use clap::Subcommand;
+use devfleet::{FleetCell, FleetFile};
+use protocol::admin::cell::{RevokeOutcome, RevokeRequest};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::{CellId, ContractorId, Kid, SessionId, SubjectId};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::dev::{FleetCell, FleetFile, client_trusting_file};
-use crate::error::{CpError, Result};
-use crate::secrets::Secret;
+use crate::admin::{AdminClient, AdminError, Api, Attempted};
+use crate::error::{CtlError, Result};
 
-/// Attempts per cell, the first included.
-pub const MAX_ATTEMPTS: usize = 5;
-/// First retry delay, in milliseconds.
-pub const RETRY_MIN_DELAY_MS: u64 = 100;
-/// Longest retry delay, in milliseconds.
-pub const RETRY_MAX_DELAY_MS: u64 = 2_000;
-/// Timeout of one request to an auth-service, in milliseconds.
-pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Longest `--wait-edges` waits per cell, in milliseconds.
 pub const EDGE_WAIT_MS: u64 = 10_000;
 /// Interval between two looks at a cell's instances, in milliseconds.
@@ -203,50 +195,34 @@ impl EdgesApplied {
 }
 
 /// Waits until every live edge instance of `cell` reports a feed sequence ≥ `seq`.
-async fn wait_edges(client: &reqwest::Client, cell: &FleetCell, seq: u64) -> EdgesApplied {
-    let admin = &cell.admin();
-    let url = format!("{}/admin/v1/status", cell.auth_service.url);
+async fn wait_edges(admin: &AdminClient, auth: &Api, seq: u64) -> EdgesApplied {
     let t0 = std::time::Instant::now();
+    let waited = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut last = EdgesApplied {
         live: 0,
         applied: 0,
         waited_ms: 0,
     };
     loop {
-        if let Ok((200, v)) = call(client, admin, reqwest::Method::GET, &url, None).await {
+        if let Ok(status) = admin.status(auth).await {
             let now = protocol::time::system_clock().now();
-            let live: Vec<&Value> = v
-                .get("instances")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter(|i| {
-                            i.get("last_seen")
-                                .and_then(Value::as_u64)
-                                .is_some_and(|t| t + EDGE_LIVE_S >= now)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let applied = live
+            let live: Vec<_> = status
+                .instances
                 .iter()
-                .filter(|i| {
-                    i.get("applied_seq")
-                        .and_then(Value::as_u64)
-                        .is_some_and(|s| s >= seq)
-                })
-                .count();
+                .filter(|i| i.last_seen + EDGE_LIVE_S >= now)
+                .collect();
+            let applied = live.iter().filter(|i| i.applied_seq >= seq).count();
             last = EdgesApplied {
                 live: live.len(),
                 applied,
-                waited_ms: u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+                waited_ms: waited(),
             };
             if last.complete() {
                 return last;
             }
         }
         if t0.elapsed() >= Duration::from_millis(EDGE_WAIT_MS) {
-            last.waited_ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+            last.waited_ms = waited();
             return last;
         }
         tokio::time::sleep(Duration::from_millis(EDGE_POLL_MS)).await;
@@ -287,127 +263,42 @@ impl RevokeReport {
 /// A cell that matters, why, and why it could not be asked (if so).
 type Target = (FleetCell, Role, Option<String>);
 
-/// An HTTP failure, split by whether asking again may help.
-#[derive(Debug)]
-struct CallError {
-    retryable: bool,
-    message: String,
-}
-
-async fn call(
-    client: &reqwest::Client,
-    admin: &Secret,
-    method: reqwest::Method,
-    url: &str,
-    body: Option<&Value>,
-) -> std::result::Result<(u16, Value), CallError> {
-    let mut req = client
-        .request(method.clone(), url)
-        .bearer_auth(admin.expose())
-        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
-    if let Some(b) = body {
-        req = req.json(b);
-    }
-    let resp = req.send().await.map_err(|e| CallError {
-        retryable: true,
-        message: format!("{method} {url}: {e}"),
-    })?;
-    let status = resp.status().as_u16();
-    let bytes = resp.bytes().await.map_err(|e| CallError {
-        retryable: true,
-        message: format!("{method} {url}: {e}"),
-    })?;
-    let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    if status >= 500 || status == 429 {
-        return Err(CallError {
-            retryable: true,
-            message: format!("{method} {url} answered {status}: {}", brief(&v)),
-        });
-    }
-    Ok((status, v))
-}
-
-fn brief(v: &Value) -> String {
-    match (v.get("error"), v.get("message")) {
-        (Some(e), Some(m)) => format!(
-            "{} {}",
-            e.as_str().unwrap_or_default(),
-            m.as_str().unwrap_or_default()
-        ),
-        _ => v.to_string().chars().take(200).collect(),
-    }
-}
-
-fn backoff() -> ExponentialBuilder {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(RETRY_MIN_DELAY_MS))
-        .with_max_delay(Duration::from_millis(RETRY_MAX_DELAY_MS))
-        .with_max_times(MAX_ATTEMPTS - 1)
-        .with_jitter()
-}
-
-/// Calls with bounded retries; answers the last result and the number of attempts.
-async fn call_with_retries(
-    client: &reqwest::Client,
-    admin: &Secret,
-    method: reqwest::Method,
-    url: &str,
-    body: Option<&Value>,
-) -> (std::result::Result<(u16, Value), CallError>, usize) {
-    let attempts = std::sync::atomic::AtomicUsize::new(0);
-    let r = (|| {
-        attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        call(client, admin, method.clone(), url, body)
-    })
-    .retry(backoff())
-    .when(|e: &CallError| e.retryable)
-    .await;
-    (r, attempts.load(std::sync::atomic::Ordering::Relaxed))
-}
-
 /// The contractor of a subject id (`{contractor}.{login}`; contractor ids hold no `.`).
 pub fn contractor_of(sub: &SubjectId) -> Result<ContractorId> {
     let (ctr, login) = sub.as_str().split_once('.').ok_or_else(|| {
-        CpError::BadRequest(format!("{sub} is not a {{contractor}}.{{login}} subject"))
+        CtlError::BadRequest(format!("{sub} is not a {{contractor}}.{{login}} subject"))
     })?;
     if login.is_empty() {
-        return Err(CpError::BadRequest(format!("{sub} has no login")));
+        return Err(CtlError::BadRequest(format!("{sub} has no login")));
     }
     ContractorId::new(ctr)
-        .map_err(|e| CpError::BadRequest(format!("{sub}: the contractor part: {e}")))
+        .map_err(|e| CtlError::BadRequest(format!("{sub}: the contractor part: {e}")))
 }
 
 /// Asks every cell for its ownership record of `ctr` (each with its own admin token), and the
 /// control plane (with its token) for its placement: the cells that matter with their role.
 async fn cells_of_contractor(
-    client: &reqwest::Client,
-    control_plane: &Secret,
+    admin: &AdminClient,
+    control_plane: Option<&Api>,
     fleet: &FleetFile,
     ctr: &ContractorId,
 ) -> Vec<Target> {
     let asks = fleet.cells.iter().map(|c| async move {
-        let url = format!("{}/admin/v1/ownership/{ctr}", c.auth_service.url);
-        let admin = c.admin();
-        let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
-        match r {
-            Ok((200, v)) => match serde_json::from_value::<OwnershipRecord>(v) {
-                Ok(OwnershipRecord::Released { .. }) => {
-                    Some((c.clone(), Role::PreviousOwner, None))
-                }
-                Ok(_) => Some((c.clone(), Role::Owner, None)),
-                Err(e) => Some((
-                    c.clone(),
-                    Role::Unknown,
-                    Some(format!("ownership record: {e}")),
-                )),
-            },
-            Ok((404, _)) => None,
-            Ok((s, v)) => Some((
+        let record = match Api::auth(c) {
+            Ok(auth) => admin.ownership(&auth, ctr).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match record {
+            Ok(Some(OwnershipRecord::Released { .. })) => {
+                Some((c.clone(), Role::PreviousOwner, None))
+            }
+            Ok(Some(_)) => Some((c.clone(), Role::Owner, None)),
+            Ok(None) => None,
+            Err(e) => Some((
                 c.clone(),
                 Role::Unknown,
-                Some(format!("ownership record answered {s}: {}", brief(&v))),
+                Some(format!("ownership record: {e}")),
             )),
-            Err(e) => Some((c.clone(), Role::Unknown, Some(e.message))),
         }
     });
     let mut cells: Vec<Target> = futures::future::join_all(asks)
@@ -415,18 +306,14 @@ async fn cells_of_contractor(
         .into_iter()
         .flatten()
         .collect();
-    let url = format!("{}/admin/v1/placements/{ctr}", fleet.control_plane.url);
-    let (r, _) = call_with_retries(client, control_plane, reqwest::Method::GET, &url, None).await;
-    let placed = match r {
-        Ok((200, v)) => v
-            .get("cell")
-            .and_then(Value::as_str)
-            .and_then(|c| CellId::new(c).ok()),
-        _ => None,
+    // Only consulted, never required: no answer means no extra cell.
+    let placed = match control_plane {
+        Some(cp) => admin.placement(cp, ctr).await.ok().flatten(),
+        None => None,
     };
     if let Some(p) = placed
-        && !cells.iter().any(|(c, _, _)| c.id == p)
-        && let Some(c) = fleet.cell(&p)
+        && !cells.iter().any(|(c, _, _)| c.id == p.cell)
+        && let Some(c) = fleet.cell(&p.cell)
     {
         cells.push((c.clone(), Role::Placement, None));
     }
@@ -435,41 +322,36 @@ async fn cells_of_contractor(
 
 /// Applies a revocation at one cell, with that cell's admin token.
 async fn apply_at(
-    client: &reqwest::Client,
+    admin: &AdminClient,
     cell: &FleetCell,
     role: Role,
-    body: &Value,
+    req: &RevokeRequest,
     wait: bool,
 ) -> CellResult {
-    let url = format!("{}/admin/v1/revocations", cell.auth_service.url);
-    let admin = cell.admin();
-    let (r, attempts) =
-        call_with_retries(client, &admin, reqwest::Method::POST, &url, Some(body)).await;
-    let (outcome, seq, error) = match r {
-        Ok((200, v)) => {
-            let seq = v.get("seq").and_then(Value::as_u64);
-            let applied = v.get("revoked").and_then(Value::as_bool).unwrap_or(false);
-            if seq.is_none() {
-                (
-                    CellOutcome::Failed,
-                    None,
-                    Some(format!("unexpected answer: {}", brief(&v))),
-                )
-            } else if applied {
-                (CellOutcome::Applied, seq, None)
-            } else {
-                (CellOutcome::Already, seq, None)
-            }
+    let auth = match Api::auth(cell) {
+        Ok(a) => a,
+        Err(e) => {
+            return CellResult {
+                cell: cell.id.clone(),
+                role,
+                outcome: CellOutcome::Failed,
+                seq: None,
+                attempts: 0,
+                error: Some(e.to_string()),
+                edges: None,
+            };
         }
-        Ok((s, v)) => (
-            CellOutcome::Failed,
-            None,
-            Some(format!("answered {s}: {}", brief(&v))),
-        ),
-        Err(e) => (CellOutcome::Failed, None, Some(e.message)),
+    };
+    let Attempted { result, attempts } = admin.revoke(&auth, req).await;
+    let (outcome, seq, error) = match result {
+        Ok(a) => match a.outcome {
+            RevokeOutcome::Applied => (CellOutcome::Applied, Some(a.seq), None),
+            RevokeOutcome::Already => (CellOutcome::Already, Some(a.seq), None),
+        },
+        Err(e) => (CellOutcome::Failed, None, Some(failure_text(&e))),
     };
     let edges = match (wait, outcome.confirmed(), seq) {
-        (true, true, Some(seq)) => Some(wait_edges(client, cell, seq).await),
+        (true, true, Some(seq)) => Some(wait_edges(admin, &auth, seq).await),
         _ => None,
     };
     CellResult {
@@ -483,10 +365,19 @@ async fn apply_at(
     }
 }
 
+/// A failed call as the report shows it: the status and the cell's error when it answered.
+fn failure_text(e: &AdminError) -> String {
+    match e {
+        AdminError::Refused { status, detail, .. } => format!("answered {status}: {detail}"),
+        AdminError::Decode { message, .. } => format!("unexpected answer: {message}"),
+        other => other.to_string(),
+    }
+}
+
 fn named<'f>(fleet: &'f FleetFile, path: &Path, cell: &CellId) -> Result<&'f FleetCell> {
     fleet
         .cell(cell)
-        .ok_or_else(|| CpError::Config(format!("{cell} is not in {}", path.display())))
+        .ok_or_else(|| CtlError::Config(format!("{cell} is not in {}", path.display())))
 }
 
 /// Runs a revocation against the fleet described by `path` and reports every cell's outcome.
@@ -496,40 +387,54 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
     Revoker::load(path)?.revoke(command).await
 }
 
-/// A loaded fleet description with its client, for callers that revoke many times.
+/// A loaded fleet description with its admin client, for callers that revoke many times.
 #[derive(Debug)]
 pub struct Revoker {
     path: std::path::PathBuf,
     fleet: FleetFile,
-    client: reqwest::Client,
-    /// The control plane's token (its placements); each cell is asked with its own.
-    control_plane: Secret,
+    admin: AdminClient,
+    /// The control plane's admin API (its placements; its own token), when the fleet file
+    /// names it well. Each cell is asked with its own token.
+    control_plane: Option<Api>,
 }
 
 impl Revoker {
     /// Loads the fleet description at `path` and builds a client trusting its CA.
     pub fn load(path: &Path) -> Result<Revoker> {
         let fleet = FleetFile::load(path)?;
-        let client = client_trusting_file(&fleet.ca_cert)?;
-        let control_plane = fleet.control_plane_admin();
+        let admin = AdminClient::for_fleet(&fleet)?;
+        let control_plane = Api::control_plane(&fleet).ok();
         Ok(Revoker {
             path: path.to_owned(),
             fleet,
-            client,
+            admin,
             control_plane,
         })
     }
 
     /// [`revoke`] with the loaded description.
     pub async fn revoke(&self, command: &RevokeCommand) -> Result<RevokeReport> {
-        revoke_in(
-            &self.path,
-            &self.fleet,
-            &self.client,
-            &self.control_plane,
-            command,
-        )
-        .await
+        let fleet = Fleet {
+            path: &self.path,
+            file: &self.fleet,
+            admin: &self.admin,
+            control_plane: self.control_plane.as_ref(),
+        };
+        revoke_in(&fleet, command).await
+    }
+}
+
+/// What a revocation talks to.
+struct Fleet<'a> {
+    path: &'a Path,
+    file: &'a FleetFile,
+    admin: &'a AdminClient,
+    control_plane: Option<&'a Api>,
+}
+
+impl Fleet<'_> {
+    async fn cells_of_contractor(&self, ctr: &ContractorId) -> Vec<Target> {
+        cells_of_contractor(self.admin, self.control_plane, self.file, ctr).await
     }
 }
 
@@ -548,43 +453,25 @@ enum SessionLookup {
 }
 
 /// `GET /admin/v1/sessions/{jti}` at the named cell.
-async fn look_up_session(
-    client: &reqwest::Client,
-    cell: &FleetCell,
-    jti: &SessionId,
-) -> SessionLookup {
-    #[derive(Deserialize)]
-    struct Record {
-        contractor: ContractorId,
-        expires_at: UnixSeconds,
-    }
-    #[derive(Deserialize)]
-    struct Answer {
-        session: Record,
-    }
-    let url = format!("{}/admin/v1/sessions/{jti}", cell.auth_service.url);
-    let admin = cell.admin();
-    let (r, _) = call_with_retries(client, &admin, reqwest::Method::GET, &url, None).await;
-    match r {
-        Ok((200, v)) => match serde_json::from_value::<Answer>(v) {
-            Ok(a) => SessionLookup::Known {
-                contractor: a.session.contractor,
-                expires_at: a.session.expires_at,
-            },
-            Err(e) => SessionLookup::Failed(format!("GET {url}: the session record: {e}")),
+async fn look_up_session(admin: &AdminClient, cell: &FleetCell, jti: &SessionId) -> SessionLookup {
+    let auth = match Api::auth(cell) {
+        Ok(a) => a,
+        Err(e) => return SessionLookup::Failed(e.to_string()),
+    };
+    match admin.session(&auth, jti).await {
+        Ok(Some(a)) => SessionLookup::Known {
+            contractor: a.session.contractor,
+            expires_at: a.session.expires_at,
         },
-        Ok((404, _)) => SessionLookup::Unknown,
-        Ok((s, v)) => SessionLookup::Failed(format!("GET {url} answered {s}: {}", brief(&v))),
-        Err(e) => SessionLookup::Failed(e.message),
+        Ok(None) => SessionLookup::Unknown,
+        Err(e) => SessionLookup::Failed(e.to_string()),
     }
 }
 
 /// The revocation and the cells of `revoke session JTI --cell CELL`, with a note or an
 /// unresolved fan-out for the report.
 async fn session_targets(
-    client: &reqwest::Client,
-    control_plane: &Secret,
-    fleet: &FleetFile,
+    fleet: &Fleet<'_>,
     named_cell: &FleetCell,
     jti: &SessionId,
     now: UnixSeconds,
@@ -593,7 +480,7 @@ async fn session_targets(
     // Without the record the expiry is unknown: the longest a session can live is an upper
     // bound (the minting cell keeps it until the recorded expiry anyway).
     let longest = now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S;
-    match look_up_session(client, named_cell, jti).await {
+    match look_up_session(fleet.admin, named_cell, jti).await {
         SessionLookup::Known {
             contractor,
             expires_at,
@@ -605,7 +492,8 @@ async fn session_targets(
             };
             let mut targets = vec![named];
             targets.extend(
-                cells_of_contractor(client, control_plane, fleet, &contractor)
+                fleet
+                    .cells_of_contractor(&contractor)
                     .await
                     .into_iter()
                     .filter(|(c, _, _)| c.id != named_cell.id),
@@ -659,35 +547,29 @@ struct SessionFanout {
     unresolved: Option<String>,
 }
 
-async fn revoke_in(
-    path: &Path,
-    fleet: &FleetFile,
-    client: &reqwest::Client,
-    control_plane: &Secret,
-    command: &RevokeCommand,
-) -> Result<RevokeReport> {
+async fn revoke_in(fleet: &Fleet<'_>, command: &RevokeCommand) -> Result<RevokeReport> {
+    let path = fleet.path;
     let now = protocol::time::system_clock().now();
     let before = |a: &AuditArgs| a.before.unwrap_or(now + 1);
     let mut fanout = SessionFanout::default();
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
         RevokeCommand::Session { jti, cell, audit } => {
-            let named_cell = named(fleet, path, cell)?;
-            let (kind, targets, f) =
-                session_targets(client, control_plane, fleet, named_cell, jti, now).await;
+            let named_cell = named(fleet.file, path, cell)?;
+            let (kind, targets, f) = session_targets(fleet, named_cell, jti, now).await;
             fanout = f;
             (kind, audit, targets)
         }
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
-            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(fleet.file, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Cell { cell, audit } => (
             RevocationKind::Cell {
                 before: before(audit),
             },
             audit,
-            vec![(named(fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(fleet.file, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Subject { sub, audit } => {
             let ctr = contractor_of(sub)?;
@@ -697,7 +579,7 @@ async fn revoke_in(
                     before: before(audit),
                 },
                 audit,
-                cells_of_contractor(client, control_plane, fleet, &ctr).await,
+                fleet.cells_of_contractor(&ctr).await,
             )
         }
         RevokeCommand::Contractor { ctr, audit } => (
@@ -706,23 +588,23 @@ async fn revoke_in(
                 before: before(audit),
             },
             audit,
-            cells_of_contractor(client, control_plane, fleet, ctr).await,
+            fleet.cells_of_contractor(ctr).await,
         ),
     };
     if targets.is_empty() {
-        return Err(CpError::Fleet(format!(
+        return Err(CtlError::Failed(format!(
             "no cell of {} holds a record of this contractor: nothing to revoke",
             path.display()
         )));
     }
     let by = audit.by();
-    let mut body = serde_json::to_value(&kind).map_err(|e| CpError::Internal(e.to_string()))?;
-    if let Some(o) = body.as_object_mut() {
-        o.insert("reason".into(), json!(audit.reason));
-        o.insert("by".into(), json!(by));
-    }
+    let req = RevokeRequest {
+        kind: kind.clone(),
+        reason: audit.reason.clone(),
+        by: by.clone(),
+    };
     let applies = targets.iter().map(|(cell, role, err)| {
-        let body = &body;
+        let req = &req;
         async move {
             match err {
                 Some(e) => CellResult {
@@ -734,7 +616,7 @@ async fn revoke_in(
                     error: Some(e.clone()),
                     edges: None,
                 },
-                None => apply_at(client, cell, *role, body, audit.wait_edges).await,
+                None => apply_at(fleet.admin, cell, *role, req, audit.wait_edges).await,
             }
         }
     });
@@ -768,13 +650,13 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
         println!(
             "{}",
             serde_json::to_string(&json!({ "ok": report.ok(), "report": report }))
-                .map_err(|e| CpError::Internal(e.to_string()))?
+                .map_err(|e| CtlError::Internal(e.to_string()))?
         );
     } else {
         println!(
             "revoking {} (by {}, reason: {})",
             serde_json::to_string(&report.revocation)
-                .map_err(|e| CpError::Internal(e.to_string()))?,
+                .map_err(|e| CtlError::Internal(e.to_string()))?,
             report.by,
             report.reason
         );
@@ -828,11 +710,11 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
     if bad.is_empty()
         && let Some(u) = &report.unresolved
     {
-        return Err(CpError::Fleet(format!(
+        return Err(CtlError::Failed(format!(
             "the revocation reached only some of the cells that matter: {u}"
         )));
     }
-    Err(CpError::Fleet(format!(
+    Err(CtlError::Failed(format!(
         "the revocation was not confirmed by {} of {} cells: {}",
         bad.len(),
         report.cells.len(),

@@ -1,12 +1,10 @@
 //! The control plane's service: the signed map (versions, overrides, signature), the admin API.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use control_plane::config::{CellConfig, Config};
-use control_plane::dev::LocalCa;
 use control_plane::publish::MAP_FILE;
 use control_plane::store::{Placement, Store};
 use http_body_util::BodyExt as _;
@@ -38,6 +36,14 @@ fn config(dir: &std::path::Path, port: u16) -> Config {
         bucket_count: 64,
         publish_interval_ms: 30_000,
     }
+}
+
+/// A self-signed certificate for 127.0.0.1 written to `cert` and `key`; returns its PEM.
+fn self_signed(cert: &std::path::Path, key: &std::path::Path) -> String {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    std::fs::write(cert, ck.cert.pem()).unwrap();
+    std::fs::write(key, ck.signing_key.serialize_pem()).unwrap();
+    ck.cert.pem()
 }
 
 async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
@@ -207,7 +213,7 @@ async fn map_is_signed_and_a_move_publishes_a_new_version_with_an_override() {
 
 #[tokio::test]
 async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
-    control_plane::server::install_crypto_provider();
+    runtime::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -216,16 +222,12 @@ async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
         .port();
     let mut cfg = config(dir.path(), port);
     cfg.publish_interval_ms = 100;
-    let ca = LocalCa::generate("test CA").unwrap();
-    ca.issue_to(
-        "cp",
-        &["127.0.0.1".parse().unwrap()],
-        &cfg.tls_cert,
-        &cfg.tls_key,
-    )
-    .unwrap();
+    let cert_pem = self_signed(&cfg.tls_cert, &cfg.tls_key);
     let server = tokio::spawn(control_plane::server::run(cfg.clone()));
-    let client = control_plane::dev::client_trusting(ca.pem().as_bytes()).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(cert_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
     let url = format!("https://127.0.0.1:{port}/v1/placement-map");
     let deadline = Instant::now() + Duration::from_secs(10);
     let body = loop {
@@ -237,7 +239,7 @@ async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
             other => panic!("no map over TLS: {other:?}"),
         }
     };
-    let key = control_plane::secrets::load_or_create_map_key(&cfg.map_key_file).unwrap();
+    let key = control_plane::map_key::load_or_create_map_key(&cfg.map_key_file).unwrap();
     let m = SignedMap::verify_bytes(&body, &key.public_key()).unwrap();
     assert_eq!(m.map.cells[0].endpoint, "https://127.0.0.1:8443");
     // The key file is private.

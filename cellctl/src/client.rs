@@ -1,11 +1,12 @@
-//! The logic of `cellctl client …` (DESIGN §8): the SDK driven from the command line, the
-//! session kept in a file (mode 0600), results as human text or JSON.
+//! `cellctl client …` (DESIGN §8): the SDK driven from the command line, the session kept in a
+//! file (mode 0600), results as human text or JSON, the password read from stdin. (It lives
+//! here, not in the SDK, so the mobile libraries carry no fleet-file or stdin code.)
 //!
 //! ```text
 //! let cfg = CliConfig::from_fleet(Path::new("dev-fleet/fleet.json")).await?;
-//! println!("{}", cli::sign_in(&cfg, "c-40711", "ana", &password).await?.human);
-//! println!("{}", cli::get(&cfg, "/api/routes/today").await?.human);
-//! println!("{}", cli::post(&cfg, "/api/jobs/j-1/complete", Some("{}")).await?.json);
+//! println!("{}", client::sign_in(&cfg, "c-40711", "ana", &password).await?.human);
+//! println!("{}", client::get(&cfg, "/api/routes/today").await?.human);
+//! println!("{}", client::post(&cfg, "/api/jobs/j-1/complete", Some("{}")).await?.json);
 //! ```
 //!
 //! With a fleet file, the session lives in `client-session.json` and the signed map (fetched
@@ -15,18 +16,34 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use devfleet::{FleetFile, MAP_FILE, SESSION_FILE};
 use http::Method;
 use protocol::jwks::PublicKey;
 use protocol::map::SignedMap;
 use protocol::{ContractorId, Login, Password};
-use serde::Deserialize;
+use sdk::{Client, Error, FileStore, SessionInfo};
+use zeroize::Zeroizing;
 
-use crate::{Client, Error, FileStore, SessionInfo};
+use crate::error::{CtlError, Result as CtlResult};
 
-/// File name of the session, beside `fleet.json`.
-pub const SESSION_FILE: &str = "client-session.json";
-/// File name of the cached signed map, beside `fleet.json`.
-pub const MAP_FILE: &str = "client-map.json";
+/// `cellctl client …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Sign in (the password is read from stdin) at the contractor's cell.
+    SignIn { contractor: String, login: String },
+    /// GET a path at the session's cell.
+    Get { path: String },
+    /// POST to a path at the session's cell (with an idempotency key).
+    Post {
+        path: String,
+        /// JSON body.
+        #[arg(long)]
+        body: Option<String>,
+    },
+}
+
+/// Longest password read from stdin, in bytes.
+pub const MAX_PASSWORD_BYTES: usize = protocol::ids::PASSWORD_MAX_BYTES;
 
 /// What the command-line client needs.
 #[derive(Debug, Clone)]
@@ -40,19 +57,6 @@ pub struct CliConfig {
     pub session_file: PathBuf,
 }
 
-/// The fields of `fleet.json` this module reads (DESIGN §8).
-#[derive(Deserialize)]
-struct FleetRef {
-    ca_cert: PathBuf,
-    map_public_key: String,
-    cells: Vec<FleetCellRef>,
-}
-
-#[derive(Deserialize)]
-struct FleetCellRef {
-    endpoint: String,
-}
-
 /// A result to print: human text, or JSON with `--json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Output {
@@ -60,6 +64,10 @@ pub struct Output {
     pub json: serde_json::Value,
     /// Whether the command succeeded (a 2xx answer; the exit code follows it).
     pub success: bool,
+    /// The cell's HTTP status.
+    pub status: u16,
+    /// The cell's error code, when it answered with an error body.
+    pub code: Option<String>,
 }
 
 fn config_err(what: &str, path: &Path, e: impl std::fmt::Display) -> Error {
@@ -71,10 +79,7 @@ impl CliConfig {
     /// from the fleet's first reachable cell and caches it there. The map is verified against
     /// the fleet's map key either way.
     pub async fn from_fleet(fleet_json: &Path) -> Result<CliConfig, Error> {
-        let bytes =
-            std::fs::read(fleet_json).map_err(|e| config_err("cannot read", fleet_json, e))?;
-        let fleet: FleetRef = serde_json::from_slice(&bytes)
-            .map_err(|e| config_err("not a fleet file:", fleet_json, e))?;
+        let fleet = FleetFile::load(fleet_json).map_err(|e| Error::Config(e.to_string()))?;
         let dir = fleet_json
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -116,25 +121,22 @@ impl CliConfig {
     }
 }
 
-async fn fetch_map(fleet: &FleetRef, ca_pem: &[u8], key: &PublicKey) -> Result<Vec<u8>, Error> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let certs = reqwest::Certificate::from_pem_bundle(ca_pem)
-        .map_err(|e| Error::Config(format!("CA certificate: {e}")))?;
-    if certs.is_empty() {
-        return Err(Error::Config(
-            "CA certificate PEM holds no certificate".into(),
-        ));
-    }
-    let http = reqwest::Client::builder()
-        .tls_certs_only(certs)
-        .https_only(true)
-        .timeout(crate::DEFAULT_REQUEST_TIMEOUT)
-        .build()
-        .map_err(|e| Error::Config(e.to_string()))?;
+/// The signed map from the fleet's first cell that serves one over HTTPS that verifies.
+async fn fetch_map(fleet: &FleetFile, ca_pem: &[u8], key: &PublicKey) -> Result<Vec<u8>, Error> {
+    let http = devfleet::client_trusting(ca_pem).map_err(|e| Error::Config(e.to_string()))?;
     let mut last = Error::Config("the fleet file lists no cell".into());
     for cell in &fleet.cells {
-        let url = format!("{}/v1/placement-map", cell.endpoint.trim_end_matches('/'));
         let got = async {
+            let endpoint = cell
+                .public_endpoint()
+                .map_err(|e| Error::Config(e.to_string()))?;
+            // The map is verified below anyway; still, never fetch it in the clear.
+            if !endpoint.as_str().starts_with("https://") {
+                return Err(Error::Config(format!(
+                    "{endpoint} is not an https endpoint"
+                )));
+            }
+            let url = endpoint.join("/v1/placement-map");
             let r = http
                 .get(&url)
                 .send()
@@ -172,18 +174,20 @@ fn info_json(i: &SessionInfo) -> serde_json::Value {
 }
 
 /// Reads a password as `cellctl client sign-in` takes it: the first line of `input` (stdin),
-/// without its line ending.
-pub fn read_password(mut input: impl std::io::BufRead) -> Result<String, Error> {
-    let mut line = String::new();
+/// without its line ending; refuses an empty or over-long one.
+pub fn read_password(mut input: impl std::io::BufRead) -> Result<Zeroizing<String>, Error> {
+    let mut line = Zeroizing::new(String::new());
     input
         .read_line(&mut line)
         .map_err(|e| Error::InvalidInput(format!("cannot read the password: {e}")))?;
-    let pw = line.strip_suffix('\n').unwrap_or(&line);
-    let pw = pw.strip_suffix('\r').unwrap_or(pw);
+    let pw = Zeroizing::new(line.trim_end_matches(['\r', '\n']).to_owned());
     if pw.is_empty() {
         return Err(Error::InvalidInput("no password on standard input".into()));
     }
-    Ok(pw.to_owned())
+    if pw.len() > MAX_PASSWORD_BYTES {
+        return Err(Error::InvalidInput("the password is too long".into()));
+    }
+    Ok(pw)
 }
 
 /// `cellctl client sign-in CONTRACTOR LOGIN` (password read from stdin by the caller, e.g.
@@ -211,6 +215,8 @@ pub async fn sign_in(
         ),
         json: info_json(&info),
         success: true,
+        status: http::StatusCode::CREATED.as_u16(),
+        code: None,
     })
 }
 
@@ -247,109 +253,68 @@ async fn send(
             "body": parsed.unwrap_or_else(|| serde_json::Value::String(String::from_utf8_lossy(&r.body).into_owned())),
         }),
         success: (200..300).contains(&r.status),
+        status: r.status,
+        code: serde_json::from_slice::<protocol::ErrorBody>(&r.body)
+            .ok()
+            .map(|b| b.error.to_string()),
     })
+}
+
+/// Runs `cellctl client …`: prints the result (JSON with `--json`); fails unless the cell
+/// answered 2xx.
+pub async fn run(
+    fleet: &Path,
+    session_file: Option<PathBuf>,
+    command: ClientCommand,
+    json: bool,
+) -> CtlResult<()> {
+    let client_err = |e: Error| CtlError::Client(e.to_string());
+    let mut cfg = CliConfig::from_fleet(fleet).await.map_err(client_err)?;
+    if let Some(p) = session_file {
+        cfg.session_file = p;
+    }
+    let out = match command {
+        ClientCommand::SignIn { contractor, login } => {
+            let pw = read_password(std::io::stdin().lock()).map_err(client_err)?;
+            sign_in(&cfg, &contractor, &login, &pw).await
+        }
+        ClientCommand::Get { path } => get(&cfg, &path).await,
+        ClientCommand::Post { path, body } => post(&cfg, &path, body.as_deref()).await,
+    }
+    .map_err(client_err)?;
+    if json {
+        println!("{}", out.json);
+    } else {
+        println!("{}", out.human);
+    }
+    if out.success {
+        Ok(())
+    } else {
+        Err(CtlError::Client(
+            format!(
+                "the cell answered {} {}",
+                out.status,
+                out.code.unwrap_or_default()
+            )
+            .trim_end()
+            .to_owned(),
+        ))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{DAY, FakeFleet, Reply};
-
-    async fn fleet_file(f: &FakeFleet, dir: &Path, map_version: u64) -> PathBuf {
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, &f.ca_pem).unwrap();
-        let map = f.map(map_version, &[]);
-        f.cells[0].always(
-            "GET /v1/placement-map",
-            Reply::json(200, serde_json::to_value(&map).unwrap()),
-        );
-        let fleet = serde_json::json!({
-            "ca_cert": "ca.pem",
-            "map_public_key": base64::Engine::encode(
-                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                f.map_key.public_bytes()
-            ),
-            "cells": f.cells.iter().map(|c| serde_json::json!({"id": c.id.as_str(), "endpoint": c.endpoint})).collect::<Vec<_>>(),
-            "demo": {"technicians": []},
-        });
-        let path = dir.join("fleet.json");
-        std::fs::write(&path, serde_json::to_vec(&fleet).unwrap()).unwrap();
-        path
-    }
-
-    #[tokio::test]
-    async fn sign_in_then_get_and_post_across_invocations() {
-        let f = FakeFleet::start(1).await;
-        // real time here: the CLI uses the system clock
-        let now = protocol::time::Clock::now(&protocol::time::SystemClock);
-        f.cells[0].accept_sign_in(now + 30 * DAY);
-        f.cells[0].always(
-            "GET /api/routes/today",
-            Reply::json(
-                200,
-                serde_json::json!({"contractor_id": "c-40711", "jobs": []}),
-            ),
-        );
-        f.cells[0].always(
-            "POST /api/jobs/j-1/complete",
-            Reply::json(200, serde_json::json!({"replayed": false})),
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let fleet = fleet_file(&f, dir.path(), 3).await;
-
-        let cfg = CliConfig::from_fleet(&fleet).await.unwrap();
-        assert!(matches!(
-            get(&cfg, "/api/routes/today").await,
-            Err(Error::NotSignedIn)
-        ));
-        let out = sign_in(&cfg, "c-40711", "ana", "pw-pw-pw").await.unwrap();
-        assert!(out.human.contains("cell-01"), "{}", out.human);
-        assert_eq!(out.json["cell_id"], "cell-01");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(dir.path().join(SESSION_FILE))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o600);
-        }
-
-        // a later invocation: a new config and client, the session from the file
-        let cfg2 = CliConfig::from_fleet(&fleet).await.unwrap();
-        assert_eq!(
-            f.cells[0].hits("GET /v1/placement-map").len(),
-            1,
-            "map cached"
-        );
-        let out = get(&cfg2, "/api/routes/today").await.unwrap();
-        assert!(out.success);
-        assert_eq!(out.json["status"], 200);
-        assert_eq!(out.json["body"]["contractor_id"], "c-40711");
-        let out = post(&cfg2, "/api/jobs/j-1/complete", Some("{}"))
-            .await
-            .unwrap();
-        assert!(out.success);
-        let hit = &f.cells[0].hits("POST /api/jobs/j-1/complete")[0];
-        assert!(hit.idempotency_key().is_some());
-        assert_eq!(hit.bearer().as_deref(), Some("tok.sign.in"));
-    }
 
     #[test]
     fn password_is_the_first_line() {
-        assert_eq!(
-            read_password(&b"s3cret pass\r\nmore"[..]).unwrap(),
-            "s3cret pass"
-        );
-        assert_eq!(read_password(&b"x"[..]).unwrap(), "x");
-        assert!(matches!(
-            read_password(&b"\n"[..]),
-            Err(Error::InvalidInput(_))
-        ));
-        assert!(matches!(
-            read_password(&b""[..]),
-            Err(Error::InvalidInput(_))
-        ));
+        let pw = |input: &[u8]| read_password(input).map(|p| p.as_str().to_owned());
+        assert_eq!(pw(b"s3cret pass\r\nmore").unwrap(), "s3cret pass");
+        assert_eq!(pw(b"x").unwrap(), "x");
+        assert!(matches!(pw(b"\n"), Err(Error::InvalidInput(_))));
+        assert!(matches!(pw(b""), Err(Error::InvalidInput(_))));
+        let long = vec![b'a'; MAX_PASSWORD_BYTES + 1];
+        assert!(matches!(pw(&long), Err(Error::InvalidInput(_))));
     }
 
     #[tokio::test]

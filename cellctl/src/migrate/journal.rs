@@ -6,15 +6,15 @@
 use std::path::{Path, PathBuf};
 
 use protocol::{CellId, ContractorId, Generation};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
-use super::Step;
-use crate::error::{CpError, Result};
+pub use devfleet::JOURNAL_FILE;
+
+use crate::error::{CtlError, Result};
+use crate::migrate::step::Step;
 
 /// Schema version of `migrations.db`.
 pub const JOURNAL_SCHEMA: u32 = 1;
-/// File name of the journal beside the fleet file.
-pub const JOURNAL_FILE: &str = "migrations.db";
 /// How long a writer waits for another process's lock, in milliseconds.
 pub const JOURNAL_BUSY_TIMEOUT_MS: u64 = 10_000;
 
@@ -41,12 +41,12 @@ pub struct Journal {
     path: PathBuf,
 }
 
-fn corrupt(e: impl std::fmt::Display) -> CpError {
-    CpError::Internal(format!("{JOURNAL_FILE} holds an invalid value: {e}"))
+fn corrupt(e: impl std::fmt::Display) -> CtlError {
+    CtlError::Internal(format!("{JOURNAL_FILE} holds an invalid value: {e}"))
 }
 
 fn i64_of(v: u64) -> Result<i64> {
-    i64::try_from(v).map_err(|_| CpError::Internal("number out of range".into()))
+    i64::try_from(v).map_err(|_| CtlError::Internal("number out of range".into()))
 }
 
 impl Journal {
@@ -72,25 +72,13 @@ impl Journal {
              CREATE UNIQUE INDEX IF NOT EXISTS one_open_migration
                  ON migrations (contractor) WHERE step != 'done';",
         )?;
-        let held: Option<String> = conn
-            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match held {
-            None => {
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?1)",
-                    [JOURNAL_SCHEMA.to_string()],
-                )?;
-            }
-            Some(v) if v == JOURNAL_SCHEMA.to_string() => {}
-            Some(v) => {
-                return Err(CpError::Config(format!(
-                    "{JOURNAL_FILE} has schema {v}, this build reads {JOURNAL_SCHEMA}"
-                )));
-            }
-        }
+        // One writer at a time (several `cellctl` processes may open a new journal at once).
+        let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
+        runtime::check_sqlite_schema(&tx, JOURNAL_SCHEMA).map_err(|e| match e {
+            runtime::SchemaError::Sqlite(e) => e.into(),
+            other => CtlError::Config(format!("{JOURNAL_FILE} has {other}")),
+        })?;
+        tx.commit()?;
         Ok(j)
     }
 
@@ -100,7 +88,7 @@ impl Journal {
     fn conn(&self) -> Result<Connection> {
         let restrict = || {
             runtime::private_sqlite(&self.path)
-                .map_err(|e| CpError::io(format!("restricting {}", self.path.display()), e))
+                .map_err(|e| CtlError::io(format!("restricting {}", self.path.display()), e))
         };
         restrict()?;
         let conn = Connection::open(&self.path)?;
@@ -170,7 +158,7 @@ impl Journal {
             ],
         )?;
         self.open_migration(c)?
-            .ok_or_else(|| CpError::Internal("the migration just recorded is missing".into()))
+            .ok_or_else(|| CtlError::Internal("the migration just recorded is missing".into()))
     }
 
     /// Records that a migration moved on to `rec.step` (with its handoff fields).

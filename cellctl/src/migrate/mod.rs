@@ -41,83 +41,29 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use devfleet::FleetFile;
+use protocol::admin::placement::Placement;
 use protocol::jwks::PublicKey;
-use protocol::map::SignedMap;
 use protocol::ownership::OwnershipRecord;
 use protocol::{CellId, ContractorId, Generation};
-use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::dev::{FleetFile, client_trusting_file};
-use crate::error::{CpError, Result};
-use crate::secrets::Secret;
+use crate::admin::{AdminClient, Api, AppTransition};
+use crate::error::{CtlError, Result};
 
 pub mod journal;
+pub mod step;
 
 pub use journal::{JOURNAL_FILE, Journal, Record};
+pub use step::Step;
 
 /// Default bound of one step's waiting and retrying, in seconds.
 pub const DEFAULT_STEP_TIMEOUT_S: u64 = 90;
 /// Interval between two polls of a condition (drain, publication), in milliseconds.
 pub const POLL_INTERVAL_MS: u64 = 25;
-/// Longest a single admin request may take, in milliseconds.
-pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
-/// Delay before retrying a failed request within a step, in milliseconds.
-pub const RETRY_DELAY_MS: u64 = 200;
 /// Exit code of `--stop-after` (a deliberate crash, for tests).
 pub const STOP_AFTER_EXIT_CODE: i32 = 86;
-
-/// The steps, in order (see the module diagram).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    Copy,
-    Handoff,
-    Drain,
-    Sync,
-    Placement,
-    Activate,
-    Release,
-    Done,
-}
-
-impl Step {
-    pub const FIRST: Step = Step::Copy;
-    pub const ALL: [Step; 8] = [
-        Step::Copy,
-        Step::Handoff,
-        Step::Drain,
-        Step::Sync,
-        Step::Placement,
-        Step::Activate,
-        Step::Release,
-        Step::Done,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Copy => "copy",
-            Step::Handoff => "handoff",
-            Step::Drain => "drain",
-            Step::Sync => "sync",
-            Step::Placement => "placement",
-            Step::Activate => "activate",
-            Step::Release => "release",
-            Step::Done => "done",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Step> {
-        Step::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What to migrate and how.
 #[derive(Debug, Clone)]
@@ -183,125 +129,45 @@ pub fn journal_path(fleet: &Path) -> std::path::PathBuf {
 /// Everything a run talks to.
 struct Ctx {
     fleet: FleetFile,
-    client: reqwest::Client,
-    /// The control plane's token.
-    control_plane: Secret,
+    admin: AdminClient,
+    /// The control plane's admin API (its own token).
+    control_plane: Api,
     map_key: PublicKey,
     step_timeout: Duration,
 }
 
-/// Where a cell's internal services are, and its admin token.
-struct CellUrls {
+/// What a copy step moves.
+#[derive(Debug, Clone, Copy)]
+enum Data {
+    /// Users (password hashes) and the revocations that concern the contractor (auth-service).
+    Credentials,
+    /// The app's data (its migration interface).
+    AppData,
+}
+
+/// A cell's internal services, each with the cell's own admin token.
+struct CellApis {
     /// The auth-service's internal listener (admin API).
-    auth: String,
+    auth: Api,
     /// The app's internal listener (migration interface).
-    app: String,
-    admin: Secret,
+    app: Api,
 }
 
 impl Ctx {
-    fn cell(&self, id: &CellId) -> Result<CellUrls> {
+    fn cell(&self, id: &CellId) -> Result<CellApis> {
         let c = self
             .fleet
             .cell(id)
-            .ok_or_else(|| CpError::BadRequest(format!("{id} is not a cell of this fleet")))?;
-        Ok(CellUrls {
-            auth: c.auth_service.url.trim_end_matches('/').to_owned(),
-            app: c.app_internal_url.trim_end_matches('/').to_owned(),
-            admin: c.admin(),
+            .ok_or_else(|| CtlError::BadRequest(format!("{id} is not a cell of this fleet")))?;
+        Ok(CellApis {
+            auth: Api::auth(c)?,
+            app: Api::app(c)?,
         })
     }
 
-    fn cp(&self) -> String {
-        self.fleet
-            .control_plane
-            .url
-            .trim_end_matches('/')
-            .to_owned()
-    }
-
-    /// One admin request with `token`. Network errors, timeouts and 5xx answers are retried
-    /// until the step's deadline; any other answer is returned with its status (4xx are not
-    /// retried).
-    async fn call_status(
-        &self,
-        deadline: Instant,
-        method: Method,
-        url: &str,
-        token: &Secret,
-        body: Option<&serde_json::Value>,
-    ) -> Result<(u16, serde_json::Value)> {
-        let body = body
-            .map(serde_json::to_vec)
-            .transpose()
-            .map_err(|e| CpError::Internal(e.to_string()))?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let limit = left.min(Duration::from_millis(REQUEST_TIMEOUT_MS));
-            let mut req = self
-                .client
-                .request(method.clone(), url)
-                .bearer_auth(token.expose())
-                .timeout(limit);
-            if let Some(b) = &body {
-                req = req
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(b.clone());
-            }
-            let attempt = match req.send().await {
-                Ok(r) if !r.status().is_server_error() => {
-                    let status = r.status().as_u16();
-                    match r.bytes().await {
-                        Ok(b) if b.is_empty() => Ok((status, serde_json::Value::Null)),
-                        Ok(b) => serde_json::from_slice(&b)
-                            .map(|v| (status, v))
-                            .map_err(|e| CpError::Http(format!("{method} {url}: {e}"))),
-                        Err(e) => Err(CpError::Http(format!("{method} {url}: {e}"))),
-                    }
-                }
-                Ok(r) => Err(CpError::Http(format!(
-                    "{method} {url} answered {}",
-                    r.status()
-                ))),
-                Err(e) if e.is_timeout() => {
-                    Err(CpError::Http(format!("{method} {url}: timed out")))
-                }
-                Err(e) => Err(CpError::Http(format!("{method} {url}: {e}"))),
-            };
-            match attempt {
-                Ok(answer) => return Ok(answer),
-                Err(e) if Instant::now() + Duration::from_millis(RETRY_DELAY_MS) >= deadline => {
-                    return Err(e);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "retrying");
-                    tokio::time::sleep(Duration::from_millis(RETRY_DELAY_MS)).await;
-                }
-            }
-        }
-    }
-
-    /// [`Ctx::call_status`] where anything but a 2xx answer is an error naming the call.
-    async fn call(
-        &self,
-        deadline: Instant,
-        method: Method,
-        url: &str,
-        token: &Secret,
-        body: Option<serde_json::Value>,
-    ) -> Result<serde_json::Value> {
-        let (status, v) = self
-            .call_status(deadline, method.clone(), url, token, body.as_ref())
-            .await?;
-        if (200..300).contains(&status) {
-            return Ok(v);
-        }
-        let detail = serde_json::from_value::<protocol::ErrorBody>(v)
-            .map(|b| format!("{} {}", b.error, b.message))
-            .unwrap_or_default();
-        Err(CpError::BadRequest(format!(
-            "{method} {url} answered {status}: {detail}"
-        )))
+    /// The admin client, retrying until `deadline`.
+    fn until(&self, deadline: Instant) -> AdminClient {
+        self.admin.until(deadline)
     }
 
     async fn ownership(
@@ -311,19 +177,7 @@ impl Ctx {
         c: &ContractorId,
     ) -> Result<Option<OwnershipRecord>> {
         let at = self.cell(cell)?;
-        let url = format!("{}/admin/v1/ownership/{c}", at.auth);
-        let (status, v) = self
-            .call_status(deadline, Method::GET, &url, &at.admin, None)
-            .await?;
-        match status {
-            200 => serde_json::from_value(v)
-                .map(Some)
-                .map_err(|e| CpError::Http(format!("{url}: {e}"))),
-            404 => Ok(None),
-            other => Err(CpError::BadRequest(format!(
-                "GET {url} answered {other}: {v}"
-            ))),
-        }
+        Ok(self.until(deadline).ownership(&at.auth, c).await?)
     }
 
     async fn set_ownership(
@@ -334,14 +188,11 @@ impl Ctx {
         rec: &OwnershipRecord,
     ) -> Result<u64> {
         let at = self.cell(cell)?;
-        let url = format!("{}/admin/v1/ownership/{c}", at.auth);
-        let body = serde_json::to_value(rec).map_err(|e| CpError::Internal(e.to_string()))?;
-        let v = self
-            .call(deadline, Method::PUT, &url, &at.admin, Some(body))
-            .await?;
-        v.get("seq")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| CpError::Http(format!("{url}: no seq in the answer")))
+        Ok(self
+            .until(deadline)
+            .set_ownership(&at.auth, c, rec)
+            .await?
+            .seq)
     }
 
     /// Polls `GET /admin/v1/drain/{c}?seq=S` at a cell until it reports drained.
@@ -353,17 +204,21 @@ impl Ctx {
         seq: u64,
     ) -> Result<()> {
         let at = self.cell(cell)?;
-        let url = format!("{}/admin/v1/drain/{c}?seq={seq}", at.auth);
         loop {
-            let v = self
-                .call(deadline, Method::GET, &url, &at.admin, None)
-                .await?;
-            if v.get("drained").and_then(serde_json::Value::as_bool) == Some(true) {
+            let d = self.until(deadline).drain(&at.auth, c, seq).await?;
+            if d.drained {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(CpError::Fleet(format!(
-                    "{cell} did not drain {c} at seq {seq} in time: {v}"
+                let busy: Vec<&str> = d
+                    .instances
+                    .iter()
+                    .filter(|i| i.live && (i.busy || i.applied_seq < seq))
+                    .map(|i| i.id.as_str())
+                    .collect();
+                return Err(CtlError::Failed(format!(
+                    "{cell} did not drain {c} at seq {seq} in time (instances not drained: {})",
+                    busy.join(", ")
                 )));
             }
             tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
@@ -377,72 +232,36 @@ impl Ctx {
         c: &ContractorId,
         target: &CellId,
     ) -> Result<bool> {
-        let url = format!("{}/v1/placement-map", self.cp());
-        let v = self
-            .call(deadline, Method::GET, &url, &self.control_plane, None)
+        let signed = self
+            .until(deadline)
+            .placement_map(&self.control_plane)
             .await?;
-        let signed: SignedMap =
-            serde_json::from_value(v).map_err(|e| CpError::Http(format!("{url}: {e}")))?;
         signed.verify(&self.map_key)?;
         Ok(signed.map.cell_for(c).is_some_and(|e| &e.id == target))
     }
 
-    /// Copies users (hashes) and the revocations that concern `c` from one auth-service to
-    /// another.
-    async fn copy_credentials(
+    /// Copies `what` of `c` from one cell to another (export at the source, import at the
+    /// target; an import of the same document again changes nothing).
+    async fn copy(
         &self,
         deadline: Instant,
+        what: Data,
         from: &CellId,
         to: &CellId,
         c: &ContractorId,
     ) -> Result<()> {
         let (from, to) = (self.cell(from)?, self.cell(to)?);
-        let doc = self
-            .call(
-                deadline,
-                Method::GET,
-                &format!("{}/admin/v1/contractors/{c}/export", from.auth),
-                &from.admin,
-                None,
-            )
-            .await?;
-        self.call(
-            deadline,
-            Method::POST,
-            &format!("{}/admin/v1/contractors/{c}/import", to.auth),
-            &to.admin,
-            Some(doc),
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Copies the app's data of `c` (the app's migration interface: export → import).
-    async fn copy_app_data(
-        &self,
-        deadline: Instant,
-        from: &CellId,
-        to: &CellId,
-        c: &ContractorId,
-    ) -> Result<()> {
-        let (from, to) = (self.cell(from)?, self.cell(to)?);
-        let doc = self
-            .call(
-                deadline,
-                Method::GET,
-                &format!("{}/internal/v1/contractors/{c}/export", from.app),
-                &from.admin,
-                None,
-            )
-            .await?;
-        self.call(
-            deadline,
-            Method::POST,
-            &format!("{}/internal/v1/contractors/{c}/import", to.app),
-            &to.admin,
-            Some(doc),
-        )
-        .await?;
+        let admin = self.until(deadline);
+        match what {
+            Data::Credentials => {
+                let doc = admin.export_contractor(&from.auth, c).await?;
+                admin.import_contractor(&to.auth, c, &doc).await?;
+            }
+            Data::AppData => {
+                let doc = admin.app_export(&from.app, c).await?;
+                admin.app_import(&to.app, c, &doc).await?;
+            }
+        }
         Ok(())
     }
 
@@ -454,8 +273,8 @@ impl Ctx {
         let new_gen = g.next();
         match rec.step {
             Step::Copy => {
-                self.copy_credentials(deadline, src, dst, c).await?;
-                self.copy_app_data(deadline, src, dst, c).await?;
+                self.copy(deadline, Data::Credentials, src, dst, c).await?;
+                self.copy(deadline, Data::AppData, src, dst, c).await?;
                 Ok(Step::Handoff)
             }
             Step::Handoff => {
@@ -479,33 +298,27 @@ impl Ctx {
             }
             Step::Sync => {
                 let at = self.cell(src)?;
-                self.call(
-                    deadline,
-                    Method::POST,
-                    &format!("{}/internal/v1/contractors/{c}/freeze", at.app),
-                    &at.admin,
-                    None,
-                )
-                .await?;
-                self.copy_app_data(deadline, src, dst, c).await?;
-                self.copy_credentials(deadline, src, dst, c).await?;
+                self.until(deadline)
+                    .app_transition(&at.app, c, AppTransition::Freeze)
+                    .await?;
+                self.copy(deadline, Data::AppData, src, dst, c).await?;
+                self.copy(deadline, Data::Credentials, src, dst, c).await?;
                 Ok(Step::Placement)
             }
             Step::Placement => {
-                self.call(
-                    deadline,
-                    Method::PUT,
-                    &format!("{}/admin/v1/placements/{c}", self.cp()),
-                    &self.control_plane,
-                    Some(json!({ "cell": dst, "generation": new_gen })),
-                )
-                .await?;
+                let placement = Placement {
+                    cell: dst.clone(),
+                    generation: new_gen,
+                };
+                self.until(deadline)
+                    .set_placement(&self.control_plane, c, &placement)
+                    .await?;
                 loop {
                     if self.published_at(deadline, c, dst).await? {
                         break;
                     }
                     if Instant::now() >= deadline {
-                        return Err(CpError::Fleet(format!(
+                        return Err(CtlError::Failed(format!(
                             "the published map does not place {c} at {dst} yet"
                         )));
                     }
@@ -517,16 +330,11 @@ impl Ctx {
                 let active = OwnershipRecord::Active { r#gen: new_gen };
                 let seq = self.set_ownership(deadline, dst, c, &active).await?;
                 let at = self.cell(dst)?;
-                self.call(
-                    deadline,
-                    Method::POST,
-                    &format!("{}/internal/v1/contractors/{c}/activate", at.app),
-                    &at.admin,
-                    Some(json!({ "generation": new_gen })),
-                )
-                .await?;
+                self.until(deadline)
+                    .app_transition(&at.app, c, AppTransition::Activate(new_gen))
+                    .await?;
                 if self.ownership(deadline, dst, c).await?.as_ref() != Some(&active) {
-                    return Err(CpError::Fleet(format!(
+                    return Err(CtlError::Failed(format!(
                         "{dst} does not acknowledge active({new_gen}) for {c}"
                     )));
                 }
@@ -540,7 +348,7 @@ impl Ctx {
                 let acked = self.ownership(deadline, dst, c).await?.as_ref() == Some(&active);
                 let published = self.published_at(deadline, c, dst).await?;
                 if !(acked && published) {
-                    return Err(CpError::Fleet(format!(
+                    return Err(CtlError::Failed(format!(
                         "not releasing {c}: target acknowledged = {acked}, map published = {published}"
                     )));
                 }
@@ -551,14 +359,9 @@ impl Ctx {
                 };
                 self.set_ownership(deadline, src, c, &released).await?;
                 let at = self.cell(src)?;
-                self.call(
-                    deadline,
-                    Method::POST,
-                    &format!("{}/internal/v1/contractors/{c}/release", at.app),
-                    &at.admin,
-                    None,
-                )
-                .await?;
+                self.until(deadline)
+                    .app_transition(&at.app, c, AppTransition::Release)
+                    .await?;
                 Ok(Step::Done)
             }
             Step::Done => Ok(Step::Done),
@@ -571,7 +374,7 @@ async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(R
     let c = &opts.contractor;
     if let Some(rec) = journal.open_migration(c)? {
         if rec.target != opts.target {
-            return Err(CpError::BadRequest(format!(
+            return Err(CtlError::BadRequest(format!(
                 "{c} is being migrated to {}; finish that first (cellctl migrate {c} --to {})",
                 rec.target, rec.target
             )));
@@ -580,17 +383,11 @@ async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(R
     }
     ctx.cell(&opts.target)?;
     let deadline = Instant::now() + ctx.step_timeout;
-    let placed = ctx
-        .call(
-            deadline,
-            Method::GET,
-            &format!("{}/admin/v1/placements/{c}", ctx.cp()),
-            &ctx.control_plane,
-            None,
-        )
-        .await?;
-    let placement: crate::store::Placement =
-        serde_json::from_value(placed).map_err(|e| CpError::Http(format!("placement: {e}")))?;
+    let placement = ctx
+        .until(deadline)
+        .placement(&ctx.control_plane, c)
+        .await?
+        .ok_or_else(|| CtlError::Failed(format!("the control plane has no placement of {c}")))?;
     let source = placement.cell;
     let g = placement.generation;
     if source == opts.target {
@@ -610,7 +407,7 @@ async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(R
         Some(OwnershipRecord::Active { r#gen } | OwnershipRecord::Handoff { r#gen })
             if r#gen == g => {}
         other => {
-            return Err(CpError::Fleet(format!(
+            return Err(CtlError::Failed(format!(
                 "{source} does not own {c} at generation {g} (its record: {other:?})"
             )));
         }
@@ -626,13 +423,13 @@ pub async fn migrate(
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<MigrationReport> {
     let fleet = FleetFile::load(fleet_path)?;
-    let client = client_trusting_file(&fleet.ca_cert)?;
-    let control_plane = fleet.control_plane_admin();
+    let admin = AdminClient::for_fleet(&fleet)?;
+    let control_plane = Api::control_plane(&fleet)?;
     let map_key = PublicKey::from_b64(&fleet.map_public_key)
-        .map_err(|e| CpError::Config(format!("map_public_key: {e}")))?;
+        .map_err(|e| CtlError::Config(format!("map_public_key: {e}")))?;
     let ctx = Ctx {
         fleet,
-        client,
+        admin,
         control_plane,
         map_key,
         step_timeout: opts.step_timeout,
@@ -646,7 +443,7 @@ pub async fn migrate(
         let t0 = Instant::now();
         let step = rec.step;
         let next = ctx.run_step(&mut rec).await.map_err(|e| {
-            CpError::Fleet(format!(
+            CtlError::Failed(format!(
                 "migration of {} stopped at step {step} (rerun to finish): {e}",
                 rec.contractor
             ))
@@ -722,7 +519,7 @@ pub async fn run_cli(fleet: &Path, args: MigrateArgs, json: bool) -> Result<()> 
     if json {
         println!(
             "{}",
-            serde_json::to_string(&report).map_err(|e| CpError::Internal(e.to_string()))?
+            serde_json::to_string(&report).map_err(|e| CtlError::Internal(e.to_string()))?
         );
     } else if report.already_there {
         println!(

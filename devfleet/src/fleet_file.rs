@@ -1,17 +1,25 @@
-//! `fleet.json`: where everything of a dev fleet is (DESIGN §8).
+//! `fleet.json`: where everything of a dev fleet is (DESIGN §8), and the names of the files
+//! `cellctl` keeps beside it (a fresh fleet removes them).
 
 use std::path::{Path, PathBuf};
 
-use protocol::{CellId, ContractorId};
+use protocol::{CellId, ContractorId, Endpoint};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CpError, Result};
-use crate::secrets::{Secret, write_private};
+use crate::error::{FleetError, Result};
+use runtime::Secret;
+use runtime::secret::write_private;
 
 /// Schema version of `fleet.json`.
 pub const FLEET_SCHEMA: u32 = 1;
 /// File name of the fleet description in the fleet directory.
 pub const FLEET_FILE: &str = "fleet.json";
+/// File name of `cellctl client`'s session, beside `fleet.json`.
+pub const SESSION_FILE: &str = "client-session.json";
+/// File name of `cellctl client`'s cached signed map, beside `fleet.json`.
+pub const MAP_FILE: &str = "client-map.json";
+/// File name of `cellctl migrate`'s journal, beside `fleet.json`.
+pub const JOURNAL_FILE: &str = "migrations.db";
 
 /// A process reached over HTTPS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,10 +91,30 @@ pub struct FleetFile {
     pub demo: Demo,
 }
 
+/// A URL field of a fleet file as an [`Endpoint`].
+fn endpoint(field: &str, url: &str) -> Result<Endpoint> {
+    Endpoint::parse(url).map_err(|e| FleetError::Config(format!("fleet file {field}: {e}")))
+}
+
 impl FleetCell {
     /// This cell's own admin token (every other cell refuses it).
     pub fn admin(&self) -> Secret {
         Secret::new(self.admin_token.clone())
+    }
+
+    /// The auth-service's internal listener (its admin API), parsed.
+    pub fn auth_admin_endpoint(&self) -> Result<Endpoint> {
+        endpoint("cells[].auth_service.url", &self.auth_service.url)
+    }
+
+    /// The app's internal listener (its migration interface), parsed.
+    pub fn app_internal_endpoint(&self) -> Result<Endpoint> {
+        endpoint("cells[].app_internal_url", &self.app_internal_url)
+    }
+
+    /// The cell's public endpoint (its edge), parsed.
+    pub fn public_endpoint(&self) -> Result<Endpoint> {
+        endpoint("cells[].endpoint", &self.endpoint)
     }
 }
 
@@ -96,13 +124,19 @@ impl FleetFile {
         Secret::new(self.admin_token.clone())
     }
 
+    /// The control plane's URL, parsed.
+    pub fn control_plane_endpoint(&self) -> Result<Endpoint> {
+        endpoint("control_plane.url", &self.control_plane.url)
+    }
+
     pub fn load(path: &Path) -> Result<FleetFile> {
         let bytes = std::fs::read(path)
-            .map_err(|e| CpError::io(format!("reading {}", path.display()), e))?;
-        let f: FleetFile = serde_json::from_slice(&bytes)
-            .map_err(|e| CpError::Config(format!("{} is not a fleet file: {e}", path.display())))?;
+            .map_err(|e| FleetError::io(format!("reading {}", path.display()), e))?;
+        let f: FleetFile = serde_json::from_slice(&bytes).map_err(|e| {
+            FleetError::Config(format!("{} is not a fleet file: {e}", path.display()))
+        })?;
         if f.schema != FLEET_SCHEMA {
-            return Err(CpError::Config(format!(
+            return Err(FleetError::Config(format!(
                 "{} has schema {}, this build reads {FLEET_SCHEMA}",
                 path.display(),
                 f.schema
@@ -114,8 +148,8 @@ impl FleetFile {
     /// Writes the file 0600 (it holds the admin tokens and the demo password).
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| CpError::Internal(e.to_string()))?;
-        write_private(path, &bytes)
+            serde_json::to_vec_pretty(self).map_err(|e| FleetError::Internal(e.to_string()))?;
+        Ok(write_private(path, &bytes)?)
     }
 
     pub fn cell(&self, id: &CellId) -> Option<&FleetCell> {

@@ -1,16 +1,14 @@
-//! Pieces of `cellctl dev` that need no other binary: the directory lock, the port check,
-//! the CA, and a clear error when a binary is missing.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+//! Pieces of the dev fleet that need no other binary: the directory lock, the port check,
+//! the CA, the port layout, and a clear error when a binary is missing.
 
-use control_plane::CpError;
-use control_plane::dev::{self, Fleet, FleetOptions, LocalCa};
+use devfleet::{self as dev, Fleet, FleetError, FleetOptions, LocalCa};
 
 #[test]
 fn a_directory_is_locked_by_one_fleet_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let held = dev::lock_dir(dir.path()).unwrap();
     let err = dev::lock_dir(dir.path()).unwrap_err();
-    assert!(matches!(err, CpError::AlreadyRunning(_)));
+    assert!(matches!(err, FleetError::AlreadyRunning(_)));
     assert!(err.to_string().contains("already running"), "{err}");
     drop(held);
     assert!(dev::lock_dir(dir.path()).is_ok());
@@ -41,7 +39,7 @@ async fn a_missing_binary_is_a_clear_error() {
 
 #[tokio::test]
 async fn certificates_chain_to_the_local_ca_only() {
-    control_plane::server::install_crypto_provider();
+    runtime::install_crypto_provider();
     let ca = LocalCa::generate("t").unwrap();
     let (cert, key) = ca
         .issue("cell-02", &["127.0.0.2".parse().unwrap()])
@@ -51,44 +49,6 @@ async fn certificates_chain_to_the_local_ca_only() {
     // The client refuses an empty CA bundle.
     assert!(dev::client_trusting(b"not a pem").is_err());
     assert!(dev::client_trusting(ca.pem().as_bytes()).is_ok());
-}
-
-fn mode(p: &std::path::Path) -> u32 {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
-}
-
-#[test]
-fn the_placement_store_and_the_migration_journal_are_owner_only() {
-    use std::os::unix::fs::PermissionsExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let store = control_plane::store::Store::open(&data).unwrap();
-    assert_eq!(mode(&data), 0o700, "an existing 0755 folder is made 0700");
-    let mut files = 0;
-    for e in std::fs::read_dir(&data).unwrap() {
-        let p = e.unwrap().path();
-        assert_eq!(mode(&p), 0o600, "{}", p.display());
-        files += 1;
-    }
-    assert!(files >= 1, "placements.db exists");
-    drop(store);
-
-    let journal = dir.path().join(control_plane::migrate::JOURNAL_FILE);
-    let j = control_plane::migrate::Journal::open(&journal).unwrap();
-    let c = protocol::ContractorId::new("c-1").unwrap();
-    let (a, b) = (
-        protocol::CellId::new("cell-01").unwrap(),
-        protocol::CellId::new("cell-02").unwrap(),
-    );
-    j.begin(&c, &a, &b, protocol::Generation(1), 1).unwrap();
-    assert_eq!(mode(&journal), 0o600);
-    // A journal left 0644 by an earlier version is made private on the next use.
-    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert!(j.open_migration(&c).unwrap().is_some());
-    assert_eq!(mode(&journal), 0o600);
 }
 
 #[test]

@@ -3,14 +3,14 @@
 
 use argon2::password_hash::{PasswordHasher as _, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
+use protocol::admin::cell::{NewUser, Role, UserStatus};
 use protocol::map::bucket_of;
-use protocol::{CellId, ContractorId};
+use protocol::{CellId, ContractorId, Login};
 use rand::RngCore as _;
-use serde::Serialize;
 use zeroize::Zeroizing;
 
-use crate::error::{CpError, Result};
-use crate::publish::round_robin_buckets;
+use crate::error::{FleetError, Result};
+use control_plane::publish::round_robin_buckets;
 
 /// Number of the first seeded contractor (`c-10001`).
 pub const FIRST_CONTRACTOR: u32 = 10_001;
@@ -44,13 +44,13 @@ impl SeedPlan {
     /// next cell.
     pub fn new(cells: &[CellId], count: u32, bucket_count: usize) -> Result<SeedPlan> {
         if cells.is_empty() {
-            return Err(CpError::Config("a fleet needs at least one cell".into()));
+            return Err(FleetError::Config("a fleet needs at least one cell".into()));
         }
         let buckets = round_robin_buckets(bucket_count, cells.len());
         let mut contractors = Vec::with_capacity(count as usize);
         for i in 0..count {
             let c = ContractorId::new(format!("c-{}", FIRST_CONTRACTOR + i))
-                .map_err(|e| CpError::Internal(e.to_string()))?;
+                .map_err(|e| FleetError::Internal(e.to_string()))?;
             let idx = usize::from(
                 buckets
                     .get(bucket_of(&c, buckets.len()))
@@ -62,7 +62,7 @@ impl SeedPlan {
             let cell = cells
                 .get(idx)
                 .cloned()
-                .ok_or_else(|| CpError::Internal("cell index".into()))?;
+                .ok_or_else(|| FleetError::Internal("cell index".into()))?;
             contractors.push((c, cell, moved));
         }
         Ok(SeedPlan { contractors })
@@ -77,27 +77,21 @@ impl SeedPlan {
     }
 }
 
-/// A user for `POST /admin/v1/users/import`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ImportUser<'a> {
-    pub contractor_id: &'a ContractorId,
-    pub login: &'a str,
-    pub role: &'static str,
-    pub password_hash: &'a str,
-    pub status: &'static str,
-}
-
-/// The users of a contractor (technicians, then dispatchers).
-pub fn users_of<'a>(c: &'a ContractorId, hash: &'a str) -> Vec<ImportUser<'a>> {
-    let tech = TECHNICIANS.iter().map(|l| (*l, "technician"));
-    let disp = DISPATCHERS.iter().map(|l| (*l, "dispatcher"));
+/// The users of a contractor (technicians, then dispatchers), for
+/// `POST /admin/v1/users/import`, all with the one demo password's `hash`.
+pub fn users_of(c: &ContractorId, hash: &str) -> Result<Vec<NewUser>> {
+    let tech = TECHNICIANS.iter().map(|l| (*l, Role::Technician));
+    let disp = DISPATCHERS.iter().map(|l| (*l, Role::Dispatcher));
     tech.chain(disp)
-        .map(|(login, role)| ImportUser {
-            contractor_id: c,
-            login,
-            role,
-            password_hash: hash,
-            status: "active",
+        .map(|(login, role)| {
+            Ok(NewUser {
+                contractor_id: c.clone(),
+                login: Login::new(login).map_err(|e| FleetError::Internal(e.to_string()))?,
+                role,
+                password: None,
+                password_hash: Some(hash.to_owned()),
+                status: UserStatus::Active,
+            })
         })
         .collect()
 }
@@ -117,16 +111,16 @@ pub fn demo_password() -> Zeroizing<String> {
 /// argon2id (m=19456 KiB, t=2, p=1) PHC string of `password`.
 pub fn hash_password(password: &str) -> Result<String> {
     let params = Params::new(ARGON2_M_KIB, ARGON2_T, ARGON2_P, None)
-        .map_err(|e| CpError::Internal(format!("argon2 params: {e}")))?;
+        .map_err(|e| FleetError::Internal(format!("argon2 params: {e}")))?;
     let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
     let salt =
-        SaltString::encode_b64(&salt).map_err(|e| CpError::Internal(format!("salt: {e}")))?;
+        SaltString::encode_b64(&salt).map_err(|e| FleetError::Internal(format!("salt: {e}")))?;
     argon
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| CpError::Internal(format!("argon2: {e}")))
+        .map_err(|e| FleetError::Internal(format!("argon2: {e}")))
 }
 
 #[cfg(test)]

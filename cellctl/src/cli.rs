@@ -1,0 +1,84 @@
+//! `cellctl`: the operator's command line (DESIGN §8). Human text by default, JSON with
+//! `--json`; exit 0 on success, non-zero with a one-line reason otherwise.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use protocol::CellId;
+
+use crate::client::ClientCommand;
+use crate::dev::DevArgs;
+use crate::error::Result;
+
+/// Default `--fleet`.
+pub const DEFAULT_FLEET_FILE: &str = "dev-fleet/fleet.json";
+
+/// Cellbind operator CLI.
+#[derive(Debug, Parser)]
+#[command(name = "cellctl", version, about)]
+pub struct Cli {
+    /// The fleet description to act on.
+    #[arg(long, global = true, default_value = DEFAULT_FLEET_FILE)]
+    pub fleet: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a local fleet of five cells and a control plane; runs until Ctrl-C.
+    Dev(DevArgs),
+    /// Per cell: reachable, key ids, map version, feed sequence, state ages.
+    Status,
+    /// Signing keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// The client SDK from the command line; the session is kept in a file.
+    Client {
+        /// Where the session is kept (default: `client-session.json` beside the fleet file).
+        #[arg(long, global = true)]
+        session_file: Option<PathBuf>,
+        #[command(subcommand)]
+        command: ClientCommand,
+    },
+    /// Move a contractor to another cell (resumes an interrupted migration).
+    Migrate(crate::migrate::MigrateArgs),
+    /// Revoke sessions at every cell that matters; prints each cell's outcome.
+    Revoke {
+        #[command(subcommand)]
+        command: crate::revoke::RevokeCommand,
+    },
+}
+
+/// `cellctl keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Rotate a cell's signing keys: next becomes current, current becomes retired.
+    Rotate {
+        #[arg(long)]
+        cell: CellId,
+    },
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Dev(args) => crate::dev::run_dev(args, cli.json).await,
+        Command::Status => crate::status::run_status(&cli.fleet, cli.json).await,
+        Command::Keys {
+            command: KeysCommand::Rotate { cell },
+        } => crate::status::run_rotate(&cli.fleet, &cell, cli.json).await,
+        Command::Client {
+            session_file,
+            command,
+        } => crate::client::run(&cli.fleet, session_file, command, cli.json).await,
+        Command::Migrate(args) => crate::migrate::run_cli(&cli.fleet, args, cli.json).await,
+        Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
+    }
+}

@@ -1,0 +1,108 @@
+//! `cellctl dev`: a local fleet ([`devfleet`]) until Ctrl-C.
+
+use std::path::{Path, PathBuf};
+
+use devfleet::{DEFAULT_DIR, DEFAULT_PORT_BASE, Fleet, FleetOptions};
+
+use crate::error::{CtlError, Result};
+
+/// `cellctl dev`.
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// The fleet directory.
+    #[arg(long, default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+    /// First port: control plane at B; cell n on 127.0.0.n: edge B+3, auth-service B+4 (public)
+    /// and B+6 (internal), app B+5 (public) and B+7 (internal).
+    #[arg(long, default_value_t = DEFAULT_PORT_BASE)]
+    pub port_base: u16,
+}
+
+/// `cellctl dev`: starts a fleet beside this binary's siblings, prints where everything is, and
+/// runs until Ctrl-C or SIGTERM, then stops every process it started.
+pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
+    let exe = std::env::current_exe().map_err(|e| CtlError::io("locating cellctl", e))?;
+    let bin_dir = exe
+        .parent()
+        .ok_or_else(|| CtlError::Config("cellctl has no parent directory".into()))?
+        .to_path_buf();
+    let opts = FleetOptions::new(&args.dir, bin_dir).port_base(args.port_base);
+    let fleet = Fleet::start(opts).await?;
+    let f = fleet.file();
+    let fleet_path = fleet.fleet_file_path();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "fleet_file": fleet_path,
+                "started_in_ms": fleet.started_in().as_millis(),
+                "control_plane": f.control_plane,
+                "cells": f.cells,
+            })
+        );
+    } else {
+        print_dev_summary(&fleet, &fleet_path);
+    }
+    runtime::shutdown_signal().await;
+    if !json {
+        println!("stopping the fleet…");
+    }
+    fleet.stop().await;
+    if !json {
+        println!("stopped.");
+    }
+    Ok(())
+}
+
+fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
+    let f = fleet.file();
+    let ca = f.ca_cert.display();
+    println!(
+        "Cellbind dev fleet: {} cells, {} contractors, started in {:.1} s",
+        f.cells.len(),
+        f.demo.dispatchers.len(),
+        fleet.started_in().as_secs_f64()
+    );
+    println!("  fleet file     {}", fleet_path.display());
+    println!("  CA certificate {ca}");
+    println!(
+        "  control plane  {} (pid {})",
+        f.control_plane.url, f.control_plane.pid
+    );
+    for c in &f.cells {
+        println!(
+            "  {}        {}  edge pid {}, auth-service {} (internal {}) pid {}, app {} (internal {}) pid {}",
+            c.id,
+            c.endpoint,
+            c.endpoint_pid,
+            c.auth_public_url,
+            c.auth_service.url,
+            c.auth_service.pid,
+            c.app_url,
+            c.app_internal_url,
+            c.app_pid
+        );
+    }
+    println!(
+        "  secrets        {}/secrets/<cell>/{{admin,feed,app,edge}}.token, control-plane.token",
+        fleet.dir().display()
+    );
+    println!("  logs           {}/<component>.log", fleet.dir().display());
+    if let Some(u) = f.demo.technicians.first()
+        && let Some(cell) = f.cell(&u.cell_id)
+    {
+        println!();
+        println!("Try it:");
+        println!(
+            "  curl --cacert {ca} -X POST {}/v1/sessions -H 'content-type: application/json' \\\n    -d '{{\"contractor_id\":\"{}\",\"login\":\"{}\",\"password\":\"{}\",\"client\":\"field\"}}'",
+            cell.endpoint, u.contractor_id, u.login, u.password
+        );
+        println!(
+            "  curl --cacert {ca} {}/api/routes/today -H \"authorization: Bearer $SESSION\"",
+            cell.endpoint
+        );
+        println!("  cellctl status --fleet {}", fleet_path.display());
+    }
+    println!();
+    println!("Press Ctrl-C to stop every process of the fleet.");
+}

@@ -1,0 +1,48 @@
+//! `cellctl`'s one error type; `main` prints it as the one line of a failed command.
+
+use crate::admin::AdminError;
+
+/// Everything that can make a `cellctl` command fail.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CtlError {
+    #[error(transparent)]
+    Fleet(#[from] devfleet::FleetError),
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The command ran but did not achieve its goal (a cell down, a step not finished, a
+    /// revocation not confirmed everywhere): the message says what.
+    #[error("{0}")]
+    Failed(String),
+    #[error("{0}")]
+    Client(String),
+    #[error("database: {0}")]
+    Db(#[from] rusqlite::Error),
+    #[error("placement map: {0}")]
+    Map(#[from] protocol::map::MapError),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl CtlError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CtlError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = CtlError> = std::result::Result<T, E>;

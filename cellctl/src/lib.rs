@@ -1,0 +1,23 @@
+//! `cellctl`, the operator's command line (DESIGN §8), as a library (the binary is
+//! `src/main.rs`; the end-to-end tests call the orchestrators directly).
+//!
+//! - [`cli`]: the command line (clap) and its dispatch.
+//! - [`admin`]: the ONE typed admin client (auth-services, apps, control plane) with the one
+//!   retry policy; every admin call goes through it.
+//! - [`dev`]: `cellctl dev` (the fleet itself is the `devfleet` crate).
+//! - [`status`]: `cellctl status`, `cellctl keys rotate`.
+//! - [`client`]: `cellctl client …` (the SDK from the command line).
+//! - [`migrate`]: `cellctl migrate`, the migration orchestrator and its journal.
+//! - [`revoke`]: `cellctl revoke …`, the per-cell revocation fan-out.
+//! - [`error`]: the crate's one error type.
+
+pub mod admin;
+pub mod cli;
+pub mod client;
+pub mod dev;
+pub mod error;
+pub mod migrate;
+pub mod revoke;
+pub mod status;
+
+pub use error::{CtlError, Result};

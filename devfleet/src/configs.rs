@@ -1,0 +1,80 @@
+//! The configuration files the dev fleet writes for its children (`DIR/config/*.toml`): the
+//! fields of each server's configuration that the fleet sets.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use protocol::CellId;
+use serde::Serialize;
+
+use crate::error::{FleetError, Result};
+
+/// Mode of a configuration file (it names token files, never holds a token).
+pub const CONFIG_FILE_MODE: u32 = 0o644;
+
+/// Writes `value` as TOML to `path`.
+pub(crate) fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = toml::to_string(value).map_err(|e| FleetError::Internal(format!("toml: {e}")))?;
+    Ok(runtime::secret::write_atomic(
+        path,
+        text.as_bytes(),
+        CONFIG_FILE_MODE,
+    )?)
+}
+
+/// A cell's auth-service.
+#[derive(Debug, Serialize)]
+pub(crate) struct AuthServiceConfig<'a> {
+    pub(crate) cell_id: &'a CellId,
+    pub(crate) listen: SocketAddr,
+    pub(crate) internal_listen: SocketAddr,
+    pub(crate) issuer: &'a str,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) kek_file: PathBuf,
+    pub(crate) admin_token_file: PathBuf,
+    pub(crate) feed_token_file: PathBuf,
+    pub(crate) edge_token_file: PathBuf,
+    pub(crate) tls_cert: PathBuf,
+    pub(crate) tls_key: PathBuf,
+    pub(crate) ca_cert: PathBuf,
+    pub(crate) control_plane_url: &'a str,
+    pub(crate) map_public_key: &'a str,
+    pub(crate) map_poll_interval_ms: u64,
+    pub(crate) session_lifetime_s: u64,
+    pub(crate) key_rotation_interval_s: u64,
+}
+
+/// A cell's edge.
+#[derive(Debug, Serialize)]
+pub(crate) struct EdgeConfig<'a> {
+    pub(crate) cell_id: &'a CellId,
+    pub(crate) instance_id: &'a str,
+    pub(crate) listen: SocketAddr,
+    pub(crate) public_url: &'a str,
+    pub(crate) auth_service_url: &'a str,
+    pub(crate) feed_url: &'a str,
+    pub(crate) app_url: &'a str,
+    pub(crate) feed_token_file: PathBuf,
+    pub(crate) app_token_file: PathBuf,
+    pub(crate) edge_token_file: PathBuf,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) tls_cert: PathBuf,
+    pub(crate) tls_key: PathBuf,
+    pub(crate) ca_cert: PathBuf,
+    pub(crate) write_lease_ms: u64,
+    pub(crate) feed_wait_ms: u64,
+    pub(crate) session_lifetime_s: u64,
+}
+
+/// A cell's demo app.
+#[derive(Debug, Serialize)]
+pub(crate) struct AppConfig<'a> {
+    pub(crate) cell_id: &'a CellId,
+    pub(crate) listen: SocketAddr,
+    pub(crate) internal_listen: SocketAddr,
+    pub(crate) tls_cert: PathBuf,
+    pub(crate) tls_key: PathBuf,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) app_token_file: PathBuf,
+    pub(crate) admin_token_file: PathBuf,
+}

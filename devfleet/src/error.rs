@@ -1,0 +1,53 @@
+//! The dev fleet's one error type.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Everything that can stop a dev fleet from starting (or a fleet file from loading).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FleetError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("address {0} is already in use")]
+    AddrInUse(SocketAddr),
+    #[error("another `cellctl dev` is already running in {}", .0.display())]
+    AlreadyRunning(PathBuf),
+    #[error("certificates: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("{0}")]
+    Fleet(String),
+    #[error(transparent)]
+    Secret(#[from] runtime::secret::SecretError),
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] control_plane::CpError),
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl FleetError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        FleetError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<reqwest::Error> for FleetError {
+    fn from(e: reqwest::Error) -> Self {
+        FleetError::Http(e.to_string())
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = FleetError> = std::result::Result<T, E>;

@@ -1,0 +1,537 @@
+//! [`Fleet`]: starting a dev fleet (files, processes, seeding, `fleet.json`) and stopping it.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use control_plane::config::{CellConfig, Config as CpConfig, DEFAULT_BUCKET_COUNT};
+use control_plane::map_key::{load_or_create_map_key, public_key_b64};
+use control_plane::store::{Placement, Store};
+use protocol::{CellId, Generation};
+use runtime::Secret;
+use runtime::secret::{random_token, write_atomic, write_private};
+
+use crate::certs::{self, LocalCa, client_trusting};
+use crate::children::{ChildProc, Supervision, probe, spawn_child, stop_children};
+use crate::configs::{AppConfig, AuthServiceConfig, EdgeConfig, write_toml};
+use crate::error::{FleetError, Result};
+use crate::fleet_file::{
+    self, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE,
+    Service,
+};
+use crate::layout::{CellPlan, CellToken, Layout, SECRETS_DIR, lock_dir, mkdir};
+use crate::ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free, https};
+use crate::seed::{self, DISPATCHERS, SeedPlan, TECHNICIANS};
+use crate::seeding::{fetch_map, seed_cell};
+
+/// Cells of a dev fleet.
+pub const DEFAULT_CELLS: u8 = 5;
+/// Longest a fleet may take to start once built, in milliseconds (it normally takes 1–3 s).
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 15_000;
+/// Default fleet directory.
+pub const DEFAULT_DIR: &str = "dev-fleet";
+/// Session lifetime configured on the dev cells, in seconds (30 days).
+pub const SESSION_LIFETIME_S: u64 = protocol::token::DEFAULT_SESSION_LIFETIME_S;
+/// Key rotation interval configured on the dev auth-services, in seconds (30 days).
+pub const KEY_ROTATION_INTERVAL_S: u64 = 30 * 24 * 3600;
+/// How often the dev auth-services poll the control plane's map, in milliseconds.
+pub const MAP_POLL_INTERVAL_MS: u64 = 5_000;
+/// Map poll interval of a cell whose map refresh is stalled on purpose (tests): one day.
+pub const STALLED_MAP_POLL_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+/// Edge write lease, in milliseconds.
+pub const WRITE_LEASE_MS: u64 = 30_000;
+/// Edge feed long-poll, in milliseconds.
+pub const FEED_WAIT_MS: u64 = 20_000;
+
+/// Binary of the control plane.
+pub const CONTROL_PLANE_BIN: &str = "cellbind-control-plane";
+/// Binary of a cell's auth-service.
+pub const AUTH_SERVICE_BIN: &str = "cellbind-auth-service";
+/// Binary of a cell's edge.
+pub const CELL_ENDPOINT_BIN: &str = "cellbind-cell-endpoint";
+/// Binary of a cell's demo app.
+pub const DEMO_APP_BIN: &str = "cellbind-demo-app";
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// The fleet directory (created if missing; locked while the fleet runs).
+    pub dir: PathBuf,
+    pub port_base: u16,
+    /// Where the four binaries are (normally the directory of `cellctl` itself).
+    pub bin_dir: PathBuf,
+    pub cells: u8,
+    pub contractors: u32,
+    pub bucket_count: usize,
+    pub startup_timeout: Duration,
+    /// Tests: this cell's auth-service (by number, 1-based) polls the control plane's map only
+    /// every [`STALLED_MAP_POLL_INTERVAL_MS`], so its map stays at the first one it took.
+    pub stalled_map_cell: Option<u8>,
+}
+
+impl FleetOptions {
+    /// The defaults of `cellctl dev` for a directory and a binary directory.
+    pub fn new(dir: impl Into<PathBuf>, bin_dir: impl Into<PathBuf>) -> Self {
+        FleetOptions {
+            dir: dir.into(),
+            port_base: DEFAULT_PORT_BASE,
+            bin_dir: bin_dir.into(),
+            cells: DEFAULT_CELLS,
+            contractors: seed::DEFAULT_CONTRACTORS,
+            bucket_count: DEFAULT_BUCKET_COUNT,
+            startup_timeout: Duration::from_millis(DEFAULT_STARTUP_TIMEOUT_MS),
+            stalled_map_cell: None,
+        }
+    }
+
+    pub fn port_base(mut self, b: u16) -> Self {
+        self.port_base = b;
+        self
+    }
+}
+
+/// A running fleet. Dropping it closes the children's stdin (so they exit); call
+/// [`Fleet::stop`] to also wait for them.
+#[derive(Debug)]
+pub struct Fleet {
+    dir: PathBuf,
+    file: FleetFile,
+    children: Vec<ChildProc>,
+    sup: Arc<Supervision>,
+    started_in: Duration,
+    _lock: File,
+}
+
+impl Fleet {
+    /// Starts a fleet and returns once every edge answers `/readyz`; on failure everything it
+    /// started is stopped again.
+    pub async fn start(opts: FleetOptions) -> Result<Fleet> {
+        let t0 = Instant::now();
+        let deadline = t0 + opts.startup_timeout;
+        for bin in [
+            CONTROL_PLANE_BIN,
+            AUTH_SERVICE_BIN,
+            CELL_ENDPOINT_BIN,
+            DEMO_APP_BIN,
+        ] {
+            let p = opts.bin_dir.join(bin);
+            if !p.is_file() {
+                return Err(FleetError::Fleet(format!(
+                    "{bin} was not found in {} (build it: cargo build --workspace --bins)",
+                    opts.bin_dir.display()
+                )));
+            }
+        }
+        if opts.cells == 0 || opts.cells > 250 {
+            return Err(FleetError::Config("a fleet has 1..=250 cells".into()));
+        }
+        mkdir(&opts.dir)?;
+        let dir = std::fs::canonicalize(&opts.dir)
+            .map_err(|e| FleetError::io(format!("resolving {}", opts.dir.display()), e))?;
+        let lock = lock_dir(&dir)?;
+        let ports = Ports {
+            base: opts.port_base,
+        };
+        check_ports_free(&ports.all(opts.cells)?)?;
+        let layout = Layout { dir: dir.clone() };
+        // A fresh fleet every time: remove what a previous run generated.
+        for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
+            let p = layout.p(sub);
+            if p.exists() {
+                std::fs::remove_dir_all(&p)
+                    .map_err(|e| FleetError::io(format!("removing {}", p.display()), e))?;
+            }
+        }
+        // Also the map key: a fresh fleet's map versions start again at 1, so a map signed for
+        // an earlier run must not verify against this one (no replay of an old, "newer" map).
+        // And the migration journal: its migrations belong to the earlier fleet.
+        // (`map-key`, `admin-token`, `feed-token` and `app-token` at the top are where earlier
+        // versions kept the map key and the tokens every cell shared.)
+        for f in [
+            FLEET_FILE,
+            "map-key",
+            "admin-token",
+            "feed-token",
+            "app-token",
+            SESSION_FILE,
+            MAP_FILE,
+            JOURNAL_FILE,
+            &format!("{JOURNAL_FILE}-wal"),
+            &format!("{JOURNAL_FILE}-shm"),
+        ] {
+            let p = layout.p(f);
+            if p.exists() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| FleetError::io(format!("removing {}", p.display()), e))?;
+            }
+        }
+        for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
+            mkdir(&layout.p(sub))?;
+        }
+        let sup = Arc::new(Supervision::default());
+        let mut children = Vec::new();
+        match Self::start_inner(&opts, &layout, ports, &sup, &mut children, deadline).await {
+            Ok(file) => Ok(Fleet {
+                dir,
+                file,
+                children,
+                sup,
+                started_in: t0.elapsed(),
+                _lock: lock,
+            }),
+            Err(e) => {
+                stop_children(&sup, &mut children).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(
+        opts: &FleetOptions,
+        layout: &Layout,
+        ports: Ports,
+        sup: &Arc<Supervision>,
+        children: &mut Vec<ChildProc>,
+        deadline: Instant,
+    ) -> Result<FleetFile> {
+        // Password hashing runs while the files are written and the processes start.
+        let password = seed::demo_password();
+        let pw = password.clone();
+        let hashing = tokio::task::spawn_blocking(move || seed::hash_password(&pw));
+
+        // CA and certificates.
+        let ca = LocalCa::generate("Cellbind dev fleet CA")?;
+        write_atomic(&layout.ca(), ca.pem().as_bytes(), certs::CERT_FILE_MODE)?;
+        ca.issue_to(
+            "control-plane",
+            &[Ports::cell_ip(1)],
+            &layout.cert("control-plane"),
+            &layout.key("control-plane"),
+        )?;
+        let mut cells = Vec::new();
+        for n in 1..=opts.cells {
+            let id = cell_id(n)?;
+            ca.issue_to(
+                id.as_str(),
+                &[Ports::cell_ip(n)],
+                &layout.cert(id.as_str()),
+                &layout.key(id.as_str()),
+            )?;
+            // Tokens: each cell its own.
+            mkdir(&layout.secrets().join(id.as_str()))?;
+            let mut admin = None;
+            for kind in CellToken::ALL {
+                let token = random_token();
+                write_private(&layout.cell_token(&id, kind), token.as_bytes())?;
+                if kind == CellToken::Admin {
+                    admin = Some(Secret::new(token.as_str()));
+                }
+            }
+            let admin =
+                admin.ok_or_else(|| FleetError::Internal("no admin token was made".into()))?;
+            cells.push(CellPlan {
+                n,
+                endpoint: https(ports.edge(n)?),
+                auth_url: https(ports.auth_internal(n)?),
+                auth_public_url: https(ports.auth(n)?),
+                app_url: https(ports.app(n)?),
+                app_internal_url: https(ports.app_internal(n)?),
+                admin,
+                id,
+            });
+        }
+
+        // The control plane's own token and the map key.
+        let cp_token = random_token();
+        write_private(&layout.control_plane_token(), cp_token.as_bytes())?;
+        let map_key_file = layout.map_key();
+        let map_public_key = public_key_b64(&load_or_create_map_key(&map_key_file)?);
+
+        // Placements.
+        let cell_ids: Vec<CellId> = cells.iter().map(|c| c.id.clone()).collect();
+        let plan = SeedPlan::new(&cell_ids, opts.contractors, opts.bucket_count)?;
+        {
+            let mut store = Store::open(&layout.data("control-plane"))?;
+            let items: Vec<_> = plan
+                .contractors
+                .iter()
+                .map(|(c, cell, _)| {
+                    (
+                        c.clone(),
+                        Placement {
+                            cell: cell.clone(),
+                            generation: Generation::FIRST,
+                        },
+                    )
+                })
+                .collect();
+            store.put_many(&items)?;
+        }
+
+        // Configurations.
+        let cp_url = https(ports.control_plane()?);
+        let cp_cfg = CpConfig {
+            listen: ports.control_plane()?,
+            data_dir: layout.data("control-plane"),
+            map_key_file,
+            publish_dir: layout.p("publish"),
+            admin_token_file: layout.control_plane_token(),
+            tls_cert: layout.cert("control-plane"),
+            tls_key: layout.key("control-plane"),
+            cells: cells
+                .iter()
+                .map(|c| CellConfig {
+                    id: c.id.clone(),
+                    endpoint: c.endpoint.clone(),
+                    auth_service_url: c.auth_url.clone(),
+                })
+                .collect(),
+            bucket_count: opts.bucket_count,
+            publish_interval_ms: control_plane::config::DEFAULT_PUBLISH_INTERVAL_MS,
+        };
+        write_toml(&layout.config("control-plane"), &cp_cfg)?;
+        for c in &cells {
+            let id = c.id.as_str();
+            write_toml(
+                &layout.config(&format!("{id}-auth-service")),
+                &AuthServiceConfig {
+                    cell_id: &c.id,
+                    listen: ports.auth(c.n)?,
+                    internal_listen: ports.auth_internal(c.n)?,
+                    issuer: &c.endpoint,
+                    data_dir: layout.data(&format!("{id}/auth-service")),
+                    kek_file: layout.data(&format!("{id}/auth-service/kek")),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
+                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                    edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
+                    tls_cert: layout.cert(id),
+                    tls_key: layout.key(id),
+                    ca_cert: layout.ca(),
+                    control_plane_url: &cp_url,
+                    map_public_key: &map_public_key,
+                    map_poll_interval_ms: if opts.stalled_map_cell == Some(c.n) {
+                        STALLED_MAP_POLL_INTERVAL_MS
+                    } else {
+                        MAP_POLL_INTERVAL_MS
+                    },
+                    session_lifetime_s: SESSION_LIFETIME_S,
+                    key_rotation_interval_s: KEY_ROTATION_INTERVAL_S,
+                },
+            )?;
+            write_toml(
+                &layout.config(&format!("{id}-endpoint")),
+                &EdgeConfig {
+                    cell_id: &c.id,
+                    instance_id: &format!("{id}-edge-1"),
+                    listen: ports.edge(c.n)?,
+                    public_url: &c.endpoint,
+                    auth_service_url: &c.auth_public_url,
+                    feed_url: &c.auth_url,
+                    app_url: &c.app_url,
+                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                    app_token_file: layout.cell_token(&c.id, CellToken::App),
+                    edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
+                    state_dir: layout.data(&format!("{id}/endpoint")),
+                    tls_cert: layout.cert(id),
+                    tls_key: layout.key(id),
+                    ca_cert: layout.ca(),
+                    write_lease_ms: WRITE_LEASE_MS,
+                    feed_wait_ms: FEED_WAIT_MS,
+                    session_lifetime_s: SESSION_LIFETIME_S,
+                },
+            )?;
+            write_toml(
+                &layout.config(&format!("{id}-app")),
+                &AppConfig {
+                    cell_id: &c.id,
+                    listen: ports.app(c.n)?,
+                    internal_listen: ports.app_internal(c.n)?,
+                    tls_cert: layout.cert(id),
+                    tls_key: layout.key(id),
+                    data_dir: layout.data(&format!("{id}/app")),
+                    app_token_file: layout.cell_token(&c.id, CellToken::App),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
+                },
+            )?;
+            mkdir(&layout.data(id))?;
+            mkdir(&layout.data(&format!("{id}/auth-service")))?;
+            mkdir(&layout.data(&format!("{id}/endpoint")))?;
+            mkdir(&layout.data(&format!("{id}/app")))?;
+        }
+
+        // Processes: control plane, auth-services and apps first.
+        let client = client_trusting(ca.pem().as_bytes())?;
+        let spawn = |children: &mut Vec<ChildProc>, id: String, bin: &str| -> Result<()> {
+            let child = spawn_child(&opts.bin_dir.join(bin), layout, &id, sup)?;
+            children.push(child);
+            Ok(())
+        };
+        spawn(children, "control-plane".into(), CONTROL_PLANE_BIN)?;
+        for c in &cells {
+            spawn(children, format!("{}-auth-service", c.id), AUTH_SERVICE_BIN)?;
+            spawn(children, format!("{}-app", c.id), DEMO_APP_BIN)?;
+        }
+        let mut probes = vec![probe(
+            &client,
+            format!("{cp_url}/healthz"),
+            "control-plane".into(),
+            sup,
+            layout,
+            deadline,
+        )];
+        for c in &cells {
+            // Both listeners of each: the edge needs the public ones, seeding the internal.
+            for (url, id) in [
+                (&c.auth_url, format!("{}-auth-service", c.id)),
+                (&c.auth_public_url, format!("{}-auth-service", c.id)),
+                (&c.app_internal_url, format!("{}-app", c.id)),
+                (&c.app_url, format!("{}-app", c.id)),
+            ] {
+                probes.push(probe(
+                    &client,
+                    format!("{url}/healthz"),
+                    id,
+                    sup,
+                    layout,
+                    deadline,
+                ));
+            }
+        }
+        futures::future::try_join_all(probes).await?;
+
+        // Edges.
+        for c in &cells {
+            spawn(children, format!("{}-endpoint", c.id), CELL_ENDPOINT_BIN)?;
+        }
+
+        // Seed every cell while the edges start.
+        let hash = hashing
+            .await
+            .map_err(|e| FleetError::Internal(format!("hashing task: {e}")))??;
+        let map_bytes = fetch_map(&client, &cp_url, deadline).await?;
+        let seeds = cells
+            .iter()
+            .map(|c| seed_cell(&client, c, &plan, &hash, &map_bytes));
+        futures::future::try_join_all(seeds).await?;
+
+        let probes = cells.iter().map(|c| {
+            probe(
+                &client,
+                format!("{}/readyz", c.endpoint),
+                format!("{}-endpoint", c.id),
+                sup,
+                layout,
+                deadline,
+            )
+        });
+        futures::future::try_join_all(probes).await?;
+
+        // The fleet file.
+        let pid_of = |id: &str| {
+            children
+                .iter()
+                .find(|c| c.id == id)
+                .map(|c| c.pid)
+                .unwrap_or(0)
+        };
+        let mut technicians = Vec::new();
+        let mut dispatchers = Vec::new();
+        for (ctr, cell, _) in &plan.contractors {
+            let user = |login: &str| DemoUser {
+                contractor_id: ctr.clone(),
+                login: login.to_owned(),
+                password: password.to_string(),
+                cell_id: cell.clone(),
+            };
+            technicians.extend(TECHNICIANS.iter().map(|l| user(l)));
+            dispatchers.extend(DISPATCHERS.iter().map(|l| user(l)));
+        }
+        let file = FleetFile {
+            schema: fleet_file::FLEET_SCHEMA,
+            ca_cert: layout.ca(),
+            control_plane: Service {
+                url: cp_url.clone(),
+                pid: pid_of("control-plane"),
+            },
+            admin_token: cp_token.to_string(),
+            admin_token_file: layout.control_plane_token(),
+            map_public_key,
+            cells: cells
+                .iter()
+                .map(|c| FleetCell {
+                    id: c.id.clone(),
+                    endpoint: c.endpoint.clone(),
+                    endpoint_pid: pid_of(&format!("{}-endpoint", c.id)),
+                    auth_service: Service {
+                        url: c.auth_url.clone(),
+                        pid: pid_of(&format!("{}-auth-service", c.id)),
+                    },
+                    auth_public_url: c.auth_public_url.clone(),
+                    app_url: c.app_url.clone(),
+                    app_internal_url: c.app_internal_url.clone(),
+                    app_pid: pid_of(&format!("{}-app", c.id)),
+                    admin_token: c.admin.expose().to_owned(),
+                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
+                })
+                .collect(),
+            demo: Demo {
+                technicians,
+                dispatchers,
+            },
+        };
+        file.save(&layout.p(FLEET_FILE))?;
+        Ok(file)
+    }
+
+    /// The fleet's description (also in `DIR/fleet.json`).
+    pub fn file(&self) -> &FleetFile {
+        &self.file
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn fleet_file_path(&self) -> PathBuf {
+        self.dir.join(FLEET_FILE)
+    }
+
+    /// How long the start took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// Children that have exited so far: (id, status).
+    pub fn exited(&self) -> Vec<(String, Option<ExitStatus>)> {
+        self.sup
+            .exits
+            .lock()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Log file of a child (`DIR/<component>.log`).
+    pub fn log_of(&self, id: &str) -> Option<&Path> {
+        self.children
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| c.log.as_path())
+    }
+
+    /// Stops every child: closes its stdin, sends SIGTERM, and SIGKILLs what is left after
+    /// [`STOP_GRACE_MS`]. Returns once every child has been reaped.
+    pub async fn stop(mut self) {
+        stop_children(&self.sup, &mut self.children).await;
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        // Dropping the stdin handles (below) makes the children exit: that is not a death to
+        // report.
+        self.sup.stopping.store(true, Ordering::SeqCst);
+    }
+}

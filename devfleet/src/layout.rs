@@ -1,0 +1,137 @@
+//! The layout of a fleet directory (certificates, configurations, data, logs, secrets) and
+//! its exclusive lock.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use protocol::CellId;
+use runtime::Secret;
+
+use crate::error::{FleetError, Result};
+
+/// Takes the exclusive lock of a fleet directory, or refuses.
+#[allow(clippy::incompatible_msrv)] // File::try_lock is stable since Rust 1.89
+pub fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| FleetError::io(format!("opening {}", path.display()), e))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(FleetError::AlreadyRunning(dir.to_path_buf()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(FleetError::io(format!("locking {}", path.display()), e))
+        }
+    }
+}
+
+/// Paths of a fleet directory.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub(crate) dir: PathBuf,
+}
+
+impl Layout {
+    pub(crate) fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+    pub(crate) fn ca(&self) -> PathBuf {
+        self.p("ca.pem")
+    }
+    pub(crate) fn cert(&self, name: &str) -> PathBuf {
+        self.p(&format!("tls/{name}.pem"))
+    }
+    pub(crate) fn key(&self, name: &str) -> PathBuf {
+        self.p(&format!("tls/{name}-key.pem"))
+    }
+    pub(crate) fn config(&self, id: &str) -> PathBuf {
+        self.p(&format!("config/{id}.toml"))
+    }
+    pub(crate) fn data(&self, id: &str) -> PathBuf {
+        self.p(&format!("data/{id}"))
+    }
+    pub(crate) fn log(&self, id: &str) -> PathBuf {
+        self.p(&format!("{id}.log"))
+    }
+    pub(crate) fn secrets(&self) -> PathBuf {
+        self.p(SECRETS_DIR)
+    }
+    /// The control plane's own token (its admin API).
+    pub(crate) fn control_plane_token(&self) -> PathBuf {
+        self.secrets().join(CONTROL_PLANE_TOKEN_FILE)
+    }
+    pub(crate) fn map_key(&self) -> PathBuf {
+        self.secrets().join(MAP_KEY_FILE)
+    }
+    /// A cell's token file of one kind.
+    pub(crate) fn cell_token(&self, cell: &CellId, kind: CellToken) -> PathBuf {
+        self.secrets()
+            .join(cell.as_str())
+            .join(format!("{}.token", kind.as_str()))
+    }
+}
+
+/// The folder of a fleet directory that holds every token and the map key.
+pub const SECRETS_DIR: &str = "secrets";
+/// The control plane's token file in [`SECRETS_DIR`].
+pub const CONTROL_PLANE_TOKEN_FILE: &str = "control-plane.token";
+/// The control plane's map signing seed in [`SECRETS_DIR`].
+pub const MAP_KEY_FILE: &str = "map-key";
+
+/// The tokens every cell has its own of (`DIR/secrets/<cell>/<kind>.token`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellToken {
+    /// The auth-service's admin API and the app's migration interface.
+    Admin,
+    /// The auth-service's feed (read by the cell's edges).
+    Feed,
+    /// The edge key the app requires on `/api/*`.
+    App,
+    /// The edge key the auth-service requires before it believes the client IP or a cookie.
+    Edge,
+}
+
+impl CellToken {
+    pub const ALL: [CellToken; 4] = [
+        CellToken::Admin,
+        CellToken::Feed,
+        CellToken::App,
+        CellToken::Edge,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellToken::Admin => "admin",
+            CellToken::Feed => "feed",
+            CellToken::App => "app",
+            CellToken::Edge => "edge",
+        }
+    }
+}
+
+/// Makes an owner-only (0700) folder, also when it exists with a wider mode.
+pub(crate) fn mkdir(p: &Path) -> Result<()> {
+    runtime::private_dir(p).map_err(|e| FleetError::io(format!("creating {}", p.display()), e))
+}
+
+/// One cell's planned addresses and admin token.
+#[derive(Debug, Clone)]
+pub(crate) struct CellPlan {
+    pub(crate) n: u8,
+    pub(crate) id: CellId,
+    pub(crate) endpoint: String,
+    /// The auth-service's internal listener (every route, admin included).
+    pub(crate) auth_url: String,
+    /// The auth-service's public listener (what the edge forwards sessions to).
+    pub(crate) auth_public_url: String,
+    /// The app's public listener (what the edge forwards `/api/*` to).
+    pub(crate) app_url: String,
+    /// The app's internal listener (the migration interface).
+    pub(crate) app_internal_url: String,
+    /// This cell's admin token.
+    pub(crate) admin: Secret,
+}

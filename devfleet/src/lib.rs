@@ -1,0 +1,52 @@
+//! The dev fleet: a real local fleet (DESIGN §8), what `cellctl dev` runs and what the
+//! end-to-end tests start. One control plane and, per cell, an
+//! auth-service, an edge (cell-endpoint) and a demo app, each its own OS process, over TLS from
+//! a local CA; cell `n` on `127.0.0.n`. Seeded with contractors, users, ownership records and a
+//! signed placement map, described in `fleet.json`.
+//!
+//! Ports (base B): control plane `127.0.0.1:B`; cell n on `127.0.0.n`: edge B+3, auth-service
+//! public listener B+4, app public listener B+5, auth-service internal listener B+6, app
+//! internal listener B+7. The edge forwards public traffic to the public listeners only; admin,
+//! feed and migration calls go to the internal ones.
+//!
+//! Secrets are per cell (a token of one cell is refused by every other): `DIR/secrets/<cell>/`
+//! holds `admin.token`, `feed.token`, `app.token` and `edge.token`; the control plane has its
+//! own `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every folder
+//! the fleet makes is 0700 (`DIR` itself included) and every secret and data file 0600.
+//!
+//! Children get a piped stdin and `CELLBIND_EXIT_ON_STDIN_EOF=1`, so they exit when this
+//! process goes away, however it goes. A child that dies is reported on stderr and left dead.
+
+//!
+//! It spawns the binaries by path (normally the directory of `cellctl`), so it depends on no
+//! server's code but the control plane's placement store and map key, which it seeds before the
+//! control plane starts (its first published map already holds the seeded placements).
+//!
+//! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`] and [`FleetOptions`].
+//! - [`fleet_file`]: `fleet.json` ([`FleetFile`], [`FleetCell`]) and the files `cellctl` keeps
+//!   beside it.
+//! - [`certs`]: the fleet's CA and [`client_trusting`], the HTTPS client that trusts only it.
+//! - [`ports`], [`layout`]: where the fleet listens and where its files are.
+//! - [`seed`], [`seeding`]: the seed data and how it reaches the cells.
+//! - [`children`], [`configs`]: the child processes and their configuration files.
+
+pub mod certs;
+pub mod children;
+pub mod configs;
+pub mod error;
+pub mod fleet;
+pub mod fleet_file;
+pub mod layout;
+pub mod ports;
+pub mod seed;
+pub mod seeding;
+
+pub use certs::{LocalCa, client_trusting, client_trusting_file};
+pub use error::{FleetError, Result};
+pub use fleet::{DEFAULT_DIR, Fleet, FleetOptions};
+pub use fleet_file::{
+    Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE, Service,
+};
+pub use layout::{CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, lock_dir};
+pub use ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free};
+pub use seeding::push_map;

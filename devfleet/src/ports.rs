@@ -1,0 +1,107 @@
+//! Where a dev fleet listens: one port base `B`; the control plane on `127.0.0.1:B`, cell `n`
+//! on `127.0.0.n` (edge `B+3`, auth-service public `B+4` and internal `B+6`, app public `B+5`
+//! and internal `B+7`).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use protocol::CellId;
+
+use crate::error::{FleetError, Result};
+
+/// Default first port (`--port-base`).
+pub const DEFAULT_PORT_BASE: u16 = 8440;
+/// Offset of the control plane's port (on 127.0.0.1).
+pub const CONTROL_PLANE_PORT_OFFSET: u16 = 0;
+/// Offset of each cell's edge port (the cell's public endpoint).
+pub const EDGE_PORT_OFFSET: u16 = 3;
+/// Offset of each cell's auth-service public listener (what the edge forwards sessions to).
+pub const AUTH_PORT_OFFSET: u16 = 4;
+/// Offset of each cell's demo app public listener (what the edge forwards `/api/*` to).
+pub const APP_PORT_OFFSET: u16 = 5;
+/// Offset of each cell's auth-service internal listener (admin API, feed, metrics).
+pub const AUTH_INTERNAL_PORT_OFFSET: u16 = 6;
+/// Offset of each cell's demo app internal listener (the migration interface).
+pub const APP_INTERNAL_PORT_OFFSET: u16 = 7;
+
+/// Addresses of the fleet for a port base.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub base: u16,
+}
+
+impl Ports {
+    /// The address of cell `n`'s listener at `offset` from the base.
+    fn at(self, n: u8, offset: u16) -> Result<SocketAddr> {
+        let port = self
+            .base
+            .checked_add(offset)
+            .ok_or_else(|| FleetError::Config(format!("--port-base {} is too high", self.base)))?;
+        Ok(SocketAddr::new(Self::cell_ip(n), port))
+    }
+    /// The loopback address of cell `n` (`127.0.0.n`).
+    pub fn cell_ip(n: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
+    }
+    /// The control plane (on `127.0.0.1`).
+    pub fn control_plane(self) -> Result<SocketAddr> {
+        self.at(1, CONTROL_PLANE_PORT_OFFSET)
+    }
+    /// Cell `n`'s edge (its public endpoint).
+    pub fn edge(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, EDGE_PORT_OFFSET)
+    }
+    /// Cell `n`'s auth-service public listener.
+    pub fn auth(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, AUTH_PORT_OFFSET)
+    }
+    /// Cell `n`'s app public listener.
+    pub fn app(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, APP_PORT_OFFSET)
+    }
+    /// Cell `n`'s auth-service internal listener.
+    pub fn auth_internal(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, AUTH_INTERNAL_PORT_OFFSET)
+    }
+    /// Cell `n`'s app internal listener.
+    pub fn app_internal(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, APP_INTERNAL_PORT_OFFSET)
+    }
+    /// Every address the fleet listens on.
+    pub fn all(self, cells: u8) -> Result<Vec<SocketAddr>> {
+        let mut v = vec![self.control_plane()?];
+        for n in 1..=cells {
+            v.extend([
+                self.edge(n)?,
+                self.auth(n)?,
+                self.app(n)?,
+                self.auth_internal(n)?,
+                self.app_internal(n)?,
+            ]);
+        }
+        Ok(v)
+    }
+}
+
+/// The HTTPS URL of a listener.
+pub(crate) fn https(addr: SocketAddr) -> String {
+    format!("https://{addr}")
+}
+
+/// The cell id of cell `n` (`cell-01` …).
+pub fn cell_id(n: u8) -> Result<CellId> {
+    CellId::new(format!("cell-{n:02}")).map_err(|e| FleetError::Internal(e.to_string()))
+}
+
+/// Refuses with a one-line error naming the first address that is already taken.
+pub fn check_ports_free(addrs: &[SocketAddr]) -> Result<()> {
+    for a in addrs {
+        match std::net::TcpListener::bind(a) {
+            Ok(l) => drop(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(FleetError::AddrInUse(*a));
+            }
+            Err(e) => return Err(FleetError::io(format!("cannot listen on {a}"), e)),
+        }
+    }
+    Ok(())
+}
