@@ -231,7 +231,7 @@ fn info(s: sdk::SessionInfo) -> SessionInfo {
         contractor_id: s.contractor_id.to_string(),
         subject: s.subject.to_string(),
         cell_id: s.cell_id.to_string(),
-        endpoint: s.endpoint,
+        endpoint: s.endpoint.into(),
         generation: s.generation.get(),
         expires_at: s.expires_at,
     }

@@ -8,12 +8,14 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Method;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use protocol::api::{SignInRequest, SignInResponse};
 use protocol::jwks::PublicKey;
 use protocol::map::{CellEntry, SignedMap};
 use protocol::time::{SharedClock, system_clock};
-use protocol::{ClientKind, ContractorId, Login, Password};
+use protocol::{ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
 
 use crate::Error;
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
@@ -166,12 +168,30 @@ pub enum SignOut {
     NotSignedIn,
 }
 
-fn same_endpoint(a: &str, b: &str) -> bool {
-    a.trim_end_matches('/') == b.trim_end_matches('/')
+/// A cell's endpoint as the signed map lists it, parsed. A map whose endpoint is not a URL
+/// was signed by the control plane, but the SDK still refuses to send anything there.
+fn endpoint_of(cell: &CellEntry) -> Result<Endpoint, Error> {
+    Endpoint::parse(&cell.endpoint).map_err(|e| {
+        Error::InvalidResponse(format!("the map lists {} at a bad endpoint: {e}", cell.id))
+    })
 }
 
-fn url(endpoint: &str, path: &str) -> String {
-    format!("{}{}", endpoint.trim_end_matches('/'), path)
+/// Whether an endpoint a cell named (a redirect, an answer) is the map's endpoint of `cell`.
+fn same_endpoint(named: &str, cell: &CellEntry) -> bool {
+    Endpoint::parse(&cell.endpoint).is_ok_and(|listed| listed.is(named))
+}
+
+/// The JSON body of a `2xx` answer whose status is one of `ok`; `what` names the call in
+/// the error.
+fn answer<T: DeserializeOwned>(resp: &Response, ok: &[u16], what: &str) -> Result<T, Error> {
+    if !ok.contains(&resp.status) {
+        return Err(Error::InvalidResponse(format!(
+            "{what} answered HTTP {}",
+            resp.status
+        )));
+    }
+    serde_json::from_slice(&resp.body)
+        .map_err(|e| Error::InvalidResponse(format!("{what} answer: {e}")))
 }
 
 /// A random idempotency key (128 bits, base64url).
@@ -182,6 +202,86 @@ fn idempotency_key() -> String {
 impl Client {
     pub fn builder(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> ClientBuilder {
         ClientBuilder::new(map_bytes, map_key)
+    }
+
+    /// One call to `path` at `at` without an idempotency key (the session API and the map;
+    /// app requests go through [`Client::request`]).
+    async fn send(
+        &self,
+        method: Method,
+        at: &Endpoint,
+        path: &str,
+        token: Option<&SessionToken>,
+        body: Option<Bytes>,
+        replay_safe: bool,
+    ) -> Result<Response, Error> {
+        self.inner
+            .transport
+            .send(Call {
+                method,
+                url: at.join(path),
+                token,
+                body,
+                idempotency_key: None,
+                replay_safe,
+            })
+            .await
+    }
+
+    /// `POST path` at `at` with a JSON body and no session (sign-in, rebind).
+    async fn post_json(
+        &self,
+        at: &Endpoint,
+        path: &str,
+        body: &impl Serialize,
+        replay_safe: bool,
+    ) -> Result<Response, Error> {
+        let body = serde_json::to_vec(body).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        self.send(
+            Method::POST,
+            at,
+            path,
+            None,
+            Some(Bytes::from(body)),
+            replay_safe,
+        )
+        .await
+    }
+
+    /// `method path` at the session's cell with its token and no body (renew, transfer,
+    /// sign-out).
+    async fn session_call(
+        &self,
+        method: Method,
+        session: &Session,
+        path: &str,
+        replay_safe: bool,
+    ) -> Result<Response, Error> {
+        self.send(
+            method,
+            &session.endpoint,
+            path,
+            Some(&session.token),
+            None,
+            replay_safe,
+        )
+        .await
+    }
+
+    /// Saves a session to the store.
+    fn save(&self, session: &Session) -> Result<(), Error> {
+        self.inner
+            .store
+            .save(&store::encode(session)?)
+            .map_err(|e| Error::Store(e.to_string()))
+    }
+
+    /// Empties the store.
+    fn clear_store(&self) -> Result<(), Error> {
+        self.inner
+            .store
+            .clear()
+            .map_err(|e| Error::Store(e.to_string()))
     }
 
     fn transition(&self, event: Event) -> Result<(), Error> {
@@ -269,10 +369,7 @@ impl Client {
             let session = self
                 .sign_in_redirecting(contractor, login, password)
                 .await?;
-            self.inner
-                .store
-                .save(&store::encode(&session)?)
-                .map_err(|e| Error::Store(e.to_string()))?;
+            self.save(&session)?;
             Ok(session)
         }
         .await;
@@ -320,7 +417,7 @@ impl Client {
         if second.id == first.id
             || owner_endpoint
                 .as_deref()
-                .is_some_and(|e| !same_endpoint(e, &second.endpoint))
+                .is_some_and(|e| !same_endpoint(e, second))
         {
             return Err(untrusted());
         }
@@ -342,24 +439,14 @@ impl Client {
         login: &Login,
         password: &Password,
     ) -> Result<Session, Error> {
-        let body = serde_json::to_vec(&SignInRequest {
+        let request = SignInRequest {
             contractor_id: contractor.clone(),
             login: login.clone(),
             password: password.clone(),
             client: ClientKind::Field,
-        })
-        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        };
         let resp = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::POST,
-                url: url(&cell.endpoint, "/v1/sessions"),
-                token: None,
-                body: Some(Bytes::from(body)),
-                idempotency_key: None,
-                replay_safe: true,
-            })
+            .post_json(&endpoint_of(cell)?, "/v1/sessions", &request, true)
             .await?;
         session_from(&resp, cell, contractor)
     }
@@ -378,17 +465,27 @@ impl Client {
         let write = !method.is_safe();
         let body = body.map(Bytes::from);
         let key = write.then(idempotency_key);
-        let result = self
-            .inner
-            .transport
-            .send(Call {
+        // The same request (and idempotency key) for the session and, after a transfer, for
+        // its successor.
+        fn call<'s>(
+            s: &'s Session,
+            method: &Method,
+            path: &str,
+            body: &Option<Bytes>,
+            key: &Option<String>,
+        ) -> Call<'s> {
+            Call {
                 method: method.clone(),
-                url: url(&session.endpoint, path),
-                token: Some(&session.token),
+                url: s.endpoint.join(path),
+                token: Some(&s.token),
                 body: body.clone(),
                 idempotency_key: key.clone(),
                 replay_safe: false,
-            })
+            }
+        }
+        let transport = &self.inner.transport;
+        let result = transport
+            .send(call(&session, &method, path, &body, &key))
             .await;
         match result {
             Err(e) if e.ends_session() => {
@@ -402,17 +499,8 @@ impl Client {
                 // DESIGN §7: transfer + rebind (see `transfer`), then retry the request once,
                 // at the new session's cell, with the same idempotency key.
                 let fresh = self.transfer(&session, owner_cell, owner_endpoint).await?;
-                let retried = self
-                    .inner
-                    .transport
-                    .send(Call {
-                        method,
-                        url: url(&fresh.endpoint, path),
-                        token: Some(&fresh.token),
-                        body,
-                        idempotency_key: key,
-                        replay_safe: false,
-                    })
+                let retried = transport
+                    .send(call(&fresh, &method, path, &body, &key))
                     .await;
                 match retried {
                     Err(e) if e.ends_session() => {
@@ -439,10 +527,7 @@ impl Client {
             .is_some_and(|s| s.session_id == session.session_id);
         self.transition(Event::Ended(session.session_id.clone(), reason))?;
         if still_ours {
-            self.inner
-                .store
-                .clear()
-                .map_err(|e| Error::Store(e.to_string()))?;
+            self.clear_store()?;
         }
         Ok(())
     }
@@ -464,12 +549,7 @@ impl Client {
         let result = self.renew_at(&session).await;
         match result {
             Ok(renewed) => {
-                let saved = store::encode(&renewed).and_then(|blob| {
-                    self.inner
-                        .store
-                        .save(&blob)
-                        .map_err(|e| Error::Store(e.to_string()))
-                });
+                let saved = self.save(&renewed);
                 self.transition(Event::Renewed(renewed))?;
                 tracing::info!("session renewed");
                 saved
@@ -488,20 +568,11 @@ impl Client {
 
     async fn renew_at(&self, session: &Session) -> Result<Session, Error> {
         let resp = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::POST,
-                url: url(&session.endpoint, "/v1/sessions/renew"),
-                token: Some(&session.token),
-                body: None,
-                idempotency_key: None,
-                replay_safe: true,
-            })
+            .session_call(Method::POST, session, "/v1/sessions/renew", true)
             .await?;
         let cell = CellEntry {
             id: session.cell_id.clone(),
-            endpoint: session.endpoint.clone(),
+            endpoint: session.endpoint.to_string(),
         };
         session_from(&resp, &cell, &session.contractor_id)
     }
@@ -509,32 +580,17 @@ impl Client {
     /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
     pub async fn sign_out(&self) -> Result<SignOut, Error> {
         let Some(session) = self.current() else {
-            self.inner
-                .store
-                .clear()
-                .map_err(|e| Error::Store(e.to_string()))?;
+            self.clear_store()?;
             return Ok(SignOut::NotSignedIn);
         };
         let remote = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::DELETE,
-                url: url(&session.endpoint, "/v1/sessions/current"),
-                token: Some(&session.token),
-                body: None,
-                idempotency_key: None,
-                replay_safe: false,
-            })
+            .session_call(Method::DELETE, &session, "/v1/sessions/current", false)
             .await;
         self.transition(Event::Ended(
             session.session_id.clone(),
             EndReason::SignedOut,
         ))?;
-        self.inner
-            .store
-            .clear()
-            .map_err(|e| Error::Store(e.to_string()))?;
+        self.clear_store()?;
         Ok(match remote {
             Ok(_) => SignOut::Revoked,
             // already gone at the cell: as good as revoked
@@ -551,16 +607,14 @@ impl Client {
     pub async fn refresh_map(&self) -> Result<MapUpdate, Error> {
         let session = self.current().ok_or(Error::NotSignedIn)?;
         let resp = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::GET,
-                url: url(&session.endpoint, "/v1/placement-map"),
-                token: None,
-                body: None,
-                idempotency_key: None,
-                replay_safe: false,
-            })
+            .send(
+                Method::GET,
+                &session.endpoint,
+                "/v1/placement-map",
+                None,
+                None,
+                false,
+            )
             .await?;
         if resp.status != 200 {
             return Err(Error::InvalidResponse(format!(
@@ -598,21 +652,15 @@ fn session_from(
     cell: &CellEntry,
     contractor: &ContractorId,
 ) -> Result<Session, Error> {
-    if resp.status != 200 && resp.status != 201 {
-        return Err(Error::InvalidResponse(format!(
-            "session answer has HTTP {}",
-            resp.status
-        )));
-    }
-    let a: SignInResponse = serde_json::from_slice(&resp.body)
-        .map_err(|e| Error::InvalidResponse(format!("session answer: {e}")))?;
+    let a: SignInResponse = answer(resp, &[200, 201], "session")?;
     if a.cell_id != cell.id {
         return Err(Error::InvalidResponse(format!(
             "asked {} but the session is for {}",
             cell.id, a.cell_id
         )));
     }
-    if !same_endpoint(&a.endpoint, &cell.endpoint) {
+    let endpoint = endpoint_of(cell)?;
+    if !endpoint.is(&a.endpoint) {
         tracing::warn!(map = %cell.endpoint, answered = %a.endpoint, "cell names another endpoint than the map; using the map's");
     }
     Ok(Session {
@@ -621,7 +669,7 @@ fn session_from(
         contractor_id: contractor.clone(),
         subject: a.subject,
         cell_id: a.cell_id,
-        endpoint: cell.endpoint.clone(),
+        endpoint,
         generation: a.generation,
         expires_at: a.expires_at,
     })

@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use protocol::time::UnixSeconds;
-use protocol::{CellId, ContractorId, Generation, SessionId, SessionToken, SubjectId};
+use protocol::{CellId, ContractorId, Endpoint, Generation, SessionId, SessionToken, SubjectId};
 
 use crate::Error;
 
@@ -37,7 +37,7 @@ pub struct Session {
     pub subject: SubjectId,
     pub cell_id: CellId,
     /// The endpoint of the session's cell, as the signed map lists it.
-    pub endpoint: String,
+    pub endpoint: Endpoint,
     pub generation: Generation,
     pub expires_at: UnixSeconds,
 }
@@ -68,7 +68,8 @@ pub struct SessionInfo {
     pub contractor_id: ContractorId,
     pub subject: SubjectId,
     pub cell_id: CellId,
-    pub endpoint: String,
+    /// The endpoint of the session's cell.
+    pub endpoint: Endpoint,
     pub generation: Generation,
     pub expires_at: UnixSeconds,
 }
@@ -192,7 +193,7 @@ pub(crate) mod tests {
             contractor_id: ContractorId::new("c-40711").unwrap(),
             subject: SubjectId::new("c-40711.ana").unwrap(),
             cell_id: CellId::new("cell-03").unwrap(),
-            endpoint: "https://127.0.0.3:8443".into(),
+            endpoint: Endpoint::parse("https://127.0.0.3:8443").unwrap(),
             generation: Generation(4),
             expires_at: 1_000_000 + 30 * 24 * 3600,
         }

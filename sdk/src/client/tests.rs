@@ -35,7 +35,7 @@ async fn first_sign_in_goes_to_the_maps_cell_and_is_stored() {
     assert_eq!(c.state_name(), "SignedOut");
     let info = sign_in(&c).await.unwrap();
     assert_eq!(info.cell_id, f.cells[0].id);
-    assert_eq!(info.endpoint, f.cells[0].endpoint);
+    assert_eq!(info.endpoint.as_str(), f.cells[0].endpoint);
     assert_eq!(c.state_name(), "Active");
     let hits = f.cells[0].hits(SIGN_IN);
     assert_eq!(hits.len(), 1);

@@ -8,17 +8,14 @@
 //! [`Error::SignInRequired`]. Single flight: concurrent requests that hit the same
 //! `WRONG_CELL` wait for one transfer and use its session.
 
-use bytes::Bytes;
 use http::Method;
 use protocol::api::{RebindRequest, TransferResponse};
 use protocol::map::CellEntry;
 use protocol::{CellId, ErrorCode};
 
-use super::{Client, same_endpoint, session_from, url};
+use super::{Client, answer, endpoint_of, same_endpoint, session_from};
 use crate::Error;
 use crate::session::{Event, Session};
-use crate::store;
-use crate::transport::Call;
 
 /// Whether a refusal of the transfer or rebind means "this session cannot follow".
 fn cannot_follow(e: &Error) -> bool {
@@ -63,7 +60,7 @@ impl Client {
         if owner.id == session.cell_id
             || owner_endpoint
                 .as_deref()
-                .is_some_and(|e| !same_endpoint(e, &owner.endpoint))
+                .is_some_and(|e| !same_endpoint(e, &owner))
         {
             // Named back to its own cell: the cell knows a newer generation of this
             // contractor here (moved away and back) — only a new sign-in helps.
@@ -76,12 +73,7 @@ impl Client {
         let result = self.transfer_to(session, &owner).await;
         match result {
             Ok(fresh) => {
-                let saved = store::encode(&fresh).and_then(|blob| {
-                    self.inner
-                        .store
-                        .save(&blob)
-                        .map_err(|e| Error::Store(e.to_string()))
-                });
+                let saved = self.save(&fresh);
                 self.transition(Event::SignedIn(fresh.clone()))?;
                 saved?;
                 tracing::info!(from = %session.cell_id, to = %fresh.cell_id, "session transferred");
@@ -109,25 +101,9 @@ impl Client {
 
     async fn transfer_to(&self, session: &Session, owner: &CellEntry) -> Result<Session, Error> {
         let resp = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::POST,
-                url: url(&session.endpoint, "/v1/sessions/transfer"),
-                token: Some(&session.token),
-                body: None,
-                idempotency_key: None,
-                replay_safe: true,
-            })
+            .session_call(Method::POST, session, "/v1/sessions/transfer", true)
             .await?;
-        if resp.status != 200 {
-            return Err(Error::InvalidResponse(format!(
-                "transfer answered HTTP {}",
-                resp.status
-            )));
-        }
-        let t: TransferResponse = serde_json::from_slice(&resp.body)
-            .map_err(|e| Error::InvalidResponse(format!("transfer answer: {e}")))?;
+        let t: TransferResponse = answer(&resp, &[200], "transfer")?;
         if t.target_cell != owner.id {
             return Err(Error::CellsDisagree {
                 first: session.cell_id.clone(),
@@ -135,22 +111,12 @@ impl Client {
                 named_owner: Some(t.target_cell),
             });
         }
-        let body = serde_json::to_vec(&RebindRequest {
+        let rebind = RebindRequest {
             ticket: t.ticket.expose().to_owned(),
-        })
-        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        };
         // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
         let resp = self
-            .inner
-            .transport
-            .send(Call {
-                method: Method::POST,
-                url: url(&owner.endpoint, "/v1/sessions/rebind"),
-                token: None,
-                body: Some(Bytes::from(body)),
-                idempotency_key: None,
-                replay_safe: false,
-            })
+            .post_json(&endpoint_of(owner)?, "/v1/sessions/rebind", &rebind, false)
             .await?;
         let fresh = session_from(&resp, owner, &session.contractor_id)?;
         if fresh.generation <= session.generation || fresh.subject != session.subject {
