@@ -2,18 +2,52 @@
 //! temporary directory on a random port base, and talk to it over TLS trusting only its CA.
 //!
 //! The fleet's binaries must be built first: `cargo build --workspace --bins`.
+//!
+//! All end-to-end tests are modules of one test binary, so tests that used to run alone in
+//! their own process now share the machine: every test that runs a fleet holds a
+//! [`FleetSlot`] for as long as its fleet lives. Light tests share the slot with each other;
+//! the game days and other tests that measure windows, latencies or deadlines take it alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support: failing loudly is its job
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use control_plane::CpError;
-use control_plane::dev::{
-    DemoUser, Fleet, FleetCell, FleetFile, FleetOptions, client_trusting_file,
-};
+use devfleet::FleetError;
+use devfleet::{DemoUser, Fleet, FleetCell, FleetFile, FleetOptions, client_trusting_file};
 use protocol::map::SignedMap;
 use rand::Rng as _;
 use serde_json::Value;
+
+/// How a test shares the machine with the other fleet tests of the binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// Runs beside other `Shared` tests (as the tests of one file always did).
+    Shared,
+    /// Runs with no other fleet test: for the game days and for tests that measure windows,
+    /// latencies or deadlines, which a neighbour's load would distort.
+    Exclusive,
+}
+
+/// The machine's fleet slots: shared tests take a read guard, exclusive ones the write guard.
+/// The lock is fair, so a waiting exclusive test is not starved by a stream of shared ones.
+/// It is a runtime-independent tokio lock: each `#[tokio::test]` has its own runtime.
+static FLEET_SLOTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A held fleet slot; released when dropped. A test holds at most one (taking a second one
+/// could wait forever behind a queued exclusive test).
+#[derive(Debug)]
+pub enum FleetSlot {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+/// Waits for a fleet slot of the given kind.
+pub async fn fleet_slot(slot: Slot) -> FleetSlot {
+    match slot {
+        Slot::Shared => FleetSlot::Shared(FLEET_SLOTS.read().await),
+        Slot::Exclusive => FleetSlot::Exclusive(FLEET_SLOTS.write().await),
+    }
+}
 
 /// Lowest random port base.
 pub const PORT_BASE_MIN: u16 = 20_000;
@@ -52,22 +86,43 @@ pub fn random_port_base() -> u16 {
     rand::rng().random_range(PORT_BASE_MIN..PORT_BASE_MAX)
 }
 
-/// A running fleet in its own temporary directory.
+/// A running fleet in its own temporary directory, holding its test's [`FleetSlot`].
 #[derive(Debug)]
 pub struct TestFleet {
     pub fleet: Fleet,
     pub dir: tempfile::TempDir,
     pub client: reqwest::Client,
+    /// Declared last: released after the fleet is dropped.
+    pub slot: FleetSlot,
 }
 
 impl TestFleet {
-    /// Starts a fleet; retries with another port base when an address is taken.
+    /// Starts a fleet in a shared slot; retries with another port base when an address is
+    /// taken.
     pub async fn start() -> TestFleet {
-        Self::start_with(|o| o).await
+        Self::start_in(Slot::Shared, |o| o).await
+    }
+
+    /// [`TestFleet::start`] in an exclusive slot.
+    pub async fn start_exclusive() -> TestFleet {
+        Self::start_in(Slot::Exclusive, |o| o).await
     }
 
     /// [`TestFleet::start`] with options changed by `tweak`.
     pub async fn start_with(tweak: impl Fn(FleetOptions) -> FleetOptions) -> TestFleet {
+        Self::start_in(Slot::Shared, tweak).await
+    }
+
+    /// Waits for a slot of the kind `slot`, then starts a fleet with options changed by
+    /// `tweak`.
+    pub async fn start_in(slot: Slot, tweak: impl Fn(FleetOptions) -> FleetOptions) -> TestFleet {
+        let asked = Instant::now();
+        let kind = slot;
+        let slot = fleet_slot(slot).await;
+        println!(
+            "fleet slot ({kind:?}) taken after {:.1} s",
+            asked.elapsed().as_secs_f64()
+        );
         let bins = bin_dir();
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
@@ -78,9 +133,14 @@ impl TestFleet {
             match Fleet::start(opts).await {
                 Ok(fleet) => {
                     let client = client_trusting_file(&fleet.file().ca_cert).expect("CA client");
-                    return TestFleet { fleet, dir, client };
+                    return TestFleet {
+                        fleet,
+                        dir,
+                        client,
+                        slot,
+                    };
                 }
-                Err(CpError::AddrInUse(a)) => last = Some(a),
+                Err(FleetError::AddrInUse(a)) => last = Some(a),
                 Err(e) => panic!("the fleet did not start: {e}"),
             }
         }
@@ -118,7 +178,7 @@ impl TestFleet {
         let path = self
             .fleet
             .dir()
-            .join(control_plane::dev::SECRETS_DIR)
+            .join(devfleet::SECRETS_DIR)
             .join(cell.as_str())
             .join(format!("{kind}.token"));
         std::fs::read_to_string(&path)

@@ -13,8 +13,8 @@ use std::process::Output;
 use std::time::Instant;
 
 use cellbind_tests::{Session, TestFleet, bin_dir, complete, route_load, session_for, signal};
-use control_plane::dev::DemoUser;
-use control_plane::migrate::STOP_AFTER_EXIT_CODE;
+use cellctl::migrate::STOP_AFTER_EXIT_CODE;
+use devfleet::DemoUser;
 use protocol::CellId;
 use serde_json::Value;
 
@@ -108,7 +108,7 @@ async fn write(t: &TestFleet, s: &Session, tag: &str, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_killed_after_any_step_finishes_on_rerun() {
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     let fleet = t.fleet.fleet_file_path();
     let users: Vec<DemoUser> = t
         .file()

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{TestFleet, route_load, session_for};
-use control_plane::dev::FleetCell;
+use devfleet::FleetCell;
 use protocol::map::SignedMap;
 use serde_json::json;
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cellbind_tests::{TestFleet, session_for};
-use control_plane::dev::{DemoUser, FleetCell};
-use control_plane::migrate::{MigrateOptions, migrate};
+use cellctl::migrate::{MigrateOptions, migrate};
+use devfleet::{DemoUser, FleetCell};
 use http_body_util::Empty;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -212,7 +212,7 @@ fn tech_of(t: &TestFleet, cell: &FleetCell) -> DemoUser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_client_reaches_nothing_it_should_not() {
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     let ca = t.file().ca_cert.clone();
     let cell = t.file().cells[2].clone();
     let other = t.file().cells[0].clone();

@@ -8,17 +8,15 @@
 //! unrevoked key keeps working), and the next sign-in uses the pre-published next key at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod revocation_support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::revocation_support::*;
 use cellbind_tests::{TestFleet, sign_in};
-use control_plane::dev::DemoUser;
-use control_plane::revoke::{AuditArgs, RevokeCommand, Revoker};
+use cellctl::revoke::{AuditArgs, RevokeCommand, Revoker};
+use devfleet::DemoUser;
 use futures::StreamExt as _;
 use protocol::{CellId, ContractorId, Kid, SessionId, SubjectId};
-use revocation_support::*;
 
 /// Runs per kind.
 const RUNS: usize = 100;
@@ -191,7 +189,7 @@ async fn keys_of(t: &TestFleet, cell: &CellId) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_reaches_every_edge_within_seconds() {
     let started = Instant::now();
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     // The command's own code path (`cellctl revoke` = `Revoker::load` + `revoke`), loaded once.
     let revoker = Revoker::load(&t.fleet.fleet_file_path()).expect("fleet file");
     let dir = t.fleet.dir().to_owned();

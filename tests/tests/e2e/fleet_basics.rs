@@ -128,7 +128,7 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
     let stranger = reqwest::Client::builder()
         .tls_certs_only(
             reqwest::Certificate::from_pem_bundle(
-                control_plane::dev::LocalCa::generate("other")
+                devfleet::LocalCa::generate("other")
                     .unwrap()
                     .pem()
                     .as_bytes(),

@@ -7,17 +7,15 @@
 //! target too (ATTACKS A28).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod revocation_support;
-
 use std::time::Duration;
 
+use crate::revocation_support::*;
 use cellbind_tests::{TestFleet, session_for, signal};
-use control_plane::dev::DemoUser;
-use control_plane::migrate::{MigrateOptions, Step, migrate};
-use control_plane::revoke::{AuditArgs, RevokeCommand, Revoker};
+use cellctl::migrate::{MigrateOptions, Step, migrate};
+use cellctl::revoke::{AuditArgs, RevokeCommand, Revoker};
+use devfleet::DemoUser;
 use nix::sys::signal::Signal;
 use protocol::{CellId, SubjectId};
-use revocation_support::*;
 use serde_json::{Value, json};
 
 /// Bound of each migration step.

@@ -20,7 +20,10 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
         .iter()
         .map(|s| s.to_string_lossy().trim_end_matches(".rs").to_owned())
         .collect();
-    if matches!(segs.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        segs.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         segs.pop();
     }
     segs
@@ -77,7 +80,12 @@ fn is_ident(c: char) -> bool {
 }
 
 /// Parses a use-tree at `s` (after `crate::` or similar), pushing every full path.
-fn parse_tree(s: &[char], mut pos: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+fn parse_tree(
+    s: &[char],
+    mut pos: usize,
+    prefix: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> usize {
     while pos < s.len() && s[pos].is_whitespace() {
         pos += 1;
     }
@@ -125,7 +133,12 @@ fn parse_tree(s: &[char], mut pos: usize, prefix: Vec<String>, out: &mut Vec<Vec
 }
 
 /// Every same-crate path this file's code names, as absolute module paths.
-fn references(code: &str, here: &[String], is_mod_root: bool, children: &BTreeSet<String>) -> Vec<Vec<String>> {
+fn references(
+    code: &str,
+    here: &[String],
+    is_mod_root: bool,
+    children: &BTreeSet<String>,
+) -> Vec<Vec<String>> {
     let s: Vec<char> = code.chars().collect();
     let mut out = Vec::new();
     // The module this file's `super` refers to, and the module its own items live in.
@@ -194,7 +207,9 @@ fn root_reexports(code: &str, children: &BTreeSet<String>) -> BTreeMap<String, V
         let Some(rest) = t.strip_prefix("pub use ") else {
             continue;
         };
-        let rest = rest.trim_start_matches("crate::").trim_start_matches("self::");
+        let rest = rest
+            .trim_start_matches("crate::")
+            .trim_start_matches("self::");
         let s: Vec<char> = rest.chars().collect();
         let mut paths = Vec::new();
         parse_tree(&s, 0, Vec::new(), &mut paths);
@@ -217,10 +232,11 @@ fn resolve(
     let longest = (0..=path.len())
         .rev()
         .find(|n| files.modules.contains_key(&path[..*n]))?;
-    if longest == 0 && !path.is_empty() {
-        if let Some(target) = reexports.get(&path[0]) {
-            return resolve(files, &BTreeMap::new(), target);
-        }
+    if longest == 0
+        && !path.is_empty()
+        && let Some(target) = reexports.get(&path[0])
+    {
+        return resolve(files, &BTreeMap::new(), target);
     }
     files.modules.get(&path[..longest]).cloned()
 }
@@ -293,7 +309,11 @@ fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let files = CrateFiles {
         modules: list
             .iter()
-            .filter(|f| !(f.parent() == Some(src) && f.file_name().is_some_and(|n| n == "main.rs") && src.join("lib.rs").exists()))
+            .filter(|f| {
+                !(f.parent() == Some(src)
+                    && f.file_name().is_some_and(|n| n == "main.rs")
+                    && src.join("lib.rs").exists())
+            })
             .map(|f| (module_path(src, f), f.clone()))
             .collect(),
     };
@@ -318,7 +338,9 @@ fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
             continue;
         };
         let code = code_of(&text);
-        let is_root = f.file_name().is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs");
+        let is_root = f
+            .file_name()
+            .is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs");
         let kids = children_of(m);
         let edges = graph.entry(f.clone()).or_default();
         for p in references(&code, m, is_root, &kids) {
@@ -353,7 +375,10 @@ fn no_crate_has_a_file_level_import_circle() {
         let graph = crate_graph(&src);
         let edges: usize = graph.values().map(BTreeSet::len).sum();
         let name = entry.file_name().to_string_lossy().into_owned();
-        println!("layering: {name}: {} files, {edges} same-crate imports", graph.len());
+        println!(
+            "layering: {name}: {} files, {edges} same-crate imports",
+            graph.len()
+        );
         for c in circles(&graph) {
             let names: Vec<String> = c
                 .iter()
@@ -362,7 +387,11 @@ fn no_crate_has_a_file_level_import_circle() {
             found.push(format!("{name}: {}", names.join(" ⇄ ")));
         }
     }
-    assert!(crates >= 5, "found only {crates} crates under {}", root.display());
+    assert!(
+        crates >= 5,
+        "found only {crates} crates under {}",
+        root.display()
+    );
     assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
 }
 
@@ -374,9 +403,15 @@ fn the_checker_sees_a_circle() {
     let write = |p: &str, t: &str| std::fs::write(src.join(p), t).unwrap_or_else(|e| panic!("{e}"));
     write("lib.rs", "mod a;\nmod b;\nmod store;\npub use a::Thing;\n");
     write("a.rs", "use crate::b::Other;\npub struct Thing;\n");
-    write("b.rs", "pub struct Other;\nfn f() -> crate::Thing { crate::Thing }\n");
+    write(
+        "b.rs",
+        "pub struct Other;\nfn f() -> crate::Thing { crate::Thing }\n",
+    );
     write("store/mod.rs", "mod sqlite;\npub trait Store {}\n");
-    write("store/sqlite.rs", "use super::Store;\n#[cfg(test)]\nmod tests {\n use crate::a::Thing;\n}\n");
+    write(
+        "store/sqlite.rs",
+        "use super::Store;\n#[cfg(test)]\nmod tests {\n use crate::a::Thing;\n}\n",
+    );
     let c = circles(&crate_graph(&src));
     assert_eq!(c.len(), 1, "{c:?}");
     assert!(c[0].iter().any(|p| p.ends_with("a.rs")) && c[0].iter().any(|p| p.ends_with("b.rs")));

@@ -7,8 +7,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cellbind_tests::{bin_dir, eventually, process_gone, random_port_base, signal};
-use control_plane::dev::{FleetFile, Ports, check_ports_free};
+use cellbind_tests::{
+    Slot, bin_dir, eventually, fleet_slot, process_gone, random_port_base, signal,
+};
+use devfleet::{FleetFile, Ports, check_ports_free};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -78,6 +80,7 @@ async fn all_gone(pids: &[u32]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
+    let _slot = fleet_slot(Slot::Shared).await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     let base = free_port_base();
@@ -275,11 +278,12 @@ async fn dev_refuses_twice_and_a_taken_port_then_sigint_stops_everything() {
     assert!(status.success(), "{status}");
     assert!(all_gone(&pids).await, "a process outlived cellctl dev");
     // A stopped fleet leaves the directory free for the next run.
-    assert!(control_plane::dev::lock_dir(&dir).is_ok());
+    assert!(devfleet::lock_dir(&dir).is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_never_outlive_a_sigkilled_cellctl() {
+    let _slot = fleet_slot(Slot::Shared).await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     let mut cellctl = start_dev(&dir, free_port_base(), &tmp.path().join("stderr")).await;

@@ -31,7 +31,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serving_survives_the_control_plane_and_an_auth_service_dying() {
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     let sample = t.sample_per_cell(SESSIONS_PER_CELL, &[]);
     let mut sessions = Vec::new();
     for u in &sample {

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cellbind_tests::{TestFleet, bin_dir};
-use control_plane::dev::DemoUser;
+use devfleet::DemoUser;
 use fantoccini::cookies::Cookie;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
@@ -360,7 +360,7 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     tool(CHROMEDRIVER_ENV, "chromedriver");
     tool(CERTUTIL_ENV, "certutil");
     let started = Instant::now();
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     let f = t.file();
     let endpoint = |n: usize| f.cells[n - 1].endpoint.trim_end_matches('/').to_owned();
     let (cell01, cell04) = (endpoint(1), endpoint(4));

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cellbind_tests::TestFleet;
-use control_plane::dev::DemoUser;
-use control_plane::migrate::{MigrateOptions, migrate};
+use cellbind_tests::{Slot, TestFleet};
+use cellctl::migrate::{MigrateOptions, migrate};
+use devfleet::DemoUser;
 use protocol::{CellId, ContractorId, Login, Password};
 use serde_json::Value;
 
@@ -75,7 +75,7 @@ fn keys(list: &[Value]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_of_sixty_migrations_under_load() {
-    let t = TestFleet::start_with(|mut o| {
+    let t = TestFleet::start_in(Slot::Exclusive, |mut o| {
         o.stalled_map_cell = Some(STALLED_CELL);
         o
     })

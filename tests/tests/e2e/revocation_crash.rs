@@ -6,17 +6,15 @@
 //! the admin token is refused and logged without the token.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod revocation_support;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::revocation_support::*;
 use cellbind_tests::{TestFleet, process_gone, signal};
 use nix::sys::signal::Signal;
 use rand::Rng as _;
-use revocation_support::*;
 use serde_json::{Value, json};
 
 /// Acknowledged revocations to collect.
@@ -60,7 +58,7 @@ fn kind_of(v: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_revocations_survive_sigkill() {
-    let t = TestFleet::start().await;
+    let t = TestFleet::start_exclusive().await;
     let dir = t.fleet.dir().to_owned();
     let cell = t.file().cells[0].clone();
     // The cell's own admin token, at its auth-service's internal listener.

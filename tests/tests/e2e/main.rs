@@ -1,0 +1,22 @@
+//! The end-to-end tests and game days against a real local fleet, as one test binary (one
+//! link instead of one per file). Each module was once a test file of its own; the ones that
+//! start a fleet share the machine through `cellbind_tests::FleetSlot`.
+//!
+//! The fleet's binaries must be built first: `cargo build --workspace --bins`. Run one
+//! module with a filter, e.g. `cargo test -p cellbind-tests layering`.
+
+mod cellctl_cli;
+mod credentials;
+mod desk_browser;
+mod fleet_basics;
+mod game_day;
+mod hostile_client;
+mod layering;
+mod map_safety;
+mod migration_crash;
+mod migration_game_day;
+mod per_cell_secrets;
+mod revocation_crash;
+mod revocation_migration;
+mod revocation_propagation;
+mod revocation_support;
