@@ -27,6 +27,21 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// Serde default of a `u64` field: `#[serde(default = "runtime::config::default_u64::<N>")]`.
+pub const fn default_u64<const N: u64>() -> u64 {
+    N
+}
+
+/// Serde default of a `u32` field: `#[serde(default = "runtime::config::default_u32::<N>")]`.
+pub const fn default_u32<const N: u32>() -> u32 {
+    N
+}
+
+/// Serde default of a `usize` field: `#[serde(default = "runtime::config::default_usize::<N>")]`.
+pub const fn default_usize<const N: usize>() -> usize {
+    N
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

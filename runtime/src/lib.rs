@@ -1,20 +1,30 @@
 //! The server kit shared by the Cellbind server binaries and `cellctl` (kept out of `protocol`,
 //! which does no I/O): the one rustls crypto provider, logging ([`logging`]), configuration
-//! loading ([`config`]), when a server should stop, secrets and owner-only files ([`secret`]),
-//! the SQLite schema check, the single-flight refetch gate ([`refetch`]) and the access log of
-//! the servers' two listeners ([`access`]).
+//! loading ([`config`]), a server binary's `main` ([`server`]), when a server should stop,
+//! secrets and owner-only files ([`secret`]), I/O errors with their context ([`io`]), opening
+//! SQLite files and checking their schema ([`sqlite`]), the HTTPS client that trusts one CA
+//! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
+//! two listeners ([`access`]) and the HTTP answer of an error ([`answer`]).
 
 pub mod access;
+pub mod answer;
 pub mod config;
 pub mod files;
+pub mod io;
 pub mod logging;
 pub mod refetch;
 pub mod secret;
+pub mod server;
+pub mod sqlite;
+pub mod tls;
 
+pub use answer::error_response;
 pub use files::{
     PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dir, private_file, private_sqlite, restrict_files,
 };
+pub use io::{IoContext, IoError};
 pub use secret::Secret;
+pub use sqlite::{SchemaError, check_sqlite_schema, check_sqlite_user_version};
 
 /// Environment variable: when `1`, a server stops as soon as its stdin reaches end of file.
 /// `cellctl dev` holds the other end of each child's stdin pipe, so children never outlive it,
@@ -65,53 +75,4 @@ pub async fn shutdown_signal() {
         _ = term => {},
         _ = stdin_eof => {},
     }
-}
-
-/// Records or checks the schema version of a SQLite file that keeps it in a
-/// `meta (key TEXT PRIMARY KEY, value TEXT)` table under the key `schema`. A new file gets
-/// `expected`; a file written by another schema is refused with the version it holds.
-pub fn check_sqlite_schema(conn: &rusqlite::Connection, expected: u32) -> Result<(), SchemaError> {
-    use rusqlite::OptionalExtension as _;
-    let held: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    match held {
-        None => {
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema', ?1)",
-                [expected.to_string()],
-            )?;
-            Ok(())
-        }
-        Some(v) if v == expected.to_string() => Ok(()),
-        Some(held) => Err(SchemaError::Mismatch { held, expected }),
-    }
-}
-
-/// Checks the schema version of a SQLite file that keeps it in `PRAGMA user_version` (0 for
-/// a new file) and answers it. A version above `supported` (or a negative one) was written by
-/// a newer build and is refused; an older one is the caller's to migrate.
-pub fn check_sqlite_user_version(
-    conn: &rusqlite::Connection,
-    supported: u32,
-) -> Result<u32, SchemaError> {
-    let held: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    match u32::try_from(held) {
-        Ok(v) if v <= supported => Ok(v),
-        _ => Err(SchemaError::TooNew { held, supported }),
-    }
-}
-
-/// Why a SQLite file's schema version was refused.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SchemaError {
-    #[error("schema {held}, this build reads {expected}")]
-    Mismatch { held: String, expected: u32 },
-    #[error("database schema version {held} is not one this build reads (0..={supported})")]
-    TooNew { held: i64, supported: u32 },
-    #[error(transparent)]
-    Sqlite(#[from] rusqlite::Error),
 }

@@ -49,6 +49,16 @@ impl Secret {
         bool::from(self.0.as_bytes().ct_eq(presented))
     }
 
+    /// `true` when `headers` carry exactly one `Authorization: Bearer <token>` header (read by
+    /// the one strict extractor, [`protocol::http::Presented`]) whose token is this secret. The
+    /// admin and internal APIs of every server check their bearer token with it.
+    pub fn authorizes(&self, headers: &axum::http::HeaderMap) -> bool {
+        matches!(
+            protocol::http::Presented::from_headers(headers).authorization,
+            Some(Ok(t)) if self.matches(t.as_bytes())
+        )
+    }
+
     /// The token text, to send it. Never log it.
     pub fn expose(&self) -> &str {
         &self.0
@@ -125,6 +135,25 @@ mod tests {
         assert!(s.matches(b"tok-123"));
         assert!(!s.matches(b"tok-12"));
         assert!(!s.matches(b"tok-1234"));
+    }
+
+    #[test]
+    fn authorizes_exactly_one_bearer_header_with_the_token() {
+        use axum::http::{HeaderMap, HeaderValue, header::AUTHORIZATION};
+        let s = Secret::new("tok-123");
+        let with = |values: &[&'static str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(AUTHORIZATION, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(s.authorizes(&with(&["Bearer tok-123"])));
+        assert!(!s.authorizes(&with(&[])));
+        assert!(!s.authorizes(&with(&["Bearer tok-12"])));
+        assert!(!s.authorizes(&with(&["bearer tok-123"])));
+        assert!(!s.authorizes(&with(&["Basic tok-123"])));
+        assert!(!s.authorizes(&with(&["Bearer tok-123", "Bearer tok-123"])));
     }
 
     #[test]
