@@ -41,6 +41,15 @@ fn field() -> ClientKind {
 pub struct SignInResponse {
     /// The session token.
     pub session: SessionToken,
+    /// Everything else the answer says about the session (its members, flattened).
+    #[serde(flatten)]
+    pub issued: IssuedSession,
+}
+
+/// What every answer that issues a session says about it, the token aside:
+/// `{session_id, cell_id, endpoint, generation, expires_at, subject}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IssuedSession {
     /// The session's id (`jti`).
     pub session_id: SessionId,
     /// The cell that issued the session.
@@ -56,23 +65,9 @@ pub struct SignInResponse {
 }
 
 /// The `201` answer of a renewal made with the session cookie: the new session travels only in
-/// `Set-Cookie` (HttpOnly), never in a body a script could read (ATTACKS A24). The same members
-/// as [`SignInResponse`] without `session`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CookieSessionResponse {
-    /// The new session's id (`jti`).
-    pub session_id: SessionId,
-    /// The cell that issued the session.
-    pub cell_id: CellId,
-    /// That cell's public endpoint.
-    pub endpoint: String,
-    /// The contractor's ownership generation the session is bound to.
-    pub generation: Generation,
-    /// Expiry of the session, in unix seconds.
-    pub expires_at: UnixSeconds,
-    /// The signed-in user.
-    pub subject: SubjectId,
-}
+/// `Set-Cookie` (HttpOnly), never in a body a script could read (ATTACKS A24). The members of
+/// [`SignInResponse`] without `session`.
+pub type CookieSessionResponse = IssuedSession;
 
 /// The `200` answer of `POST /v1/sessions/transfer`: `{ticket, target_cell, target_endpoint}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,12 +134,22 @@ mod tests {
             "subject": "user-1",
         });
         let r: SignInResponse = serde_json::from_value(j.clone()).unwrap();
-        assert_eq!(r.generation, Generation(3));
-        assert_eq!(r.expires_at, 1_790_000_000);
+        assert_eq!(r.issued.generation, Generation(3));
+        assert_eq!(r.issued.expires_at, 1_790_000_000);
         assert_eq!(serde_json::to_value(&r).unwrap(), j);
         let dup = r#"{"session":"a.b.c","session":"a.b.c","session_id":"AAAAAAAAAAAAAAAAAAAAAA","cell_id":"cell-eu-1","endpoint":"e","generation":1,"expires_at":1,"subject":"u"}"#;
         let e = serde_json::from_str::<SignInResponse>(dup).unwrap_err();
         assert!(e.to_string().contains("duplicate field"), "{e}");
+        // The same for a member of the flattened part.
+        let dup = r#"{"session":"a.b.c","session_id":"AAAAAAAAAAAAAAAAAAAAAA","cell_id":"cell-eu-1","endpoint":"e","generation":1,"generation":2,"expires_at":1,"subject":"u"}"#;
+        let e = serde_json::from_str::<SignInResponse>(dup).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
+        // A cookie renewal's answer is the same without `session`.
+        let mut cookie = j.clone();
+        cookie.as_object_mut().unwrap().remove("session");
+        let c: CookieSessionResponse = serde_json::from_value(cookie.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&c).unwrap(), cookie);
+        assert_eq!(serde_json::to_value(&r.issued).unwrap(), cookie);
     }
 
     #[test]

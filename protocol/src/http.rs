@@ -248,6 +248,36 @@ pub fn has_session_cookie(headers: &HeaderMap) -> bool {
     !matches!(cookie(headers, SESSION_COOKIE), Ok(None))
 }
 
+/// The request `Cookie` header that presents session `token`: `<SESSION_COOKIE>=<token>`, and
+/// nothing else (how the edge forwards a cookie session). `None` for a token that is not
+/// header-safe.
+pub fn session_cookie_request(token: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!("{SESSION_COOKIE}={token}")).ok()
+}
+
+/// The request's `Cookie` headers without the session and CSRF cookies, joined into one `Cookie`
+/// header (what an app behind the edge may see); `None` when no other cookie is left. A
+/// `Cookie` header that is not text is dropped.
+pub fn cookies_without_session(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut kept: Vec<&str> = Vec::new();
+    for v in headers.get_all(header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for pair in v.split(';') {
+            let pair = pair.trim_start_matches(' ');
+            let ours = [SESSION_COOKIE, CSRF_COOKIE]
+                .iter()
+                .any(|c| pair.strip_prefix(c).is_some_and(|r| r.starts_with('=')));
+            if !ours && !pair.is_empty() {
+                kept.push(pair);
+            }
+        }
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&kept.join("; ")).ok()
+}
+
 /// Whether a method changes state (everything but `GET`, `HEAD`, `OPTIONS`).
 pub fn is_unsafe(method: &::http::Method) -> bool {
     !matches!(

@@ -326,6 +326,31 @@ impl<'de> Deserialize<'de> for Password {
     }
 }
 
+/// A password hash as the admin API carries it: an argon2id PHC string. Not checked here (the
+/// auth-service checks an imported one for strength); `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PasswordHash(String);
+
+impl PasswordHash {
+    pub fn new(phc: impl Into<String>) -> Self {
+        Self(phc.into())
+    }
+    /// The PHC string. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Debug for PasswordHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PasswordHash(<redacted>)")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +379,11 @@ mod tests {
         assert!(!format!("{p:?}").contains("hunter2"));
         let t = SessionToken::new("eyJhbGciOiJFZERTQSJ9.e30.sig").unwrap();
         assert!(!format!("{t:?}").contains("eyJ"));
+        let h = PasswordHash::new("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA");
+        assert!(!format!("{h:?}").contains("argon2"));
+        assert_eq!(
+            serde_json::to_string(&h).unwrap(),
+            "\"$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA\""
+        );
     }
 }

@@ -224,16 +224,26 @@ mod tests {
     fn cell(s: &str) -> CellId {
         CellId::new(s).unwrap()
     }
+    /// Released at generation `n` to `successor`, which owns it at `n + 1`.
+    fn released(n: u64, successor: &str) -> OwnershipRecord {
+        Released {
+            r#gen: g(n),
+            successor: cell(successor),
+            successor_gen: g(n + 1),
+        }
+    }
+    /// A contractor's three records at generation `n`: active, in handoff, released.
+    fn records(n: u64, successor: &str) -> [OwnershipRecord; 3] {
+        [
+            Active { r#gen: g(n) },
+            Handoff { r#gen: g(n) },
+            released(n, successor),
+        ]
+    }
 
     #[test]
     fn decision_table() {
-        let a = Active { r#gen: g(2) };
-        let h = Handoff { r#gen: g(2) };
-        let r = Released {
-            r#gen: g(2),
-            successor: cell("cell-04"),
-            successor_gen: g(3),
-        };
+        let [a, h, r] = records(2, "cell-04");
         assert_eq!(decide(Some(&a), g(2), Access::Write), Decision::Serve);
         assert_eq!(decide(Some(&h), g(2), Access::Read), Decision::Serve);
         assert_eq!(
@@ -259,13 +269,7 @@ mod tests {
         use crate::map::{CellEntry, MAP_SCHEMA};
         let ctr = ContractorId::new("c-9").unwrap();
         let (here, there) = (cell("cell-01"), cell("cell-02"));
-        let a = Active { r#gen: g(3) };
-        let h = Handoff { r#gen: g(3) };
-        let r = Released {
-            r#gen: g(3),
-            successor: cell("cell-07"),
-            successor_gen: g(4),
-        };
+        let [a, h, r] = records(3, "cell-07");
         assert_eq!(decide_unbound(Some(&a)), Decision::Serve);
         assert_eq!(decide_unbound(Some(&h)), Decision::HandoffInProgress);
         assert_eq!(decide_unbound(None), Decision::NoRecord);
@@ -318,11 +322,7 @@ mod tests {
         assert!(check_transition(Some(&a2), &Active { r#gen: g(1) }).is_err());
         assert!(check_transition(Some(&a2), &Handoff { r#gen: g(2) }).is_ok());
         assert!(check_transition(Some(&a2), &a2).is_ok());
-        let rel = Released {
-            r#gen: g(2),
-            successor: cell("cell-02"),
-            successor_gen: g(3),
-        };
+        let rel = released(2, "cell-02");
         assert!(check_transition(Some(&a2), &rel).is_ok());
         assert!(check_transition(Some(&rel), &Active { r#gen: g(2) }).is_err());
         assert!(check_transition(Some(&rel), &Active { r#gen: g(4) }).is_ok());

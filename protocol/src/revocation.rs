@@ -53,6 +53,24 @@ pub struct RevocationSet {
     len: usize,
 }
 
+impl Revocation {
+    /// Whether this revocation can still match a session a verifier accepts at `now`, given
+    /// the cell's session lifetime: a session revocation until its session expires, the
+    /// "before" kinds and key revocations one session lifetime after their time, each plus the
+    /// clock leeway. Afterwards it matches nothing and may be dropped (edges and auth-service
+    /// apply the same rule).
+    pub fn can_match(&self, lifetime_s: u64, now: UnixSeconds) -> bool {
+        let until = match &self.kind {
+            RevocationKind::Session { exp, .. } => *exp,
+            RevocationKind::Subject { before, .. }
+            | RevocationKind::Contractor { before, .. }
+            | RevocationKind::Cell { before } => before.saturating_add(lifetime_s),
+            RevocationKind::Key { .. } => self.at.saturating_add(lifetime_s),
+        };
+        until.saturating_add(crate::token::LEEWAY_S) > now
+    }
+}
+
 impl RevocationSet {
     pub fn insert(&mut self, kind: &RevocationKind) {
         self.len += 1;

@@ -259,7 +259,7 @@ impl Client {
     ) -> Result<Response, Error> {
         self.send(
             method,
-            &session.endpoint,
+            &session.info.endpoint,
             path,
             Some(&session.token),
             None,
@@ -476,7 +476,7 @@ impl Client {
         ) -> Call<'s> {
             Call {
                 method: method.clone(),
-                url: s.endpoint.join(path),
+                url: s.info.endpoint.join(path),
                 token: Some(&s.token),
                 body: body.clone(),
                 idempotency_key: key.clone(),
@@ -524,8 +524,8 @@ impl Client {
         tracing::info!(?reason, "session ended by the cell; clearing it");
         let still_ours = self
             .current()
-            .is_some_and(|s| s.session_id == session.session_id);
-        self.transition(Event::Ended(session.session_id.clone(), reason))?;
+            .is_some_and(|s| s.info.session_id == session.info.session_id);
+        self.transition(Event::Ended(session.info.session_id.clone(), reason))?;
         if still_ours {
             self.clear_store()?;
         }
@@ -571,10 +571,10 @@ impl Client {
             .session_call(Method::POST, session, "/v1/sessions/renew", true)
             .await?;
         let cell = CellEntry {
-            id: session.cell_id.clone(),
-            endpoint: session.endpoint.to_string(),
+            id: session.info.cell_id.clone(),
+            endpoint: session.info.endpoint.to_string(),
         };
-        session_from(&resp, &cell, &session.contractor_id)
+        session_from(&resp, &cell, &session.info.contractor_id)
     }
 
     /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
@@ -587,7 +587,7 @@ impl Client {
             .session_call(Method::DELETE, &session, "/v1/sessions/current", false)
             .await;
         self.transition(Event::Ended(
-            session.session_id.clone(),
+            session.info.session_id.clone(),
             EndReason::SignedOut,
         ))?;
         self.clear_store()?;
@@ -609,7 +609,7 @@ impl Client {
         let resp = self
             .send(
                 Method::GET,
-                &session.endpoint,
+                &session.info.endpoint,
                 "/v1/placement-map",
                 None,
                 None,
@@ -652,26 +652,28 @@ fn session_from(
     cell: &CellEntry,
     contractor: &ContractorId,
 ) -> Result<Session, Error> {
-    let a: SignInResponse = answer(resp, &[200, 201], "session")?;
-    if a.cell_id != cell.id {
+    let SignInResponse { session, issued } = answer(resp, &[200, 201], "session")?;
+    if issued.cell_id != cell.id {
         return Err(Error::InvalidResponse(format!(
             "asked {} but the session is for {}",
-            cell.id, a.cell_id
+            cell.id, issued.cell_id
         )));
     }
     let endpoint = endpoint_of(cell)?;
-    if !endpoint.is(&a.endpoint) {
-        tracing::warn!(map = %cell.endpoint, answered = %a.endpoint, "cell names another endpoint than the map; using the map's");
+    if !endpoint.is(&issued.endpoint) {
+        tracing::warn!(map = %cell.endpoint, answered = %issued.endpoint, "cell names another endpoint than the map; using the map's");
     }
     Ok(Session {
-        token: a.session,
-        session_id: a.session_id,
-        contractor_id: contractor.clone(),
-        subject: a.subject,
-        cell_id: a.cell_id,
-        endpoint,
-        generation: a.generation,
-        expires_at: a.expires_at,
+        token: session,
+        info: SessionInfo {
+            session_id: issued.session_id,
+            contractor_id: contractor.clone(),
+            subject: issued.subject,
+            cell_id: issued.cell_id,
+            endpoint,
+            generation: issued.generation,
+            expires_at: issued.expires_at,
+        },
     })
 }
 

@@ -27,48 +27,35 @@ use crate::Error;
 /// Sessions last 30 days; the SDK renews in the last 7 of them.
 pub const RENEWAL_WINDOW_S: u64 = 7 * 24 * 3600;
 
-/// A session as the SDK keeps it (and persists it). `Debug` never shows the token.
+/// A session as the SDK keeps it (and persists it): the token and what an app may know about
+/// it (flattened: the persisted members are those of both). `Debug` never shows the token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Session {
     pub token: SessionToken,
-    pub session_id: SessionId,
-    pub contractor_id: ContractorId,
-    pub subject: SubjectId,
-    pub cell_id: CellId,
-    /// The endpoint of the session's cell, as the signed map lists it.
-    pub endpoint: Endpoint,
-    pub generation: Generation,
-    pub expires_at: UnixSeconds,
+    #[serde(flatten)]
+    pub info: SessionInfo,
 }
 
 impl Session {
     /// Whether `now` is inside the renewal window (or past expiry).
     pub fn wants_renewal(&self, now: UnixSeconds) -> bool {
-        now.saturating_add(RENEWAL_WINDOW_S) >= self.expires_at
+        now.saturating_add(RENEWAL_WINDOW_S) >= self.info.expires_at
     }
 
     pub fn info(&self) -> SessionInfo {
-        SessionInfo {
-            session_id: self.session_id.clone(),
-            contractor_id: self.contractor_id.clone(),
-            subject: self.subject.clone(),
-            cell_id: self.cell_id.clone(),
-            endpoint: self.endpoint.clone(),
-            generation: self.generation,
-            expires_at: self.expires_at,
-        }
+        self.info.clone()
     }
 }
 
 /// What an app may know about its session (everything but the token).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
     pub session_id: SessionId,
     pub contractor_id: ContractorId,
     pub subject: SubjectId,
     pub cell_id: CellId,
-    /// The endpoint of the session's cell.
+    /// The endpoint of the session's cell, as the signed map lists it.
     pub endpoint: Endpoint,
     pub generation: Generation,
     pub expires_at: UnixSeconds,
@@ -149,19 +136,21 @@ impl State {
             (State::SignedOut, Event::Restored(s)) => Ok(State::Active(s)),
             (State::Active(s), Event::RenewStarted) => Ok(State::Renewing(s)),
             // A renewal mints a new session (new id) for the same contractor.
-            (State::Renewing(old), Event::Renewed(s)) if old.contractor_id == s.contractor_id => {
+            (State::Renewing(old), Event::Renewed(s))
+                if old.info.contractor_id == s.info.contractor_id =>
+            {
                 Ok(State::Active(s))
             }
             (State::Renewing(s), Event::RenewFailed) => Ok(State::Active(s)),
             (State::Active(s) | State::Renewing(s), Event::Ended(id, _)) => {
-                if s.session_id == id {
+                if s.info.session_id == id {
                     Ok(State::SignedOut)
                 } else {
                     Ok(State::Active(s))
                 }
             }
             (State::SigningIn { previous }, Event::Ended(id, _)) => Ok(State::SigningIn {
-                previous: previous.filter(|s| s.session_id != id),
+                previous: previous.filter(|s| s.info.session_id != id),
             }),
             (State::SignedOut, Event::Ended(..)) => Ok(State::SignedOut),
             (state, event) => Err(invalid(&state, &event)),
@@ -189,13 +178,15 @@ pub(crate) mod tests {
     pub(crate) fn sample_session() -> Session {
         Session {
             token: SessionToken::new("aaa.bbb.ccc").unwrap(),
-            session_id: SessionId::from_random([1; 16]),
-            contractor_id: ContractorId::new("c-40711").unwrap(),
-            subject: SubjectId::new("c-40711.ana").unwrap(),
-            cell_id: CellId::new("cell-03").unwrap(),
-            endpoint: Endpoint::parse("https://127.0.0.3:8443").unwrap(),
-            generation: Generation(4),
-            expires_at: 1_000_000 + 30 * 24 * 3600,
+            info: SessionInfo {
+                session_id: SessionId::from_random([1; 16]),
+                contractor_id: ContractorId::new("c-40711").unwrap(),
+                subject: SubjectId::new("c-40711.ana").unwrap(),
+                cell_id: CellId::new("cell-03").unwrap(),
+                endpoint: Endpoint::parse("https://127.0.0.3:8443").unwrap(),
+                generation: Generation(4),
+                expires_at: 1_000_000 + 30 * 24 * 3600,
+            },
         }
     }
 
@@ -214,17 +205,20 @@ pub(crate) mod tests {
             "the old session serves while renewing"
         );
         let mut renewed = s.clone();
-        renewed.session_id = SessionId::from_random([2; 16]);
-        renewed.expires_at += 20 * 24 * 3600;
+        renewed.info.session_id = SessionId::from_random([2; 16]);
+        renewed.info.expires_at += 20 * 24 * 3600;
         let st = st.next(Event::Renewed(renewed.clone())).unwrap();
         assert_eq!(st, State::Active(renewed.clone()));
         // the old session's end does not end the renewed one
         let st = st
-            .next(Event::Ended(s.session_id.clone(), EndReason::Expired))
+            .next(Event::Ended(s.info.session_id.clone(), EndReason::Expired))
             .unwrap();
         assert_eq!(st, State::Active(renewed.clone()));
         let st = st
-            .next(Event::Ended(renewed.session_id.clone(), EndReason::Revoked))
+            .next(Event::Ended(
+                renewed.info.session_id.clone(),
+                EndReason::Revoked,
+            ))
             .unwrap();
         assert_eq!(st, State::SignedOut);
     }
@@ -260,8 +254,8 @@ pub(crate) mod tests {
     #[test]
     fn renewal_window_is_the_last_seven_days() {
         let s = sample_session();
-        assert!(!s.wants_renewal(s.expires_at - RENEWAL_WINDOW_S - 1));
-        assert!(s.wants_renewal(s.expires_at - RENEWAL_WINDOW_S));
-        assert!(s.wants_renewal(s.expires_at + 10));
+        assert!(!s.wants_renewal(s.info.expires_at - RENEWAL_WINDOW_S - 1));
+        assert!(s.wants_renewal(s.info.expires_at - RENEWAL_WINDOW_S));
+        assert!(s.wants_renewal(s.info.expires_at + 10));
     }
 }

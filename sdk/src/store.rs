@@ -170,7 +170,29 @@ mod tests {
         let blob = encode(&s).unwrap();
         let v: serde_json::Value = serde_json::from_str(&blob).unwrap();
         assert_eq!(v["schema"], PERSISTED_SCHEMA);
+        let mut members: Vec<&str> = v["session"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        members.sort_unstable();
+        assert_eq!(
+            members,
+            [
+                "cell_id",
+                "contractor_id",
+                "endpoint",
+                "expires_at",
+                "generation",
+                "session_id",
+                "subject",
+                "token"
+            ]
+        );
         assert_eq!(decode(&blob).unwrap(), s);
+        let extra = blob.replacen("\"token\":", "\"extra\":1,\"token\":", 1);
+        assert!(matches!(decode(&extra), Err(Error::Store(m)) if m.contains("extra")));
         let future = blob.replacen("\"schema\":1", "\"schema\":99", 1);
         assert!(matches!(decode(&future), Err(Error::Store(m)) if m.contains("schema 99")));
         assert!(matches!(decode("not json"), Err(Error::Store(_))));

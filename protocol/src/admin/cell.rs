@@ -30,13 +30,13 @@
 //! flattened); answers are read leniently by clients.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
 use crate::feed::{FeedKey, KeyStatus};
 use crate::ids::{
-    CellId, ClientKind, ContractorId, Generation, Kid, Login, Password, SessionId, SubjectId,
+    CellId, ClientKind, ContractorId, Generation, Kid, Login, Password, PasswordHash, SessionId,
+    SubjectId,
 };
 pub use crate::ownership::OwnershipRecord;
 pub use crate::revocation::{Revocation, RevocationKind};
@@ -157,7 +157,8 @@ impl UserStatus {
 
 /// Body of `POST /admin/v1/users` (and one entry of [`ImportUsers`]): exactly one of
 /// `password` and `password_hash` (an argon2id PHC string at least as strong as the cell's).
-#[derive(Clone, Serialize, Deserialize)]
+/// `Debug` shows neither.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
     pub contractor_id: ContractorId,
@@ -166,20 +167,9 @@ pub struct NewUser {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Password>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password_hash: Option<String>,
+    pub password_hash: Option<PasswordHash>,
     #[serde(default)]
     pub status: UserStatus,
-}
-
-impl fmt::Debug for NewUser {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NewUser")
-            .field("contractor_id", &self.contractor_id)
-            .field("login", &self.login)
-            .field("role", &self.role)
-            .field("status", &self.status)
-            .finish_non_exhaustive()
-    }
 }
 
 /// `201` answer of `POST /admin/v1/users`: `{subject}`.
@@ -393,25 +383,15 @@ pub struct Status {
 /// Schema version of [`ContractorExport`].
 pub const EXPORT_SCHEMA: u32 = 1;
 
-/// One exported user: password hash only, never a password. `Debug` leaves the hash out.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One exported user: password hash only, never a password. `Debug` never shows the hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExportedUser {
     pub login: Login,
     pub role: Role,
     /// argon2id PHC string.
-    pub password_hash: String,
+    pub password_hash: PasswordHash,
     pub status: UserStatus,
-}
-
-impl fmt::Debug for ExportedUser {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ExportedUser")
-            .field("login", &self.login)
-            .field("role", &self.role)
-            .field("status", &self.status)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Answer of `GET /admin/v1/contractors/{ctr}/export` and body of its `import`: a
@@ -500,6 +480,17 @@ mod tests {
         .unwrap();
         assert_eq!(user.status, UserStatus::Active);
         assert!(!format!("{user:?}").contains("pw-123456"));
+        let exported = ExportedUser {
+            login: Login::new("tech").unwrap(),
+            role: Role::Technician,
+            password_hash: PasswordHash::new("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"),
+            status: UserStatus::Active,
+        };
+        assert!(!format!("{exported:?}").contains("argon2"));
+        assert_eq!(
+            serde_json::to_value(&exported).unwrap()["password_hash"],
+            "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"
+        );
         let back = serde_json::to_value(&user).unwrap();
         assert_eq!(back["password"], "pw-123456");
         assert!(back.get("password_hash").is_none());

@@ -293,3 +293,31 @@ fn cookies_are_built_with_the_design_attributes() {
         "__Host-cellbind_csrf=x; Secure; SameSite=Strict; Path=/"
     );
 }
+
+#[test]
+fn the_edge_forwards_only_the_chosen_session_cookie_and_the_app_none_of_ours() {
+    assert_eq!(
+        session_cookie_request("abc").unwrap().to_str().unwrap(),
+        "__Host-cellbind_session=abc"
+    );
+    assert!(session_cookie_request("a\nb").is_none());
+
+    let h = headers(&[
+        ("cookie", "theme=dark; __Host-cellbind_session=t; lang=en"),
+        (
+            "cookie",
+            "__Host-cellbind_csrf=c;  __Host-cellbind_session_x=1",
+        ),
+        ("cookie", "__Host-cellbind_sessionx=2;"),
+    ]);
+    assert_eq!(
+        cookies_without_session(&h).unwrap().to_str().unwrap(),
+        "theme=dark; lang=en; __Host-cellbind_session_x=1; __Host-cellbind_sessionx=2"
+    );
+    let ours_only = headers(&[(
+        "cookie",
+        "__Host-cellbind_session=t; __Host-cellbind_csrf=c",
+    )]);
+    assert!(cookies_without_session(&ours_only).is_none());
+    assert!(cookies_without_session(&HeaderMap::new()).is_none());
+}

@@ -383,7 +383,7 @@ async fn wrong_cell_with_a_session_transfers_rebinds_and_retries_once() {
     assert_eq!(now.cell_id, f.cells[1].id);
     assert_eq!(now.generation.get(), 4);
     let stored = store::decode(&store.load().unwrap().unwrap()).unwrap();
-    assert_eq!(stored.cell_id, f.cells[1].id);
+    assert_eq!(stored.info.cell_id, f.cells[1].id);
 }
 
 #[tokio::test]

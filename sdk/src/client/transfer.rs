@@ -41,8 +41,8 @@ impl Client {
     ) -> Result<Session, Error> {
         let _one = self.inner.sign_in_lock.lock().await;
         if let Some(now) = self.current()
-            && now.session_id != session.session_id
-            && now.contractor_id == session.contractor_id
+            && now.info.session_id != session.info.session_id
+            && now.info.contractor_id == session.info.contractor_id
         {
             // Another request transferred (or the user signed in again) while we waited.
             return Ok(now);
@@ -57,14 +57,14 @@ impl Client {
             .and_then(|id| map.map.cell(id))
             .cloned()
             .ok_or_else(untrusted)?;
-        if owner.id == session.cell_id
+        if owner.id == session.info.cell_id
             || owner_endpoint
                 .as_deref()
                 .is_some_and(|e| !same_endpoint(e, &owner))
         {
             // Named back to its own cell: the cell knows a newer generation of this
             // contractor here (moved away and back) — only a new sign-in helps.
-            if owner.id == session.cell_id {
+            if owner.id == session.info.cell_id {
                 return self.cannot_follow(session).await;
             }
             return Err(untrusted());
@@ -76,7 +76,7 @@ impl Client {
                 let saved = self.save(&fresh);
                 self.transition(Event::SignedIn(fresh.clone()))?;
                 saved?;
-                tracing::info!(from = %session.cell_id, to = %fresh.cell_id, "session transferred");
+                tracing::info!(from = %session.info.cell_id, to = %fresh.info.cell_id, "session transferred");
                 Ok(fresh)
             }
             Err(e) => {
@@ -106,7 +106,7 @@ impl Client {
         let t: TransferResponse = answer(&resp, &[200], "transfer")?;
         if t.target_cell != owner.id {
             return Err(Error::CellsDisagree {
-                first: session.cell_id.clone(),
+                first: session.info.cell_id.clone(),
                 second: owner.id.clone(),
                 named_owner: Some(t.target_cell),
             });
@@ -118,8 +118,10 @@ impl Client {
         let resp = self
             .post_json(&endpoint_of(owner)?, "/v1/sessions/rebind", &rebind, false)
             .await?;
-        let fresh = session_from(&resp, owner, &session.contractor_id)?;
-        if fresh.generation <= session.generation || fresh.subject != session.subject {
+        let fresh = session_from(&resp, owner, &session.info.contractor_id)?;
+        if fresh.info.generation <= session.info.generation
+            || fresh.info.subject != session.info.subject
+        {
             return Err(Error::InvalidResponse(
                 "the rebound session is not a newer session of the same user".into(),
             ));
