@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Format as _, Toml};
 use protocol::{CellId, Endpoint};
+use runtime::config::{default_u32, default_u64};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -75,66 +76,35 @@ pub struct Config {
     #[serde(default)]
     pub map_public_key: Option<String>,
     /// Placement-map poll interval in milliseconds.
-    #[serde(default = "d_map_poll")]
+    #[serde(default = "default_u64::<DEFAULT_MAP_POLL_INTERVAL_MS>")]
     pub map_poll_interval_ms: u64,
     /// Session lifetime in seconds.
-    #[serde(default = "d_session")]
+    #[serde(default = "default_u64::<DEFAULT_SESSION_LIFETIME_S>")]
     pub session_lifetime_s: u64,
     /// Signing-key rotation interval in seconds.
-    #[serde(default = "d_rotation")]
+    #[serde(default = "default_u64::<DEFAULT_KEY_ROTATION_INTERVAL_S>")]
     pub key_rotation_interval_s: u64,
     /// Per-(account, client IP) sign-in burst.
-    #[serde(default = "d_acc_ip_burst")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_ACCOUNT_IP_BURST>")]
     pub signin_account_ip_burst: u32,
     /// Per-(account, client IP) sign-in attempts per minute.
-    #[serde(default = "d_acc_ip_rate")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_ACCOUNT_IP_PER_MINUTE>")]
     pub signin_account_ip_per_minute: u32,
     /// Per-account sign-in ceiling across all addresses: burst.
-    #[serde(default = "d_acc_burst")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_ACCOUNT_BURST>")]
     pub signin_account_burst: u32,
     /// Per-account sign-in ceiling across all addresses: attempts per hour.
-    #[serde(default = "d_acc_rate")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_ACCOUNT_PER_HOUR>")]
     pub signin_account_per_hour: u32,
     /// Per-client-IP sign-in burst.
-    #[serde(default = "d_ip_burst")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_IP_BURST>")]
     pub signin_ip_burst: u32,
     /// Per-client-IP sign-in attempts per minute.
-    #[serde(default = "d_ip_rate")]
+    #[serde(default = "default_u32::<DEFAULT_SIGNIN_IP_PER_MINUTE>")]
     pub signin_ip_per_minute: u32,
     /// The edges' write lease in milliseconds (at least their `write_lease_ms`).
-    #[serde(default = "d_edge_lease")]
+    #[serde(default = "default_u64::<DEFAULT_EDGE_WRITE_LEASE_MS>")]
     pub edge_write_lease_ms: u64,
-}
-
-fn d_map_poll() -> u64 {
-    DEFAULT_MAP_POLL_INTERVAL_MS
-}
-fn d_session() -> u64 {
-    DEFAULT_SESSION_LIFETIME_S
-}
-fn d_rotation() -> u64 {
-    DEFAULT_KEY_ROTATION_INTERVAL_S
-}
-fn d_acc_ip_burst() -> u32 {
-    DEFAULT_SIGNIN_ACCOUNT_IP_BURST
-}
-fn d_acc_ip_rate() -> u32 {
-    DEFAULT_SIGNIN_ACCOUNT_IP_PER_MINUTE
-}
-fn d_acc_burst() -> u32 {
-    DEFAULT_SIGNIN_ACCOUNT_BURST
-}
-fn d_acc_rate() -> u32 {
-    DEFAULT_SIGNIN_ACCOUNT_PER_HOUR
-}
-fn d_ip_burst() -> u32 {
-    DEFAULT_SIGNIN_IP_BURST
-}
-fn d_ip_rate() -> u32 {
-    DEFAULT_SIGNIN_IP_PER_MINUTE
-}
-fn d_edge_lease() -> u64 {
-    DEFAULT_EDGE_WRITE_LEASE_MS
 }
 
 impl Config {

@@ -2,7 +2,6 @@
 //! turns an error into an HTTP answer. It sits below every other module: it names no domain
 //! module.
 
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::{CellId, ErrorBody, ErrorCode};
 
@@ -65,12 +64,8 @@ pub enum Error {
     #[error("database: {0}")]
     Schema(#[from] runtime::SchemaError),
     /// A file could not be read or written.
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] runtime::IoError),
     /// A cryptographic operation failed (sealing, random numbers, hashing).
     #[error("crypto: {0}")]
     Crypto(&'static str),
@@ -135,7 +130,7 @@ impl Error {
     /// Builds an [`Error::Io`] with a description of what was being done.
     pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let what = what.into();
-        move |source| Error::Io { what, source }
+        move |source| Error::Io(runtime::IoError::new(what, source))
     }
 
     /// The public error code.
@@ -161,7 +156,7 @@ impl Error {
             | Error::Config(_)
             | Error::Secret(_)
             | Error::Schema(_)
-            | Error::Io { .. }
+            | Error::Io(_)
             | Error::Crypto(_)
             | Error::Internal(_) => ErrorCode::Internal,
         }
@@ -197,13 +192,7 @@ pub(crate) fn rescue(err: &Error) -> Response {
     if let Some(s) = retry_after {
         body = body.retry_after(s);
     }
-    let status = StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (status, axum::Json(body)).into_response();
-    if let Some(s) = retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(s));
-    }
-    resp
+    runtime::error_response(code.status(), body)
 }
 
 impl IntoResponse for Error {

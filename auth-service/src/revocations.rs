@@ -108,16 +108,7 @@ pub async fn prune_minted(state: &AppState) -> Result<usize> {
 pub async fn prune_revocations(state: &AppState) -> Result<usize> {
     let now = state.now();
     let life = state.config.session_lifetime_s;
-    let expired = |r: &Revocation| {
-        let until = match &r.kind {
-            RevocationKind::Session { exp, .. } => *exp,
-            RevocationKind::Subject { before, .. }
-            | RevocationKind::Contractor { before, .. }
-            | RevocationKind::Cell { before } => before.saturating_add(life),
-            RevocationKind::Key { .. } => r.at.saturating_add(life),
-        };
-        until.saturating_add(LEEWAY_S) <= now
-    };
+    let expired = |r: &Revocation| !r.can_match(life, now);
     let store = state.store.clone();
     let dropped = state
         .replace_revocations(

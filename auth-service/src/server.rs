@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use protocol::Password;
 use protocol::jwks::PublicKey;
-use runtime::Secret;
 use runtime::access::Listener;
 
 use crate::config::Config;
@@ -17,7 +16,7 @@ use crate::keys::lifecycle::{ensure_keys, tick_keys};
 use crate::keys::ring::KeyRing;
 use crate::revocations::{prune_minted, prune_revocations};
 use crate::routes::{internal_router, public_router};
-use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, blocking};
+use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, Tokens, blocking};
 use crate::store::sqlite::SqliteStore;
 use crate::{map, tls};
 
@@ -64,9 +63,7 @@ pub async fn open_with_clock(
     let parts = Parts {
         store: Arc::new(store),
         kek,
-        admin_token: Secret::from_file(&config.admin_token_file)?,
-        feed_token: Secret::from_file(&config.feed_token_file)?,
-        edge_token: Secret::from_file(&config.edge_token_file)?,
+        tokens: Tokens::load(&config)?,
         clock,
         http,
     };

@@ -47,7 +47,10 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         .await
         .map_err(|_| Error::Internal("hashing pool closed".into()))?;
     let (phc, usable) = match &user {
-        Some(u) => (u.password_hash.clone(), u.status == UserStatus::Active),
+        Some(u) => (
+            u.password_hash.expose().to_owned(),
+            u.status == UserStatus::Active,
+        ),
         None => (state.dummy_hash.clone(), false),
     };
     let password = req.password.clone();

@@ -63,10 +63,7 @@ pub struct Shared {
     writer: tokio::sync::Mutex<()>,
     pub(crate) head_tx: watch::Sender<u64>,
     pub(crate) instances: Instances,
-    pub(crate) admin_token: Secret,
-    pub(crate) feed_token: Secret,
-    /// The cell's edge token (`X-Cellbind-Edge-Key` of an authenticated edge).
-    pub(crate) edge_token: Secret,
+    pub(crate) tokens: Tokens,
     pub(crate) map_key: Option<PublicKey>,
     pub(crate) throttle: Throttle,
     pub(crate) metrics: Metrics,
@@ -96,14 +93,34 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::Internal(format!("blocking task failed: {e}")))?
 }
 
+/// The cell's bearer secrets, read from the files the config names.
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    /// Bearer token of the admin API.
+    pub(crate) admin: Secret,
+    /// Bearer token of the internal feed.
+    pub(crate) feed: Secret,
+    /// The cell's edge token (`X-Cellbind-Edge-Key` of an authenticated edge).
+    pub(crate) edge: Secret,
+}
+
+impl Tokens {
+    /// Reads `admin_token_file`, `feed_token_file` and `edge_token_file`.
+    pub(crate) fn load(config: &Config) -> Result<Tokens> {
+        Ok(Tokens {
+            admin: Secret::from_file(&config.admin_token_file)?,
+            feed: Secret::from_file(&config.feed_token_file)?,
+            edge: Secret::from_file(&config.edge_token_file)?,
+        })
+    }
+}
+
 /// Secrets and collaborators that come from outside the config file's plain values.
 #[derive(Debug)]
 pub(crate) struct Parts {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) kek: Kek,
-    pub(crate) admin_token: Secret,
-    pub(crate) feed_token: Secret,
-    pub(crate) edge_token: Secret,
+    pub(crate) tokens: Tokens,
     pub(crate) clock: SharedClock,
     pub(crate) http: Option<reqwest::Client>,
 }
@@ -155,9 +172,7 @@ impl AppState {
             writer: tokio::sync::Mutex::new(()),
             head_tx,
             instances: Instances::default(),
-            admin_token: parts.admin_token,
-            feed_token: parts.feed_token,
-            edge_token: parts.edge_token,
+            tokens: parts.tokens,
             map_key,
             metrics,
             dummy_hash,

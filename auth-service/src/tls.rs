@@ -21,14 +21,8 @@ pub(crate) async fn server_config(
 
 /// An HTTPS client that trusts exactly the certificates in `ca_pem` (and nothing else).
 pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
-    runtime::install_crypto_provider();
-    let certs = reqwest::Certificate::from_pem_bundle(ca_pem)
-        .map_err(|e| Error::Config(format!("ca_cert: {e}")))?;
-    if certs.is_empty() {
-        return Err(Error::Config("ca_cert holds no certificate".into()));
-    }
-    reqwest::Client::builder()
-        .tls_certs_only(certs)
+    runtime::tls::client_trusting(ca_pem)
+        .map_err(|e| Error::Config(e.to_string()))?
         .https_only(true)
         .build()
         .map_err(|e| Error::Config(format!("HTTPS client: {e}")))

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use protocol::admin::cell::{ExportedUser, NewUser};
-use protocol::{ContractorId, SubjectId};
+use protocol::{ContractorId, PasswordHash, SubjectId};
 
 use crate::error::{Error, Result};
 use crate::passwords::{check_phc, hash};
@@ -21,9 +21,9 @@ fn subject_of(ctr: &ContractorId, login: &protocol::Login) -> Result<SubjectId> 
 fn to_record(u: NewUser, rng: &ring::rand::SystemRandom) -> Result<UserRecord> {
     let subject = subject_of(&u.contractor_id, &u.login)?;
     let password_hash = match (u.password, u.password_hash) {
-        (Some(p), None) => hash(&p, rng)?,
+        (Some(p), None) => PasswordHash::new(hash(&p, rng)?),
         (None, Some(h)) => {
-            check_phc(&h)?;
+            check_phc(h.expose())?;
             h
         }
         _ => {
@@ -44,7 +44,7 @@ fn to_record(u: NewUser, rng: &ring::rand::SystemRandom) -> Result<UserRecord> {
 
 /// The record of an exported user, imported for `ctr`.
 pub(crate) fn imported(ctr: &ContractorId, u: ExportedUser) -> Result<UserRecord> {
-    check_phc(&u.password_hash)?;
+    check_phc(u.password_hash.expose())?;
     Ok(UserRecord {
         subject: subject_of(ctr, &u.login)?,
         contractor_id: ctr.clone(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use protocol::{CellId, Endpoint};
+use runtime::config::{default_u32, default_u64, default_usize};
 use serde::Deserialize;
 
 use crate::error::EdgeError;
@@ -46,55 +47,6 @@ pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
 /// Trusted proxies are not counted, the clients behind them are when PROXY protocol names them.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
 
-fn default_write_lease_ms() -> u64 {
-    DEFAULT_WRITE_LEASE_MS
-}
-fn default_feed_wait_ms() -> u64 {
-    DEFAULT_FEED_WAIT_MS
-}
-fn default_session_lifetime_s() -> u64 {
-    protocol::token::DEFAULT_SESSION_LIFETIME_S
-}
-fn default_rate_ip() -> u32 {
-    DEFAULT_RATE_PER_IP_PER_S
-}
-fn default_burst_ip() -> u32 {
-    DEFAULT_BURST_PER_IP
-}
-fn default_rate_subject() -> u32 {
-    DEFAULT_RATE_PER_SUBJECT_PER_S
-}
-fn default_burst_subject() -> u32 {
-    DEFAULT_BURST_PER_SUBJECT
-}
-fn default_max_body() -> usize {
-    DEFAULT_MAX_BODY_BYTES
-}
-fn default_kid_cooldown() -> u64 {
-    DEFAULT_KID_REFETCH_COOLDOWN_MS
-}
-fn default_auth_timeout() -> u64 {
-    DEFAULT_AUTH_TIMEOUT_MS
-}
-fn default_app_timeout() -> u64 {
-    DEFAULT_APP_TIMEOUT_MS
-}
-fn default_connect_timeout() -> u64 {
-    DEFAULT_CONNECT_TIMEOUT_MS
-}
-fn default_cert_watch() -> u64 {
-    DEFAULT_CERT_WATCH_MS
-}
-fn default_header_read_timeout() -> u64 {
-    DEFAULT_HEADER_READ_TIMEOUT_MS
-}
-fn default_body_read_timeout() -> u64 {
-    DEFAULT_BODY_READ_TIMEOUT_MS
-}
-fn default_max_connections_per_ip() -> usize {
-    DEFAULT_MAX_CONNECTIONS_PER_IP
-}
-
 /// The edge's configuration. Unknown keys are ignored so the shared `CELLBIND_*` environment
 /// (e.g. `CELLBIND_EXIT_ON_STDIN_EOF`) does not break loading.
 #[derive(Debug, Clone, Deserialize)]
@@ -121,31 +73,31 @@ pub struct Config {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub ca_cert: PathBuf,
-    #[serde(default = "default_write_lease_ms")]
+    #[serde(default = "default_u64::<DEFAULT_WRITE_LEASE_MS>")]
     pub write_lease_ms: u64,
-    #[serde(default = "default_feed_wait_ms")]
+    #[serde(default = "default_u64::<DEFAULT_FEED_WAIT_MS>")]
     pub feed_wait_ms: u64,
-    #[serde(default = "default_session_lifetime_s")]
+    #[serde(default = "default_u64::<{protocol::token::DEFAULT_SESSION_LIFETIME_S}>")]
     pub session_lifetime_s: u64,
-    #[serde(default = "default_rate_ip")]
+    #[serde(default = "default_u32::<DEFAULT_RATE_PER_IP_PER_S>")]
     pub rate_per_ip_per_s: u32,
-    #[serde(default = "default_burst_ip")]
+    #[serde(default = "default_u32::<DEFAULT_BURST_PER_IP>")]
     pub burst_per_ip: u32,
-    #[serde(default = "default_rate_subject")]
+    #[serde(default = "default_u32::<DEFAULT_RATE_PER_SUBJECT_PER_S>")]
     pub rate_per_subject_per_s: u32,
-    #[serde(default = "default_burst_subject")]
+    #[serde(default = "default_u32::<DEFAULT_BURST_PER_SUBJECT>")]
     pub burst_per_subject: u32,
-    #[serde(default = "default_max_body")]
+    #[serde(default = "default_usize::<DEFAULT_MAX_BODY_BYTES>")]
     pub max_body_bytes: usize,
-    #[serde(default = "default_kid_cooldown")]
+    #[serde(default = "default_u64::<DEFAULT_KID_REFETCH_COOLDOWN_MS>")]
     pub kid_refetch_cooldown_ms: u64,
-    #[serde(default = "default_auth_timeout")]
+    #[serde(default = "default_u64::<DEFAULT_AUTH_TIMEOUT_MS>")]
     pub auth_timeout_ms: u64,
-    #[serde(default = "default_app_timeout")]
+    #[serde(default = "default_u64::<DEFAULT_APP_TIMEOUT_MS>")]
     pub app_timeout_ms: u64,
-    #[serde(default = "default_connect_timeout")]
+    #[serde(default = "default_u64::<DEFAULT_CONNECT_TIMEOUT_MS>")]
     pub connect_timeout_ms: u64,
-    #[serde(default = "default_cert_watch")]
+    #[serde(default = "default_u64::<DEFAULT_CERT_WATCH_MS>")]
     pub cert_watch_ms: u64,
     /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
     /// the default). See `cell-endpoint/README.md`.
@@ -167,13 +119,13 @@ pub struct Config {
     #[serde(default)]
     pub proxy_protocol: bool,
     /// Time a client has to send its request headers, in milliseconds.
-    #[serde(default = "default_header_read_timeout")]
+    #[serde(default = "default_u64::<DEFAULT_HEADER_READ_TIMEOUT_MS>")]
     pub header_read_timeout_ms: u64,
     /// Time a client has to send a whole request body, in milliseconds.
-    #[serde(default = "default_body_read_timeout")]
+    #[serde(default = "default_u64::<DEFAULT_BODY_READ_TIMEOUT_MS>")]
     pub body_read_timeout_ms: u64,
     /// Most open connections from one client address.
-    #[serde(default = "default_max_connections_per_ip")]
+    #[serde(default = "default_usize::<DEFAULT_MAX_CONNECTIONS_PER_IP>")]
     pub max_connections_per_ip: usize,
 }
 

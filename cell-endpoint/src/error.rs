@@ -1,7 +1,6 @@
 //! The crate's one error enum and [`rescue`], the one function that turns any of them into
 //! an HTTP answer (`ErrorBody` JSON, the status of DESIGN §4, `Retry-After` where it says).
 
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::token::TokenError;
 use protocol::{CellId, ErrorBody, ErrorCode};
@@ -109,14 +108,7 @@ impl EdgeError {
 /// Maps every error to its HTTP answer (see [`answer`]).
 pub fn rescue(err: &EdgeError) -> Response {
     let (status, body) = answer(err);
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let retry = body.retry_after_s;
-    let mut resp = (status, axum::Json(body)).into_response();
-    if let Some(secs) = retry {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    resp
+    runtime::error_response(status, body)
 }
 
 /// The status and body of every error: the only place statuses and codes are chosen.

@@ -10,7 +10,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
 use protocol::http::{
-    BEARER_PREFIX, CSRF_COOKIE, SESSION_COOKIE, Source, X_CLIENT_IP, X_EDGE_KEY, is_cellbind_header,
+    BEARER_PREFIX, Source, X_CLIENT_IP, X_EDGE_KEY, cookies_without_session, is_cellbind_header,
+    session_cookie_request,
 };
 use protocol::ownership::Access;
 
@@ -109,27 +110,6 @@ fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> H
         HeaderValue::from_static("https"),
     );
     h
-}
-
-/// The `Cookie` header without the session and CSRF cookies (the app never sees them).
-fn cookies_for_app(incoming: &HeaderMap) -> Option<HeaderValue> {
-    let mut kept: Vec<&str> = Vec::new();
-    for v in incoming.get_all(header::COOKIE) {
-        let Ok(v) = v.to_str() else { continue };
-        for pair in v.split(';') {
-            let pair = pair.trim_start_matches(' ');
-            let ours = [SESSION_COOKIE, CSRF_COOKIE]
-                .iter()
-                .any(|c| pair.strip_prefix(c).is_some_and(|r| r.starts_with('=')));
-            if !ours && !pair.is_empty() {
-                kept.push(pair);
-            }
-        }
-    }
-    if kept.is_empty() {
-        return None;
-    }
-    HeaderValue::from_str(&kept.join("; ")).ok()
 }
 
 /// Reads a whole request body: at most `max_body_bytes` (413), within `body_read_timeout`
@@ -271,15 +251,11 @@ async fn forward_auth(
         let (name, value) = match chosen.source {
             Source::Bearer => (
                 header::AUTHORIZATION,
-                format!("{}{}", BEARER_PREFIX, chosen.token),
+                HeaderValue::from_str(&format!("{BEARER_PREFIX}{}", chosen.token)).ok(),
             ),
-            Source::Cookie => (
-                header::COOKIE,
-                format!("{}={}", SESSION_COOKIE, chosen.token),
-            ),
+            Source::Cookie => (header::COOKIE, session_cookie_request(chosen.token)),
         };
-        let mut v = HeaderValue::from_str(&value)
-            .map_err(|_| EdgeError::Token(protocol::token::TokenError::Malformed))?;
+        let mut v = value.ok_or(EdgeError::Token(protocol::token::TokenError::Malformed))?;
         v.set_sensitive(true);
         headers.insert(name, v);
     }
@@ -325,7 +301,7 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     let ip = client_ip(&req);
     let (parts, body) = read_request(edge, req).await?;
     let mut headers = outbound_headers(&parts.headers, ip);
-    if let Some(c) = cookies_for_app(&parts.headers) {
+    if let Some(c) = cookies_without_session(&parts.headers) {
         headers.insert(header::COOKIE, c);
     }
     let up = edge.upstreams();

@@ -10,23 +10,10 @@
 //! revocation's `exp`; a "before" revocation's `before + lifetime`; a key revocation's
 //! `at + lifetime` (the key has left the set anyway).
 
-use protocol::revocation::{Revocation, RevocationKind, RevocationSet};
+use protocol::revocation::RevocationSet;
 use protocol::time::UnixSeconds;
-use protocol::token::LEEWAY_S;
 
 use crate::state::CellState;
-
-/// Whether a revocation can still match a session this instance would accept at `now`.
-pub fn still_matters(r: &Revocation, lifetime_s: u64, now: UnixSeconds) -> bool {
-    let until = match &r.kind {
-        RevocationKind::Session { exp, .. } => *exp,
-        RevocationKind::Subject { before, .. }
-        | RevocationKind::Contractor { before, .. }
-        | RevocationKind::Cell { before } => before.saturating_add(lifetime_s),
-        RevocationKind::Key { .. } => r.at.saturating_add(lifetime_s),
-    };
-    until.saturating_add(LEEWAY_S) > now
-}
 
 /// Drops the revocations of `state` that can no longer match anything and rebuilds its
 /// matcher when it did. Answers how many were dropped.
@@ -36,14 +23,14 @@ pub fn compact(state: &mut CellState, lifetime_s: u64, now: UnixSeconds) -> usiz
         .snapshot
         .revocations
         .iter()
-        .all(|r| still_matters(r, lifetime_s, now))
+        .all(|r| r.can_match(lifetime_s, now))
     {
         return 0;
     }
     state
         .snapshot
         .revocations
-        .retain(|r| still_matters(r, lifetime_s, now));
+        .retain(|r| r.can_match(lifetime_s, now));
     state.revocations = state
         .snapshot
         .revocations
@@ -57,6 +44,8 @@ pub fn compact(state: &mut CellState, lifetime_s: u64, now: UnixSeconds) -> usiz
 mod tests {
     use super::*;
     use protocol::feed::Snapshot;
+    use protocol::revocation::{Revocation, RevocationKind};
+    use protocol::token::LEEWAY_S;
     use protocol::{CellId, SessionId, SubjectId};
 
     const LIFE: u64 = 1_000;

@@ -208,13 +208,8 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
 /// A reqwest client that trusts only the PEM CA bundle at `ca`.
 pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<reqwest::Client, EdgeError> {
     let pem = std::fs::read(ca).map_err(|e| EdgeError::Config(format!("{}: {e}", ca.display())))?;
-    let certs = reqwest::Certificate::from_pem_bundle(&pem)
-        .map_err(|e| EdgeError::Tls(format!("ca_cert: {e}")))?;
-    if certs.is_empty() {
-        return Err(EdgeError::Tls("ca_cert holds no certificate".into()));
-    }
-    reqwest::Client::builder()
-        .tls_certs_only(certs)
+    runtime::tls::client_trusting(&pem)
+        .map_err(|e| EdgeError::Tls(e.to_string()))?
         .connect_timeout(connect)
         .pool_idle_timeout(Duration::from_secs(60))
         .build()

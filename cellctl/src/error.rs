@@ -12,12 +12,8 @@ pub enum CtlError {
     Admin(#[from] AdminError),
     #[error("configuration: {0}")]
     Config(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] runtime::IoError),
     #[error("bad request: {0}")]
     BadRequest(String),
     /// The command ran but did not achieve its goal (a cell down, a step not finished, a
@@ -37,10 +33,7 @@ pub enum CtlError {
 impl CtlError {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CtlError::Io {
-            context: context.into(),
-            source,
-        }
+        CtlError::Io(runtime::IoError::new(context, source))
     }
 }
 

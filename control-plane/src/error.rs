@@ -1,6 +1,5 @@
 //! The crate's one error type and the one function that turns it into an HTTP answer.
 
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::{ErrorBody, ErrorCode};
 
@@ -10,12 +9,8 @@ use protocol::{ErrorBody, ErrorCode};
 pub enum CpError {
     #[error("configuration: {0}")]
     Config(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] runtime::IoError),
     #[error("address {0} is already in use")]
     AddrInUse(std::net::SocketAddr),
     #[error("database: {0}")]
@@ -39,13 +34,6 @@ pub enum CpError {
 }
 
 impl CpError {
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CpError::Io {
-            context: context.into(),
-            source,
-        }
-    }
-
     /// The one mapping from errors to HTTP answers.
     pub fn to_body(&self) -> ErrorBody {
         match self {
@@ -60,13 +48,7 @@ impl CpError {
 
 impl IntoResponse for CpError {
     fn into_response(self) -> Response {
-        let body = self.to_body();
-        if body.error == ErrorCode::Internal {
-            tracing::error!(error = %self, "request failed");
-        }
-        let status =
-            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, axum::Json(body)).into_response()
+        runtime::answer::failed_request(&self, self.to_body())
     }
 }
 

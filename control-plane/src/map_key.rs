@@ -10,6 +10,7 @@ use rand::RngCore as _;
 use zeroize::Zeroizing;
 
 use runtime::secret::write_private;
+use runtime::{IoContext as _, IoError};
 
 use crate::error::{CpError, Result};
 
@@ -36,12 +37,12 @@ pub fn load_or_create_map_key(path: &Path) -> Result<SigningKey> {
             rand::rng().fill_bytes(s.as_mut());
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
-                    .map_err(|e| CpError::io(format!("creating {}", parent.display()), e))?;
+                    .with_context(|| format!("creating {}", parent.display()))?;
             }
             write_private(path, s.as_ref())?;
             s
         }
-        Err(e) => return Err(CpError::io(format!("reading {}", path.display()), e)),
+        Err(e) => return Err(IoError::new(format!("reading {}", path.display()), e).into()),
     };
     SigningKey::from_seed(kid, &seed).map_err(|e| CpError::Key(e.to_string()))
 }

@@ -12,6 +12,7 @@ use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, bucket_of};
 use protocol::time::SharedClock;
 use protocol::token::SigningKey;
 
+use runtime::IoContext as _;
 use runtime::secret::write_atomic;
 
 use crate::error::{CpError, Result};
@@ -154,7 +155,7 @@ impl Inner {
         };
         drop(store);
         std::fs::create_dir_all(&self.publish_dir)
-            .map_err(|e| CpError::io(format!("creating {}", self.publish_dir.display()), e))?;
+            .with_context(|| format!("creating {}", self.publish_dir.display()))?;
         write_atomic(
             &self.publish_dir.join(MAP_FILE),
             &signed.to_json()?,

@@ -19,7 +19,7 @@ use protocol::admin::placement::{
     PlacementAnswer, Published,
 };
 use protocol::map::CellEntry;
-use runtime::Secret;
+use runtime::{IoContext as _, IoError, Secret};
 
 use crate::config::Config;
 use crate::error::{CpError, Result};
@@ -74,12 +74,7 @@ impl FromRequestParts<CpState> for Admin {
     type Rejection = CpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &CpState) -> Result<Self> {
-        let presented = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .ok_or(CpError::AdminToken)?;
-        if state.admin_token.matches(presented) {
+        if state.admin_token.authorizes(&parts.headers) {
             Ok(Admin)
         } else {
             Err(CpError::AdminToken)
@@ -222,11 +217,11 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
         if e.kind() == std::io::ErrorKind::AddrInUse {
             CpError::AddrInUse(addr)
         } else {
-            CpError::io(format!("cannot listen on {addr}"), e)
+            IoError::new(format!("cannot listen on {addr}"), e).into()
         }
     })?;
     l.set_nonblocking(true)
-        .map_err(|e| CpError::io("setting the listener non-blocking", e))?;
+        .context("setting the listener non-blocking")?;
     Ok(l)
 }
 
@@ -237,7 +232,7 @@ pub async fn run(config: Config) -> Result<()> {
     let listener = bind(config.listen)?;
     let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
         .await
-        .map_err(|e| CpError::io("loading the TLS certificate and key", e))?;
+        .context("loading the TLS certificate and key")?;
     let state = state_from_config(&config).await?;
     let publisher = state.publisher.clone();
     let interval = Duration::from_millis(config.publish_interval_ms);
@@ -260,11 +255,12 @@ pub async fn run(config: Config) -> Result<()> {
     });
     tracing::info!(listen = %config.listen, "control plane serving");
     axum_server::from_tcp_rustls(listener, tls)
-        .map_err(|e| CpError::io("starting the server", e))?
+        .context("starting the server")?
         .handle(handle)
         .serve(router(state).into_make_service())
         .await
-        .map_err(|e| CpError::io("serving", e))
+        .context("serving")?;
+    Ok(())
 }
 
 /// The public key of a key file, base64url (what `fleet.json` and SDKs pin).

@@ -37,29 +37,19 @@ impl Store {
     /// when it exists) and the database, created 0600 before SQLite opens it, stays 0600 with
     /// its `-wal`/`-shm` files.
     pub fn open(data_dir: &Path) -> Result<Store> {
-        runtime::private_dir(data_dir)
-            .map_err(|e| CpError::io(format!("creating {}", data_dir.display()), e))?;
-        let db = data_dir.join(DB_FILE);
-        runtime::private_sqlite(&db)
-            .map_err(|e| CpError::io(format!("restricting {}", db.display()), e))?;
-        let conn = Connection::open(&db)?;
-        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS placements (
+        let pragmas = runtime::sqlite::Pragmas::wal(BUSY_TIMEOUT_MS);
+        let conn = runtime::sqlite::open_in::<CpError>(data_dir, DB_FILE, pragmas)?;
+        runtime::sqlite::create_tables(
+            &conn,
+            SCHEMA_VERSION,
+            "CREATE TABLE IF NOT EXISTS placements (
                  contractor TEXT PRIMARY KEY, cell TEXT NOT NULL,
                  generation INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS published (
                  id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL,
                  signed TEXT NOT NULL);",
+            |other| CpError::Config(format!("placements.db has {other}")),
         )?;
-        runtime::check_sqlite_schema(&conn, SCHEMA_VERSION).map_err(|e| match e {
-            runtime::SchemaError::Sqlite(e) => e.into(),
-            other => CpError::Config(format!("placements.db has {other}")),
-        })?;
-        runtime::private_sqlite(&db)
-            .map_err(|e| CpError::io(format!("restricting {}", db.display()), e))?;
         Ok(Store { conn })
     }
 

@@ -1,6 +1,5 @@
 //! The crate's one error type and the one function that turns it into an HTTP answer.
 
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::{ErrorBody, ErrorCode};
 
@@ -15,12 +14,8 @@ pub const STALE_RETRY_AFTER_S: u64 = 1;
 pub enum AppError {
     #[error("configuration: {0}")]
     Config(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] runtime::IoError),
     #[error("configuration: {0}")]
     Secret(#[from] runtime::secret::SecretError),
     #[error("database: {0}")]
@@ -48,13 +43,6 @@ pub enum AppError {
 }
 
 impl AppError {
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        AppError::Io {
-            context: context.into(),
-            source,
-        }
-    }
-
     /// The one mapping from errors to HTTP answers.
     pub fn to_body(&self) -> ErrorBody {
         match self {
@@ -80,7 +68,7 @@ impl AppError {
             AppError::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such resource"),
             AppError::Config(_)
             | AppError::Secret(_)
-            | AppError::Io { .. }
+            | AppError::Io(_)
             | AppError::Db(_)
             | AppError::Corrupt(_)
             | AppError::Internal(_) => ErrorBody::new(ErrorCode::Internal, "internal error"),
@@ -95,20 +83,7 @@ fn stale(message: &'static str) -> ErrorBody {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let body = self.to_body();
-        if body.error == ErrorCode::Internal {
-            tracing::error!(error = %self, "request failed");
-        }
-        let status =
-            StatusCode::from_u16(body.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let retry = body.retry_after_s;
-        let mut resp = (status, axum::Json(body)).into_response();
-        if let Some(secs) = retry
-            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        resp
+        runtime::answer::failed_request(&self, self.to_body())
     }
 }
 

@@ -3,13 +3,13 @@
 //! parsing, `/healthz` and the `404` fallback.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use protocol::http::{BEARER_PREFIX, X_CONTRACTOR, X_EDGE_KEY, X_GENERATION, X_SUBJECT};
+use protocol::http::{X_CONTRACTOR, X_EDGE_KEY, X_GENERATION, X_SUBJECT};
 use protocol::{ContractorId, Generation};
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::error::{AppError, Result};
 use crate::state::AppState;
@@ -59,12 +59,7 @@ impl FromRequestParts<AppState> for Admin {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let presented = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(BEARER_PREFIX.as_bytes()))
-            .ok_or(AppError::AdminToken)?;
-        if state.admin_token().matches(presented) {
+        if state.admin_token().authorizes(&parts.headers) {
             Ok(Admin)
         } else {
             Err(AppError::AdminToken)
@@ -73,12 +68,45 @@ impl FromRequestParts<AppState> for Admin {
 }
 
 /// A JSON body (a malformed one is `400 INVALID_REQUEST`).
-pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T> {
-    serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("body: {e}")))
+#[derive(Debug)]
+pub(crate) struct JsonBody<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> std::result::Result<Self, Response> {
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        serde_json::from_slice(&body)
+            .map(JsonBody)
+            .map_err(|e| AppError::BadRequest(format!("body: {e}")).into_response())
+    }
+}
+
+/// The contractor id of a `/{contractor_id}/…` path (a malformed one is
+/// `400 INVALID_REQUEST`).
+#[derive(Debug)]
+pub(crate) struct PathContractor(pub(crate) ContractorId);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathContractor {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &S,
+    ) -> std::result::Result<Self, Response> {
+        let Path(c) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        parse_contractor(&c)
+            .map(PathContractor)
+            .map_err(IntoResponse::into_response)
+    }
 }
 
 /// A contractor id from a path or header.
-pub(crate) fn parse_contractor(s: &str) -> Result<ContractorId> {
+fn parse_contractor(s: &str) -> Result<ContractorId> {
     ContractorId::new(s).map_err(|e| AppError::BadRequest(e.to_string()))
 }
 

@@ -4,8 +4,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::{get, post, put};
 use protocol::ContractorId;
 use protocol::admin::app::{
@@ -15,7 +14,7 @@ use protocol::admin::app::{
 use runtime::access::Listener;
 
 use crate::error::{AppError, Result};
-use crate::http::{Admin, healthz, not_found, parse_contractor, parse_json};
+use crate::http::{Admin, JsonBody, PathContractor, healthz, not_found};
 use crate::state::AppState;
 use crate::store::Store;
 
@@ -42,8 +41,11 @@ pub fn internal_router(state: AppState) -> Router {
     runtime::access::logged(r, Listener::Internal)
 }
 
-async fn seed(State(st): State<AppState>, _: Admin, body: Bytes) -> Result<Json<SeedResponse>> {
-    let body: SeedRequest = parse_json(&body)?;
+async fn seed(
+    State(st): State<AppState>,
+    _: Admin,
+    JsonBody(body): JsonBody<SeedRequest>,
+) -> Result<Json<SeedResponse>> {
     let list: Vec<_> = body.contractors.into_iter().collect();
     let seeded = st.with_store(move |s| s.seed(&list)).await?;
     Ok(Json(SeedResponse { seeded }))
@@ -52,20 +54,17 @@ async fn seed(State(st): State<AppState>, _: Admin, body: Bytes) -> Result<Json<
 async fn export(
     State(st): State<AppState>,
     _: Admin,
-    Path(c): Path<String>,
+    PathContractor(c): PathContractor,
 ) -> Result<Json<ExportDoc>> {
-    let c = parse_contractor(&c)?;
     Ok(Json(st.with_store(move |s| s.export(&c)).await?))
 }
 
 async fn import(
     State(st): State<AppState>,
     _: Admin,
-    Path(c): Path<String>,
-    body: Bytes,
+    PathContractor(c): PathContractor,
+    JsonBody(doc): JsonBody<ExportDoc>,
 ) -> Result<Json<ImportResponse>> {
-    let c = parse_contractor(&c)?;
-    let doc: ExportDoc = parse_json(&body)?;
     if doc.contractor_id != c {
         return Err(AppError::BadRequest(
             "the document is for another contractor".into(),
@@ -82,21 +81,18 @@ async fn import(
 async fn step(
     State(st): State<AppState>,
     _: Admin,
-    Path(c): Path<String>,
+    PathContractor(c): PathContractor,
     f: fn(&Store, &ContractorId) -> Result<ContractorState>,
 ) -> Result<Json<ContractorState>> {
-    let c = parse_contractor(&c)?;
     Ok(Json(st.with_store(move |s| f(s, &c)).await?))
 }
 
 async fn activate(
     State(st): State<AppState>,
     _: Admin,
-    Path(c): Path<String>,
-    body: Bytes,
+    PathContractor(c): PathContractor,
+    JsonBody(body): JsonBody<ActivateRequest>,
 ) -> Result<Json<ContractorState>> {
-    let c = parse_contractor(&c)?;
-    let body: ActivateRequest = parse_json(&body)?;
     Ok(Json(
         st.with_store(move |s| s.activate(&c, body.generation))
             .await?,
@@ -106,9 +102,8 @@ async fn activate(
 async fn completions(
     State(st): State<AppState>,
     _: Admin,
-    Path(c): Path<String>,
+    PathContractor(contractor_id): PathContractor,
 ) -> Result<Json<CompletionsResponse>> {
-    let contractor_id = parse_contractor(&c)?;
     let c = contractor_id.clone();
     let completions = st.with_store(move |s| s.completions(&c)).await?;
     Ok(Json(CompletionsResponse {

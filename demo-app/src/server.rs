@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use runtime::{IoContext as _, IoError};
 
 use crate::config::Config;
-use crate::error::{AppError, Result};
+use crate::error::Result;
 use crate::internal::internal_router;
 use crate::public::public_router;
 use crate::state::AppState;
@@ -24,10 +25,10 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
         } else {
             format!("cannot listen on {addr}")
         };
-        AppError::io(what, e)
+        IoError::new(what, e)
     })?;
     l.set_nonblocking(true)
-        .map_err(|e| AppError::io("setting the listener non-blocking", e))?;
+        .context("setting the listener non-blocking")?;
     Ok(l)
 }
 
@@ -40,11 +41,12 @@ async fn serve(
     what: &str,
 ) -> Result<()> {
     axum_server::from_tcp_rustls(listener, tls)
-        .map_err(|e| AppError::io(format!("starting the {what} listener"), e))?
+        .with_context(|| format!("starting the {what} listener"))?
         .handle(handle)
         .serve(router.into_make_service())
         .await
-        .map_err(|e| AppError::io(format!("serving the {what} listener"), e))
+        .with_context(|| format!("serving the {what} listener"))?;
+    Ok(())
 }
 
 /// Runs the app over TLS, on its public (`listen`) and internal (`internal_listen`) listeners,
@@ -55,7 +57,7 @@ pub async fn run(config: Config) -> Result<()> {
     let state = AppState::from_config(&config)?;
     let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
         .await
-        .map_err(|e| AppError::io("loading the TLS certificate and key", e))?;
+        .context("loading the TLS certificate and key")?;
     let public = bind(config.listen)?;
     let internal = bind(config.internal_listen)?;
     let public_handle: Handle<SocketAddr> = Handle::new();

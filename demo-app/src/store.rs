@@ -92,16 +92,9 @@ impl Store {
     /// database file is created 0600 before SQLite opens it, so it is never readable by others
     /// (ATTACKS A30).
     pub fn open(data_dir: &Path) -> Result<Store> {
-        runtime::private_dir(data_dir)
-            .map_err(|e| AppError::io(format!("creating {}", data_dir.display()), e))?;
-        let db = data_dir.join(DB_FILE);
-        runtime::private_sqlite(&db)
-            .map_err(|e| AppError::io(format!("restricting {}", db.display()), e))?;
-        let store = Self::init(Connection::open(&db)?)?;
-        // SQLite gives the -wal/-shm it creates the database's mode; make sure of it.
-        runtime::private_sqlite(&db)
-            .map_err(|e| AppError::io(format!("restricting {}", db.display()), e))?;
-        Ok(store)
+        let pragmas = runtime::sqlite::Pragmas::wal(BUSY_TIMEOUT_MS).synchronous("NORMAL");
+        let conn = runtime::sqlite::open_in::<AppError>(data_dir, DB_FILE, pragmas)?;
+        Self::init(conn)
     }
 
     /// An in-memory store (tests).
@@ -110,12 +103,10 @@ impl Store {
     }
 
     fn init(conn: Connection) -> Result<Store> {
-        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS contractors (
+        runtime::sqlite::create_tables(
+            &conn,
+            SCHEMA_VERSION,
+            "CREATE TABLE IF NOT EXISTS contractors (
                  id TEXT PRIMARY KEY, generation INTEGER NOT NULL, state TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS jobs (
                  contractor TEXT NOT NULL, job_id TEXT NOT NULL, completed_at INTEGER NOT NULL,
@@ -126,11 +117,8 @@ impl Store {
                  subject TEXT NOT NULL, generation INTEGER NOT NULL,
                  completed_at INTEGER NOT NULL, result TEXT NOT NULL,
                  UNIQUE (contractor, idempotency_key));",
+            |other| AppError::Corrupt(format!("app.db has {other}")),
         )?;
-        runtime::check_sqlite_schema(&conn, SCHEMA_VERSION).map_err(|e| match e {
-            runtime::SchemaError::Sqlite(e) => e.into(),
-            other => AppError::Corrupt(format!("app.db has {other}")),
-        })?;
         Ok(Store { conn })
     }
 

@@ -8,6 +8,7 @@ use protocol::CellId;
 use serde::Serialize;
 
 use crate::error::{FleetError, Result};
+use crate::ports::Listeners;
 
 /// Mode of a configuration file (it names token files, never holds a token).
 pub const CONFIG_FILE_MODE: u32 = 0o644;
@@ -26,8 +27,8 @@ pub(crate) fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 #[derive(Debug, Serialize)]
 pub(crate) struct AuthServiceConfig<'a> {
     pub(crate) cell_id: &'a CellId,
-    pub(crate) listen: SocketAddr,
-    pub(crate) internal_listen: SocketAddr,
+    #[serde(flatten)]
+    pub(crate) listeners: Listeners,
     pub(crate) issuer: &'a str,
     pub(crate) data_dir: PathBuf,
     pub(crate) kek_file: PathBuf,
@@ -70,8 +71,8 @@ pub(crate) struct EdgeConfig<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct AppConfig<'a> {
     pub(crate) cell_id: &'a CellId,
-    pub(crate) listen: SocketAddr,
-    pub(crate) internal_listen: SocketAddr,
+    #[serde(flatten)]
+    pub(crate) listeners: Listeners,
     pub(crate) tls_cert: PathBuf,
     pub(crate) tls_key: PathBuf,
     pub(crate) data_dir: PathBuf,

@@ -9,12 +9,8 @@ use std::path::PathBuf;
 pub enum FleetError {
     #[error("configuration: {0}")]
     Config(String),
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] runtime::IoError),
     #[error("address {0} is already in use")]
     AddrInUse(SocketAddr),
     #[error("another `cellctl dev` is already running in {}", .0.display())]
@@ -36,10 +32,7 @@ pub enum FleetError {
 impl FleetError {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        FleetError::Io {
-            context: context.into(),
-            source,
-        }
+        FleetError::Io(runtime::IoError::new(context, source))
     }
 }
 

@@ -299,8 +299,7 @@ impl Fleet {
                 &layout.config(&format!("{id}-auth-service")),
                 &AuthServiceConfig {
                     cell_id: &c.id,
-                    listen: ports.auth(c.n)?,
-                    internal_listen: ports.auth_internal(c.n)?,
+                    listeners: ports.auth_listeners(c.n)?,
                     issuer: &c.endpoint,
                     data_dir: layout.data(&format!("{id}/auth-service")),
                     kek_file: layout.data(&format!("{id}/auth-service/kek")),
@@ -347,8 +346,7 @@ impl Fleet {
                 &layout.config(&format!("{id}-app")),
                 &AppConfig {
                     cell_id: &c.id,
-                    listen: ports.app(c.n)?,
-                    internal_listen: ports.app_internal(c.n)?,
+                    listeners: ports.app_listeners(c.n)?,
                     tls_cert: layout.cert(id),
                     tls_key: layout.key(id),
                     data_dir: layout.data(&format!("{id}/app")),

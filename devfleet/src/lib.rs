@@ -48,5 +48,5 @@ pub use fleet_file::{
     Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE, Service,
 };
 pub use layout::{CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, lock_dir};
-pub use ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free};
+pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
 pub use seeding::push_map;

@@ -23,6 +23,14 @@ pub const AUTH_INTERNAL_PORT_OFFSET: u16 = 6;
 /// Offset of each cell's demo app internal listener (the migration interface).
 pub const APP_INTERNAL_PORT_OFFSET: u16 = 7;
 
+/// A server's two listeners, as its configuration names them: `listen` (public: what the edge
+/// forwards to) and `internal_listen` (admin, internal and migration routes, metrics).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Listeners {
+    pub listen: SocketAddr,
+    pub internal_listen: SocketAddr,
+}
+
 /// Addresses of the fleet for a port base.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
@@ -65,6 +73,20 @@ impl Ports {
     /// Cell `n`'s app internal listener.
     pub fn app_internal(self, n: u8) -> Result<SocketAddr> {
         self.at(n, APP_INTERNAL_PORT_OFFSET)
+    }
+    /// Cell `n`'s auth-service: its public and internal listeners.
+    pub fn auth_listeners(self, n: u8) -> Result<Listeners> {
+        Ok(Listeners {
+            listen: self.auth(n)?,
+            internal_listen: self.auth_internal(n)?,
+        })
+    }
+    /// Cell `n`'s app: its public and internal listeners.
+    pub fn app_listeners(self, n: u8) -> Result<Listeners> {
+        Ok(Listeners {
+            listen: self.app(n)?,
+            internal_listen: self.app_internal(n)?,
+        })
     }
     /// Every address the fleet listens on.
     pub fn all(self, cells: u8) -> Result<Vec<SocketAddr>> {

@@ -5,7 +5,7 @@ use argon2::password_hash::{PasswordHasher as _, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use protocol::admin::cell::{NewUser, Role, UserStatus};
 use protocol::map::bucket_of;
-use protocol::{CellId, ContractorId, Login};
+use protocol::{CellId, ContractorId, Login, PasswordHash};
 use rand::RngCore as _;
 use zeroize::Zeroizing;
 
@@ -89,7 +89,7 @@ pub fn users_of(c: &ContractorId, hash: &str) -> Result<Vec<NewUser>> {
                 login: Login::new(login).map_err(|e| FleetError::Internal(e.to_string()))?,
                 role,
                 password: None,
-                password_hash: Some(hash.to_owned()),
+                password_hash: Some(PasswordHash::new(hash)),
                 status: UserStatus::Active,
             })
         })

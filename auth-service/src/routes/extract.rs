@@ -150,7 +150,7 @@ impl FromRequestParts<AppState> for Caller {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0);
-        let from_edge = from_edge(&parts.headers, &state.edge_token);
+        let from_edge = from_edge(&parts.headers, &state.tokens.edge);
         Ok(Caller {
             ip: client_ip(&parts.headers, peer, from_edge),
         })
@@ -182,7 +182,7 @@ impl FromRequestParts<AppState> for Session {
     type Rejection = Error;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
         let (verified, source) =
-            verify_presented(state, presented(&parts.headers, &state.edge_token))?;
+            verify_presented(state, presented(&parts.headers, &state.tokens.edge))?;
         Ok(Session { verified, source })
     }
 }
@@ -208,24 +208,24 @@ fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()>
     }
 }
 
+/// Proof that the request carried the bearer token of an internal API ([`guard`]): the feed
+/// token when `FEED`, else the admin token. Use the aliases [`Admin`] and [`FeedReader`].
+#[derive(Debug)]
+pub(crate) struct Bearer<const FEED: bool>;
+
+impl<const FEED: bool> FromRequestParts<AppState> for Bearer<FEED> {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let (secret, api) = if FEED {
+            (&state.tokens.feed, "feed")
+        } else {
+            (&state.tokens.admin, "admin")
+        };
+        guard(&parts.headers, secret, api).map(|()| Bearer)
+    }
+}
+
 /// Proof that the request carried the admin token.
-#[derive(Debug)]
-pub(crate) struct Admin;
-
-impl FromRequestParts<AppState> for Admin {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        guard(&parts.headers, &state.admin_token, "admin").map(|()| Admin)
-    }
-}
-
-/// Proof that the request carried the feed token.
-#[derive(Debug)]
-pub(crate) struct FeedReader;
-
-impl FromRequestParts<AppState> for FeedReader {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        guard(&parts.headers, &state.feed_token, "feed").map(|()| FeedReader)
-    }
-}
+pub(crate) type Admin = Bearer<false>;
+/// Proof that the request carried the feed token (the cell's edges).
+pub(crate) type FeedReader = Bearer<true>;

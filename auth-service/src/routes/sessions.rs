@@ -5,8 +5,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::ClientKind;
-use protocol::api::{CookieSessionResponse, SignInRequest, SignInResponse};
+use protocol::api::{CookieSessionResponse, IssuedSession, SignInRequest, SignInResponse};
 use protocol::http::{Source, clear_session_cookie, session_cookie};
+use protocol::token::SessionClaims;
 
 use crate::error::{Error, Result};
 use crate::routes::extract::{Caller, JsonBody, Session};
@@ -48,15 +49,22 @@ pub(crate) fn session_answer(state: &AppState, minted: Minted) -> Response {
         .then(|| session_cookie(token.expose(), claims.exp.saturating_sub(now)))
         .flatten();
     let body = SignInResponse {
+        issued: issued(state, &claims),
         session: token,
+    };
+    created(body, cookie)
+}
+
+/// What the `201` of every minted session says about it, the token aside.
+fn issued(state: &AppState, claims: &SessionClaims) -> IssuedSession {
+    IssuedSession {
         session_id: claims.jti.clone(),
         cell_id: state.config.cell_id.clone(),
         endpoint: state.config.issuer.to_string(),
         generation: claims.r#gen,
         expires_at: claims.exp,
         subject: claims.sub.clone(),
-    };
-    created(body, cookie)
+    }
 }
 
 /// A `201` that is never cached, with the session cookie when there is one.
@@ -75,14 +83,7 @@ fn cookie_session_answer(state: &AppState, minted: Minted) -> Result<Response> {
     let Minted { token, claims, now } = minted;
     let cookie = session_cookie(token.expose(), claims.exp.saturating_sub(now))
         .ok_or_else(|| Error::Internal("the renewed session does not fit in a cookie".into()))?;
-    let body = CookieSessionResponse {
-        session_id: claims.jti.clone(),
-        cell_id: state.config.cell_id.clone(),
-        endpoint: state.config.issuer.to_string(),
-        generation: claims.r#gen,
-        expires_at: claims.exp,
-        subject: claims.sub.clone(),
-    };
+    let body: CookieSessionResponse = issued(state, &claims);
     Ok(created(body, Some(cookie)))
 }
 

@@ -11,31 +11,20 @@ use protocol::ownership::OwnershipRecord;
 use protocol::revocation::Revocation;
 use protocol::time::UnixSeconds;
 use protocol::token::SessionClaims;
-use protocol::{CellId, ClientKind, ContractorId, Generation, Kid, Login, SessionId, SubjectId};
+use protocol::{
+    CellId, ClientKind, ContractorId, Generation, Kid, Login, PasswordHash, SessionId, SubjectId,
+};
 use serde::{Deserialize, Serialize};
 
 /// A stored technician or dispatcher. `password_hash` is an argon2id PHC string.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UserRecord {
     pub(crate) contractor_id: ContractorId,
     pub(crate) login: Login,
     pub(crate) subject: SubjectId,
     pub(crate) role: Role,
-    pub(crate) password_hash: String,
+    pub(crate) password_hash: PasswordHash,
     pub(crate) status: UserStatus,
-}
-
-impl std::fmt::Debug for UserRecord {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UserRecord")
-            .field("contractor_id", &self.contractor_id)
-            .field("login", &self.login)
-            .field("subject", &self.subject)
-            .field("role", &self.role)
-            .field("password_hash", &"<redacted>")
-            .field("status", &self.status)
-            .finish()
-    }
 }
 
 /// Lifecycle of a stored signing key (a superset of the published statuses). Its transitions

@@ -329,7 +329,7 @@ impl Store for SqliteStore {
                     user.login.as_str(),
                     user.subject.as_str(),
                     user.role.as_str(),
-                    user.password_hash,
+                    user.password_hash.expose(),
                     user.status.as_str(),
                 ])?;
             }
@@ -405,20 +405,22 @@ impl Store for SqliteStore {
 mod tests {
     use super::*;
 
+    /// The one value `sql` answers.
+    fn one<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> T {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
     #[test]
     fn a_newer_schema_is_refused_and_the_version_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.db");
         drop(SqliteStore::open(&path).unwrap());
         let conn = Connection::open(&path).unwrap();
-        let v: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(v, i64::from(SCHEMA_VERSION));
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(mode, "wal");
+        assert_eq!(
+            one::<i64>(&conn, "PRAGMA user_version"),
+            i64::from(SCHEMA_VERSION)
+        );
+        assert_eq!(one::<String>(&conn, "PRAGMA journal_mode"), "wal");
         conn.execute_batch("PRAGMA user_version = 99").unwrap();
         drop(conn);
         assert!(SqliteStore::open(&path).is_err());
@@ -440,18 +442,13 @@ mod tests {
         }
         let store = SqliteStore::open(&path).unwrap();
         let conn = store.conn();
-        let v: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(v, i64::from(SCHEMA_VERSION));
-        let kept: i64 = conn
-            .query_row("SELECT COUNT(*) FROM burned_tickets", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(kept, 1);
+        assert_eq!(
+            one::<i64>(&conn, "PRAGMA user_version"),
+            i64::from(SCHEMA_VERSION)
+        );
+        assert_eq!(one::<i64>(&conn, "SELECT COUNT(*) FROM burned_tickets"), 1);
         for table in ["burned_sessions", "transferred_sessions"] {
-            let n: i64 = conn
-                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
-                .unwrap();
+            let n: i64 = one(&conn, &format!("SELECT COUNT(*) FROM {table}"));
             assert_eq!(n, 0, "{table}");
         }
     }

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use protocol::admin::cell::{Role, UserStatus};
-use protocol::{ContractorId, Login, SubjectId};
+use protocol::{ContractorId, Login, PasswordHash, SubjectId};
 
 use crate::error::{Error, Result};
 use crate::store::records::UserRecord;
@@ -89,7 +89,7 @@ fn user_parse(row: UserColumns) -> Result<UserRecord> {
         login: Login::new(login).map_err(|_| bad("login"))?,
         subject: SubjectId::new(sub).map_err(|_| bad("subject"))?,
         role: Role::parse(&role).ok_or_else(|| bad("role"))?,
-        password_hash: hash,
+        password_hash: PasswordHash::new(hash),
         status: UserStatus::parse(&status).ok_or_else(|| bad("status"))?,
     })
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use protocol::{CellId, ContractorId, Generation};
-use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension as _, params};
 
 pub use devfleet::JOURNAL_FILE;
 
@@ -55,10 +55,10 @@ impl Journal {
         let j = Journal {
             path: path.to_path_buf(),
         };
-        let conn = j.conn()?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS migrations (
+        runtime::sqlite::create_tables(
+            &j.conn()?,
+            JOURNAL_SCHEMA,
+            "CREATE TABLE IF NOT EXISTS migrations (
                  id INTEGER PRIMARY KEY AUTOINCREMENT,
                  contractor TEXT NOT NULL,
                  source TEXT NOT NULL,
@@ -71,14 +71,8 @@ impl Journal {
                  finished_at_ms INTEGER);
              CREATE UNIQUE INDEX IF NOT EXISTS one_open_migration
                  ON migrations (contractor) WHERE step != 'done';",
+            |other| CtlError::Config(format!("{JOURNAL_FILE} has {other}")),
         )?;
-        // One writer at a time (several `cellctl` processes may open a new journal at once).
-        let tx = rusqlite::Transaction::new_unchecked(&conn, TransactionBehavior::Immediate)?;
-        runtime::check_sqlite_schema(&tx, JOURNAL_SCHEMA).map_err(|e| match e {
-            runtime::SchemaError::Sqlite(e) => e.into(),
-            other => CtlError::Config(format!("{JOURNAL_FILE} has {other}")),
-        })?;
-        tx.commit()?;
         Ok(j)
     }
 
@@ -86,17 +80,8 @@ impl Journal {
     /// `-wal`/`-shm` files; it lives beside `fleet.json`, in the fleet directory that
     /// `cellctl dev` makes 0700.
     fn conn(&self) -> Result<Connection> {
-        let restrict = || {
-            runtime::private_sqlite(&self.path)
-                .map_err(|e| CtlError::io(format!("restricting {}", self.path.display()), e))
-        };
-        restrict()?;
-        let conn = Connection::open(&self.path)?;
-        conn.busy_timeout(std::time::Duration::from_millis(JOURNAL_BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        restrict()?;
-        Ok(conn)
+        let pragmas = runtime::sqlite::Pragmas::wal(JOURNAL_BUSY_TIMEOUT_MS).synchronous("FULL");
+        runtime::sqlite::open(&self.path, pragmas)
     }
 
     /// The unfinished migration of a contractor, if any.
