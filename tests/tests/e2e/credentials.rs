@@ -8,10 +8,10 @@
 //! The sessions a row is built from are valid (checked first, at both servers), so a 401 for
 //! them comes from how they are presented; the forged and oversized rows add tokens that are
 //! refused on their own. Each row gets sessions of its own: if a server wrongly accepted a
-//! row (a sign-out revokes, a renewal mints), no other row is disturbed. The table is sent over HTTP/1.1 and over HTTP/2, one client for both servers,
-//! so both see the same bytes; HTTP/1.1 drops the whitespace around a header value before any
-//! server code sees it, which is why the whitespace rows keep their whitespace inside the
-//! value.
+//! row (a sign-out revokes, a renewal mints), no other row is disturbed. The table is sent
+//! over HTTP/1.1 and over HTTP/2, one client for both servers, so both see the same bytes;
+//! HTTP/1.1 drops the whitespace around a header value before any server code sees it, which
+//! is why the whitespace rows keep their whitespace inside the value.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::fmt::Write as _;

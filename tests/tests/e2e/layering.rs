@@ -128,22 +128,14 @@ fn parse_tree(
         return parse_tree(s, pos + 2, path, out);
     }
     out.push(path);
-    // Skip an `as alias`.
+    // A following `as alias` is a plain word, which the caller passes over.
     pos
 }
 
 /// Every same-crate path this file's code names, as absolute module paths.
-fn references(
-    code: &str,
-    here: &[String],
-    is_mod_root: bool,
-    children: &BTreeSet<String>,
-) -> Vec<Vec<String>> {
+fn references(code: &str, here: &[String], children: &BTreeSet<String>) -> Vec<Vec<String>> {
     let s: Vec<char> = code.chars().collect();
     let mut out = Vec::new();
-    // The module this file's `super` refers to, and the module its own items live in.
-    let own: Vec<String> = here.to_vec();
-    let _ = is_mod_root;
     let mut i = 0;
     while i < s.len() {
         let boundary = i == 0 || !(is_ident(s[i - 1]) || s[i - 1] == ':');
@@ -160,7 +152,7 @@ fn references(
             let base: Option<Vec<String>> = match word.as_str() {
                 "crate" => Some(Vec::new()),
                 "super" => {
-                    let mut b = own.clone();
+                    let mut b = here.to_vec();
                     b.pop();
                     // `super::super::…`
                     let mut j = i + 2;
@@ -176,9 +168,9 @@ fn references(
                     i = j - 2;
                     Some(b)
                 }
-                "self" => Some(own.clone()),
+                "self" => Some(here.to_vec()),
                 w if children.contains(w) => {
-                    let mut b = own.clone();
+                    let mut b = here.to_vec();
                     b.push(w.to_owned());
                     let mut paths = Vec::new();
                     parse_tree(&s, i + 2, b, &mut paths);
@@ -338,12 +330,9 @@ fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
             continue;
         };
         let code = code_of(&text);
-        let is_root = f
-            .file_name()
-            .is_some_and(|n| n == "mod.rs" || n == "lib.rs" || n == "main.rs");
         let kids = children_of(m);
         let edges = graph.entry(f.clone()).or_default();
-        for p in references(&code, m, is_root, &kids) {
+        for p in references(&code, m, &kids) {
             if let Some(target) = resolve(&files, &reexports, &p)
                 && target != *f
             {
