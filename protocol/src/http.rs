@@ -135,11 +135,6 @@ impl<'a> Presented<'a> {
         }
     }
 
-    /// Whether the request presents any credential at all.
-    pub fn is_empty(&self) -> bool {
-        self.authorization.is_none() && self.cookie.is_none()
-    }
-
     /// Applies the credential rule of the module doc. `verify` checks one token from one
     /// source (signature, claims, revocation: whatever "valid" means to the caller); the first
     /// valid credential in the rule's order wins and is returned with its source.

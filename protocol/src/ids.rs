@@ -340,9 +340,6 @@ impl PasswordHash {
     pub fn expose(&self) -> &str {
         &self.0
     }
-    pub fn into_string(self) -> String {
-        self.0
-    }
 }
 
 impl fmt::Debug for PasswordHash {

@@ -51,12 +51,14 @@ pub fn private_file(path: &std::path::Path) -> std::io::Result<()> {
 /// [`private_file`] for a SQLite database and [`restrict_files`] for its `-wal`/`-shm`.
 pub fn private_sqlite(db: &std::path::Path) -> std::io::Result<()> {
     private_file(db)?;
-    let companion = |suffix: &str| {
-        let mut s = db.as_os_str().to_owned();
-        s.push(suffix);
-        std::path::PathBuf::from(s)
-    };
-    restrict_files(&[companion("-wal"), companion("-shm")])
+    restrict_files(&[beside(db, "-wal"), beside(db, "-shm")])
+}
+
+/// The file beside `path` whose name is `path`'s followed by `suffix` (`x.db` → `x.db-wal`).
+pub(crate) fn beside(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    s.into()
 }
 
 #[cfg(test)]
@@ -70,8 +72,8 @@ mod tests {
 
     #[test]
     fn private_dirs_and_databases_are_owner_only() {
-        let t = tempfile_dir();
-        let dir = t.join("a/b");
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("a/b");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         super::private_dir(&dir).unwrap();
@@ -84,12 +86,5 @@ mod tests {
         std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o644)).unwrap();
         super::private_sqlite(&db).unwrap();
         assert_eq!(mode(&wal), 0o600);
-        std::fs::remove_dir_all(&t).unwrap();
-    }
-
-    fn tempfile_dir() -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("cellbind-runtime-test-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        p
     }
 }

@@ -47,24 +47,24 @@ impl RefetchGate {
     /// Whether a fetch ran less than the cooldown ago (a poisoned lock counts as cooling:
     /// fail towards fewer fetches).
     pub fn cooling(&self) -> bool {
-        match self.last.lock() {
-            Ok(g) => g.is_some_and(|t| t.elapsed() < self.cooldown),
-            Err(_) => true,
-        }
+        self.last.lock().map_or(true, |g| self.within(*g))
     }
 
     /// Claims the right to fetch now; false while cooling down.
     fn claim(&self) -> bool {
-        match self.last.lock() {
-            Ok(mut g) => {
-                if g.is_some_and(|t| t.elapsed() < self.cooldown) {
-                    return false;
-                }
-                *g = Some(Instant::now());
-                true
-            }
-            Err(_) => false,
+        let Ok(mut g) = self.last.lock() else {
+            return false;
+        };
+        if self.within(*g) {
+            return false;
         }
+        *g = Some(Instant::now());
+        true
+    }
+
+    /// Whether `last` (the last claim) is less than the cooldown ago.
+    fn within(&self, last: Option<Instant>) -> bool {
+        last.is_some_and(|t| t.elapsed() < self.cooldown)
     }
 
     /// After a miss: the diagram of the module doc. `check` looks in the held state (it is

@@ -95,9 +95,11 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), SecretError> {
     write_atomic(path, bytes, crate::files::PRIVATE_FILE_MODE)
 }
 
-/// Writes `bytes` to `path` with `mode`, through a temporary file and a rename.
+/// Writes `bytes` to `path` with `mode`, through a temporary file and a rename. The temporary
+/// file is `path`'s name plus `.tmp`, so two files that differ only in their extension
+/// (`x.pem`, `x.key`) never share one.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SecretError> {
-    let tmp = path.with_extension("tmp");
+    let tmp = crate::files::beside(path, ".tmp");
     let failed = |p: &Path| {
         let p = p.to_owned();
         move |source| SecretError::Write { path: p, source }
