@@ -37,6 +37,9 @@ pub const DEFAULT_SIGNIN_IP_PER_MINUTE: u32 = 1_200;
 /// migration drain counts an instance until its lease must have lapsed.
 pub const DEFAULT_EDGE_WRITE_LEASE_MS: u64 = 30_000;
 
+/// The SQLite file in `data_dir`.
+pub(crate) const DB_FILE: &str = "auth.db";
+
 /// The auth-service configuration.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Config {
@@ -171,10 +174,5 @@ impl Config {
             ));
         }
         Ok(self)
-    }
-
-    /// The SQLite file.
-    pub(crate) fn db_path(&self) -> PathBuf {
-        self.data_dir.join("auth.db")
     }
 }

@@ -127,12 +127,6 @@ impl TicketRefusal {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Builds an [`Error::Io`] with a description of what was being done.
-    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-        let what = what.into();
-        move |source| Error::Io(runtime::IoError::new(what, source))
-    }
-
     /// The public error code.
     pub fn code(&self) -> ErrorCode {
         match self {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use protocol::admin::cell::MapAccepted;
+use protocol::admin::placement::PLACEMENT_MAP_PATH;
 use protocol::map::{MAX_MAP_BYTES, MapError, SignedMap};
 
 use crate::error::{Error, Result};
@@ -12,8 +13,6 @@ use crate::tls::{ReadError, read_capped};
 
 /// Timeout of one map fetch.
 pub(crate) const MAP_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Path of the map on the control plane (and on this service).
-pub(crate) const MAP_PATH: &str = "/v1/placement-map";
 
 /// Why a map was not taken.
 #[derive(Debug)]
@@ -34,6 +33,13 @@ fn reason(e: &MapError) -> &'static str {
     }
 }
 
+/// Counts and logs a refused map.
+fn refused(state: &AppState, e: MapError) -> Refusal {
+    state.metrics.map_refused(reason(&e));
+    tracing::warn!(error = %e, "refused a placement map");
+    Refusal::Refused(e)
+}
+
 /// Verifies and, if newer, persists a map and puts it in the feed. Answers
 /// `(version, feed seq)`; a refusal is counted and answered as `400 INVALID_REQUEST`.
 pub(crate) async fn accept(state: &AppState, bytes: &[u8]) -> Result<MapAccepted> {
@@ -52,11 +58,7 @@ async fn try_accept(state: &AppState, bytes: &[u8]) -> Result<Result<(u64, u64),
     };
     let signed = match SignedMap::verify_bytes(bytes, key) {
         Ok(m) => m,
-        Err(e) => {
-            state.metrics.map_refused(reason(&e));
-            tracing::warn!(error = %e, "refused a placement map");
-            return Ok(Err(Refusal::Refused(e)));
-        }
+        Err(e) => return Ok(Err(refused(state, e))),
     };
     let version = signed.map.version;
     let (seq, outcome) = state
@@ -78,11 +80,7 @@ async fn try_accept(state: &AppState, bytes: &[u8]) -> Result<Result<(u64, u64),
             tracing::info!(version, seq, "accepted a placement map");
             Ok(Ok((version, seq)))
         }
-        Err(Refusal::Refused(e)) => {
-            state.metrics.map_refused(reason(&e));
-            tracing::warn!(error = %e, "refused a placement map");
-            Ok(Err(Refusal::Refused(e)))
-        }
+        Err(Refusal::Refused(e)) => Ok(Err(refused(state, e))),
         Err(Refusal::Unchanged) => Ok(Err(Refusal::Unchanged)),
     }
 }
@@ -92,7 +90,7 @@ pub async fn poll_once(state: &AppState) -> Result<()> {
     let (Some(base), Some(client)) = (&state.config.control_plane_url, &state.http) else {
         return Ok(());
     };
-    let url = base.join(MAP_PATH);
+    let url = base.join(PLACEMENT_MAP_PATH);
     let resp = client
         .get(&url)
         .timeout(MAP_FETCH_TIMEOUT)

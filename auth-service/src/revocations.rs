@@ -30,7 +30,7 @@ use protocol::admin::cell::{
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::UnixSeconds;
 use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
-use protocol::{ContractorId, SessionId, SessionToken, SubjectId};
+use protocol::{ContractorId, Kid, SessionId, SubjectId};
 
 use crate::error::{Error, Result};
 use crate::keys::lifecycle::revoke_key;
@@ -77,18 +77,13 @@ pub(crate) fn ticket_revoked(inner: &Inner, t: &TicketClaims) -> bool {
     })
 }
 
-/// Records a minted session (called by every path that mints one).
+/// Records a session minted with the key `kid` (called by every path that mints one).
 pub(crate) async fn record_minted(
     state: &AppState,
-    token: &SessionToken,
+    kid: Kid,
     claims: &SessionClaims,
 ) -> Result<()> {
-    let parsed = protocol::token::parse(
-        token.expose(),
-        protocol::token::SESSION_TYP,
-        protocol::ids::MAX_TOKEN_HEADER_BYTES,
-    )?;
-    let row = MintedSession::of(parsed.kid, claims);
+    let row = MintedSession::of(kid, claims);
     let store = state.store.clone();
     blocking(move || store.record_session(&row)).await
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use protocol::Password;
 use protocol::jwks::PublicKey;
+use runtime::IoContext as _;
 use runtime::access::Listener;
 
-use crate::config::Config;
+use crate::config::{Config, DB_FILE};
 use crate::error::{Error, Result};
 use crate::keys::kek::{Kek, random};
 use crate::keys::lifecycle::{ensure_keys, tick_keys};
@@ -39,23 +40,14 @@ pub async fn open_with_clock(
     config: Config,
     clock: protocol::time::SharedClock,
 ) -> Result<AppState> {
-    // ATTACKS A30: the data folder is owner-only even when it already existed, and the
-    // database exists 0600 before SQLite opens it (its -wal and -shm inherit that mode).
-    runtime::private_dir(&config.data_dir)
-        .map_err(Error::io(format!("create {}", config.data_dir.display())))?;
-    let db = config.db_path();
-    runtime::private_sqlite(&db).map_err(Error::io(format!("create {}", db.display())))?;
-    let store = blocking(move || {
-        let store = SqliteStore::open(&db)?;
-        runtime::private_sqlite(&db).map_err(Error::io(format!("restrict {}", db.display())))?;
-        Ok(store)
-    })
-    .await?;
+    // ATTACKS A30: the data folder and the database (with its -wal and -shm) are owner-only.
+    let dir = config.data_dir.clone();
+    let store = blocking(move || SqliteStore::open_in(&dir, DB_FILE)).await?;
     let rng = ring::rand::SystemRandom::new();
     let kek = Kek::load_or_create(&config.kek_file, &rng)?;
     let http = match (&config.control_plane_url, &config.ca_cert) {
         (Some(_), Some(ca)) => {
-            let pem = std::fs::read(ca).map_err(Error::io(format!("read {}", ca.display())))?;
+            let pem = std::fs::read(ca).with_context(|| format!("read {}", ca.display()))?;
             Some(tls::client_trusting(&pem)?)
         }
         _ => None,
@@ -166,12 +158,10 @@ pub async fn serve_until(
         async move {
             listener
                 .set_nonblocking(true)
-                .map_err(Error::io("configure the listener"))?;
-            let addr = listener
-                .local_addr()
-                .map_err(Error::io("listener address"))?;
+                .context("configure the listener")?;
+            let addr = listener.local_addr().context("listener address")?;
             let server = axum_server::from_tcp_rustls(listener, tls)
-                .map_err(Error::io("listen"))?
+                .context("listen")?
                 .handle(handle);
             tracing::info!(
                 %addr,
@@ -186,7 +176,8 @@ pub async fn serve_until(
             server
                 .serve(app.into_make_service_with_connect_info::<SocketAddr>())
                 .await
-                .map_err(Error::io(format!("serve the {} listener", which.as_str())))
+                .with_context(|| format!("serve the {} listener", which.as_str()))?;
+            Ok::<_, Error>(())
         }
     };
     // Stops both servers and their connections however this function ends (an error of
@@ -245,10 +236,9 @@ pub async fn run(config: Config) -> Result<()> {
     runtime::install_crypto_provider();
     let (listen, internal_listen) = (config.listen, config.internal_listen);
     let state = open(config).await?;
-    let public =
-        std::net::TcpListener::bind(listen).map_err(Error::io(format!("bind {listen}")))?;
+    let public = std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
     let internal = std::net::TcpListener::bind(internal_listen)
-        .map_err(Error::io(format!("bind {internal_listen}")))?;
+        .with_context(|| format!("bind {internal_listen}"))?;
     let tasks = spawn_background(&state);
     let served = serve_until(state, public, internal, runtime::shutdown_signal()).await;
     for t in tasks {

@@ -39,7 +39,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         .check_account(&req.contractor_id, &req.login, ip)?;
 
     let store = state.store.clone();
-    let (ctr, login) = (req.contractor_id.clone(), req.login.clone());
+    let (ctr, login) = (req.contractor_id.clone(), req.login);
     let user = blocking(move || store.user(&ctr, &login)).await?;
     let _permit = state
         .hashing
@@ -53,7 +53,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         ),
         None => (state.dummy_hash.clone(), false),
     };
-    let password = req.password.clone();
+    let password = req.password;
     let verified = blocking(move || Ok(crate::passwords::verify(&phc, &password))).await?;
     state.metrics.password_checked();
     let user = match user {
@@ -125,7 +125,7 @@ pub(crate) async fn mint(
     let token = signer
         .mint(&claims)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    record_minted(state, &token, &claims).await?;
+    record_minted(state, signer.kid().clone(), &claims).await?;
     Ok(Minted { token, claims, now })
 }
 

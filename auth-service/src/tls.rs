@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use runtime::IoContext as _;
+
 use crate::error::{Error, Result};
 
 /// The server TLS configuration from a PEM chain and key.
@@ -10,13 +12,16 @@ pub(crate) async fn server_config(
     cert: &Path,
     key: &Path,
 ) -> Result<axum_server::tls_rustls::RustlsConfig> {
-    axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+    let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
         .await
-        .map_err(Error::io(format!(
-            "load TLS certificate {} and key {}",
-            cert.display(),
-            key.display()
-        )))
+        .with_context(|| {
+            format!(
+                "load TLS certificate {} and key {}",
+                cert.display(),
+                key.display()
+            )
+        })?;
+    Ok(config)
 }
 
 /// An HTTPS client that trusts exactly the certificates in `ca_pem` (and nothing else).

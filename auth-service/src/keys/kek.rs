@@ -13,6 +13,7 @@ use protocol::time::UnixSeconds;
 use protocol::token::SigningKey;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom as _, SystemRandom};
+use runtime::IoContext as _;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
@@ -56,7 +57,7 @@ impl Kek {
                 {
                     tracing::warn!(path = %path.display(), "key-encryption key file was readable by group or others: made 0600");
                     runtime::restrict_files(&[path])
-                        .map_err(Error::io(format!("restrict {}", path.display())))?;
+                        .with_context(|| format!("restrict {}", path.display()))?;
                 }
                 Zeroizing::new(b)
             }
@@ -67,14 +68,16 @@ impl Kek {
                     .create_new(true)
                     .mode(0o600)
                     .open(path)
-                    .map_err(Error::io(format!("create {}", path.display())))?;
+                    .with_context(|| format!("create {}", path.display()))?;
                 f.write_all(fresh.as_ref())
                     .and_then(|_| f.sync_all())
-                    .map_err(Error::io(format!("write {}", path.display())))?;
+                    .with_context(|| format!("write {}", path.display()))?;
                 tracing::info!(path = %path.display(), "created a new key-encryption key");
                 Zeroizing::new(fresh.to_vec())
             }
-            Err(e) => return Err(Error::io(format!("read {}", path.display()))(e)),
+            Err(e) => {
+                return Err(runtime::IoError::new(format!("read {}", path.display()), e).into());
+            }
         };
         Self::from_bytes(&bytes)
     }

@@ -106,24 +106,30 @@ impl KeyRing {
         self.keys.get(kid)
     }
 
-    /// Keys in a given state, oldest first.
+    fn with_state(&self, state: KeyState) -> impl Iterator<Item = &RingKey> {
+        self.keys.values().filter(move |k| k.row.state == state)
+    }
+
+    /// Keys in a given state, oldest first (by creation, then kid: the map is in kid order
+    /// and the sort is stable).
     pub(crate) fn in_state(&self, state: KeyState) -> Vec<&RingKey> {
-        let mut v: Vec<&RingKey> = self
-            .keys
-            .values()
-            .filter(|k| k.row.state == state)
-            .collect();
-        v.sort_by_key(|k| (k.row.created_at, k.row.kid.clone()));
+        let mut v: Vec<&RingKey> = self.with_state(state).collect();
+        v.sort_by_key(|k| k.row.created_at);
         v
+    }
+
+    /// The newest key in `state` (the last of [`KeyRing::in_state`]), without collecting.
+    fn newest(&self, state: KeyState) -> Option<&RingKey> {
+        self.with_state(state).max_by_key(|k| k.row.created_at)
     }
 
     /// The signing key.
     pub(crate) fn current(&self) -> Option<&RingKey> {
-        self.in_state(KeyState::Current).into_iter().last()
+        self.newest(KeyState::Current)
     }
 
     pub(crate) fn next(&self) -> Option<&RingKey> {
-        self.in_state(KeyState::Next).into_iter().last()
+        self.newest(KeyState::Next)
     }
 
     /// The verification set (next + current + retired).

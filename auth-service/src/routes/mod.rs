@@ -5,8 +5,10 @@
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
+use protocol::admin::{cell, placement};
 use runtime::access::Listener;
 
+use crate::peers::JWKS_PATH;
 use crate::routes::service::{method_not_allowed, not_found};
 use crate::state::AppState;
 
@@ -35,8 +37,8 @@ fn public_routes() -> Router<AppState> {
         .route("/v1/sessions/renew", post(sessions::renew))
         .route("/v1/sessions/transfer", post(transfer::transfer))
         .route("/v1/sessions/rebind", post(transfer::rebind))
-        .route("/.well-known/jwks.json", get(service::jwks))
-        .route(crate::map::MAP_PATH, get(service::get_map))
+        .route(JWKS_PATH, get(service::jwks))
+        .route(placement::PLACEMENT_MAP_PATH, get(service::get_map))
         .route("/healthz", get(service::healthz))
         .route("/readyz", get(service::readyz))
 }
@@ -46,34 +48,34 @@ fn internal_only_routes() -> Router<AppState> {
     Router::new()
         .route("/metrics", get(service::metrics))
         .route(protocol::feed::FEED_PATH, get(service::feed))
-        .route("/admin/v1/users", post(admin::create_user))
+        .route(cell::USERS_PATH, post(admin::create_user))
         .route(
-            "/admin/v1/users/import",
+            cell::USERS_IMPORT_PATH,
             post(admin::import_users).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
         )
         .route(
-            "/admin/v1/ownership",
+            cell::OWNERSHIP_PATH,
             put(admin::put_ownership_bulk).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
         )
         .route(
             "/admin/v1/ownership/{ctr}",
             put(admin::put_ownership).get(admin::get_ownership),
         )
-        .route("/admin/v1/keys", get(admin::keys))
-        .route("/admin/v1/keys/rotate", post(admin::rotate))
+        .route(cell::KEYS_PATH, get(admin::keys))
+        .route(cell::KEYS_ROTATE_PATH, post(admin::rotate))
         .route("/admin/v1/keys/{kid}/revoke", post(admin::revoke_key))
-        .route("/admin/v1/revocations", post(admin::revoke))
-        .route("/admin/v1/audit/revocations", get(admin::audit_export))
+        .route(cell::REVOCATIONS_PATH, post(admin::revoke))
+        .route(cell::AUDIT_REVOCATIONS_PATH, get(admin::audit_export))
         .route(
             "/admin/v1/subjects/{sub}/sessions",
             get(admin::sessions_of_subject),
         )
         .route("/admin/v1/sessions/{jti}", get(admin::session_record))
         .route(
-            "/admin/v1/placement-map",
+            cell::PLACEMENT_MAP_PATH,
             put(admin::put_map).layer(DefaultBodyLimit::max(MAP_BODY_LIMIT)),
         )
-        .route("/admin/v1/status", get(admin::status))
+        .route(cell::STATUS_PATH, get(admin::status))
         .route("/admin/v1/contractors/{ctr}/export", get(admin::export))
         .route(
             "/admin/v1/contractors/{ctr}/import",

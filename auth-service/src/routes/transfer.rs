@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use protocol::api::RebindRequest;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::routes::extract::{JsonBody, Session};
 use crate::routes::sessions::session_answer;
 use crate::state::AppState;
@@ -21,9 +21,8 @@ pub(crate) async fn transfer(State(state): State<AppState>, session: Session) ->
 /// `POST /v1/sessions/rebind` `{ticket}` → 201 as sign-in.
 pub(crate) async fn rebind(
     State(state): State<AppState>,
-    body: Result<JsonBody<RebindRequest>, Error>,
+    JsonBody(req): JsonBody<RebindRequest>,
 ) -> Result<Response> {
-    let JsonBody(req) = body?;
     let minted = transfer::rebind(&state, req.ticket.as_str()).await?;
     Ok(session_answer(&state, minted))
 }

@@ -9,6 +9,7 @@ use protocol::map::SignedMap;
 use protocol::revocation::Revocation;
 use protocol::time::UnixSeconds;
 use protocol::{ContractorId, Kid, Login, SessionId, SubjectId};
+use runtime::sqlite::Pragmas;
 use rusqlite::{Connection, params};
 
 use crate::error::{Error, Result};
@@ -112,6 +113,9 @@ CREATE TABLE transferred_sessions (
 ",
 )];
 
+/// How the database file is opened: WAL, `synchronous=FULL`, a busy timeout.
+const PRAGMAS: Pragmas = Pragmas::wal(BUSY_TIMEOUT_MS).synchronous("FULL");
+
 /// The SQLite store. One connection, serialised by a mutex (writes are serialised anyway).
 #[derive(Debug)]
 pub(crate) struct SqliteStore {
@@ -119,10 +123,11 @@ pub(crate) struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database file and brings its schema up to date.
-    pub(crate) fn open(path: &Path) -> Result<SqliteStore> {
-        let conn = Connection::open(path)?;
-        Self::init(conn)
+    /// Opens (creating if needed) the database `file` in `dir` (ATTACKS A30: the folder is
+    /// made owner-only even when it already existed, and the database exists 0600 before
+    /// SQLite opens it) and brings its schema up to date.
+    pub(crate) fn open_in(dir: &Path, file: &str) -> Result<SqliteStore> {
+        Self::init(runtime::sqlite::open_in::<Error>(dir, file, PRAGMAS)?)
     }
 
     /// An in-memory database (tests).
@@ -132,10 +137,7 @@ impl SqliteStore {
     }
 
     fn init(conn: Connection) -> Result<SqliteStore> {
-        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        // journal_mode answers a row; in-memory databases stay "memory".
-        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        conn.execute_batch("PRAGMA foreign_keys=ON;")?;
         let version = runtime::check_sqlite_user_version(&conn, SCHEMA_VERSION)?;
         if version < SCHEMA_VERSION {
             let mut sql = String::from("BEGIN IMMEDIATE;");
@@ -404,6 +406,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DB_FILE;
 
     /// The one value `sql` answers.
     fn one<T: rusqlite::types::FromSql>(conn: &Connection, sql: &str) -> T {
@@ -413,8 +416,8 @@ mod tests {
     #[test]
     fn a_newer_schema_is_refused_and_the_version_is_written() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("auth.db");
-        drop(SqliteStore::open(&path).unwrap());
+        let path = dir.path().join(DB_FILE);
+        drop(SqliteStore::open_in(dir.path(), DB_FILE).unwrap());
         let conn = Connection::open(&path).unwrap();
         assert_eq!(
             one::<i64>(&conn, "PRAGMA user_version"),
@@ -423,13 +426,13 @@ mod tests {
         assert_eq!(one::<String>(&conn, "PRAGMA journal_mode"), "wal");
         conn.execute_batch("PRAGMA user_version = 99").unwrap();
         drop(conn);
-        assert!(SqliteStore::open(&path).is_err());
+        assert!(SqliteStore::open_in(dir.path(), DB_FILE).is_err());
     }
 
     #[test]
     fn a_version_1_database_is_migrated_and_keeps_its_data() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("auth.db");
+        let path = dir.path().join(DB_FILE);
         {
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(&format!("{SCHEMA} PRAGMA user_version = 1;"))
@@ -440,7 +443,7 @@ mod tests {
             )
             .unwrap();
         }
-        let store = SqliteStore::open(&path).unwrap();
+        let store = SqliteStore::open_in(dir.path(), DB_FILE).unwrap();
         let conn = store.conn();
         assert_eq!(
             one::<i64>(&conn, "PRAGMA user_version"),
