@@ -53,12 +53,18 @@ pub const CORS_EXPOSE: &str = "retry-after";
 /// tickets or set the session cookie.
 const NO_CORS_PREFIXES: [&str; 2] = ["/v1/sessions", "/desk"];
 
-/// Whether answers on `path` may be shared with a fleet origin.
-pub fn cors_allowed(path: &str) -> bool {
-    !NO_CORS_PREFIXES.iter().any(|p| {
+/// Whether `path` is under one of [`NO_CORS_PREFIXES`]: its answers may carry a session or
+/// set or clear the session cookie.
+fn session_path(path: &str) -> bool {
+    NO_CORS_PREFIXES.iter().any(|p| {
         path.strip_prefix(p)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     })
+}
+
+/// Whether answers on `path` may be shared with a fleet origin.
+pub fn cors_allowed(path: &str) -> bool {
+    !session_path(path)
 }
 
 /// The one decision of this layer.
@@ -223,9 +229,7 @@ impl Guard for BrowserGuard {
         match verdict {
             // The common case (a bearer request from a non-browser client, or any request
             // whose answer cannot touch the session cookie): no allocation, no extra await.
-            Verdict::Pass { cors: None }
-                if !cookie_session && !may_set_session_cookie(req.uri().path()) =>
-            {
+            Verdict::Pass { cors: None } if !cookie_session && !session_path(req.uri().path()) => {
                 Check::Pass(req)
             }
             Verdict::Preflight(origin) => Check::Answer(preflight(origin)),
@@ -246,11 +250,6 @@ impl Guard for BrowserGuard {
     fn finish(&self, note: Finishing, resp: Response) -> Response {
         finish(resp, note.cors, note.cookie_session)
     }
-}
-
-/// Paths whose answers may set or clear the session cookie (the CSRF cookie follows them).
-fn may_set_session_cookie(path: &str) -> bool {
-    path.starts_with("/v1/sessions") || path.starts_with("/desk/")
 }
 
 #[cfg(test)]

@@ -16,11 +16,13 @@
 
 use std::net::IpAddr;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::error::EdgeError;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The forwarding header trusted proxies set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -84,24 +86,21 @@ pub fn resolve(
     if !trusted.contains(peer) {
         return canonical(peer);
     }
-    let hops: Vec<Option<IpAddr>> = match which {
-        ClientIpHeader::XForwardedFor => headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
-            .map(|s| parse_hop(s.trim()))
-            .collect(),
-        ClientIpHeader::Forwarded => headers
-            .get_all(http::header::FORWARDED)
-            .iter()
-            .flat_map(|v| v.to_str().unwrap_or("\u{0}").split(','))
-            .map(forwarded_for)
-            .collect(),
+    let (name, hop): (_, fn(&str) -> Option<IpAddr>) = match which {
+        ClientIpHeader::XForwardedFor => (X_FORWARDED_FOR, |s| parse_hop(s.trim())),
+        ClientIpHeader::Forwarded => (http::header::FORWARDED, forwarded_for),
     };
-    for hop in hops.iter().rev() {
+    // Right to left, in place: the last header's last element first.
+    let hops = headers
+        .get_all(name)
+        .iter()
+        .rev()
+        .flat_map(|v| v.to_str().unwrap_or("\u{0}").rsplit(','))
+        .map(hop);
+    for hop in hops {
         match hop {
-            Some(ip) if trusted.contains(*ip) => continue,
-            Some(ip) => return canonical(*ip),
+            Some(ip) if trusted.contains(ip) => continue,
+            Some(ip) => return canonical(ip),
             // A trusted hop wrote something unreadable: believe nothing further left.
             None => break,
         }

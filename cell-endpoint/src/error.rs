@@ -66,8 +66,6 @@ pub enum EdgeError {
     NotFound,
     #[error("method not allowed on this route")]
     MethodNotAllowed,
-    #[error("a cookie session's unsafe request did not come from this cell's origin")]
-    CrossSite,
     #[error("refused by the browser rules: {0}")]
     Csrf(&'static str),
     #[error("refused: {0}")]
@@ -93,7 +91,7 @@ impl EdgeError {
             | EdgeError::LeaseLapsed
             | EdgeError::RevocationsStale => "stale",
             EdgeError::RateLimited { .. } => "rate_limited",
-            EdgeError::Csrf(_) | EdgeError::CsrfProof(_) | EdgeError::CrossSite => "forbidden",
+            EdgeError::Csrf(_) | EdgeError::CsrfProof(_) => "forbidden",
             EdgeError::BadRequest(_) | EdgeError::BodyTimeout | EdgeError::PayloadTooLarge => {
                 "bad_request"
             }
@@ -201,13 +199,6 @@ pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
         EdgeError::AppTimeout => (
             504,
             ErrorBody::new(ErrorCode::UpstreamUnavailable, "the cell's app timed out"),
-        ),
-        EdgeError::CrossSite => (
-            403,
-            ErrorBody::new(
-                ErrorCode::Forbidden,
-                "a cookie session's unsafe request must come from this cell's own origin",
-            ),
         ),
         EdgeError::Csrf(why) => (403, ErrorBody::new(ErrorCode::Forbidden, *why)),
         EdgeError::CsrfProof(why) => (403, ErrorBody::new(ErrorCode::Forbidden, why.to_string())),

@@ -70,26 +70,30 @@ fn never_forwarded(name: &str) -> bool {
     ) || is_cellbind_header(name)
 }
 
-/// Whether header name `name` (lower case) is `listed` (lower case, `-` only), an `_` in `name`
-/// counting as `-`.
+/// Whether header name `name` (lower case) is the `Connection` token `listed` (any case),
+/// an `_` on either side counting as `-`.
 fn same_name(listed: &str, name: &str) -> bool {
+    let fold = |b: u8| match b {
+        b'_' => b'-',
+        b => b.to_ascii_lowercase(),
+    };
     listed.len() == name.len()
         && listed
             .bytes()
             .zip(name.bytes())
-            .all(|(l, n)| l == n || (l == b'-' && n == b'_'))
+            .all(|(l, n)| fold(l) == fold(n))
 }
 
 /// The client's headers that may reach an upstream, plus `X-Forwarded-For` (the client address
 /// the edge established) and `X-Forwarded-Proto: https`. Headers the client lists in
 /// `Connection` are hop-by-hop too and go.
 fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> HeaderMap {
-    let listed: Vec<String> = incoming
+    let listed: Vec<&str> = incoming
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase().replace('_', "-"))
+        .map(str::trim)
         .filter(|t| !t.is_empty())
         .collect();
     let mut h = HeaderMap::with_capacity(incoming.len() + 8);

@@ -4,31 +4,50 @@
 
 use crate::state::CellState;
 
-/// The origin (`scheme://host[:port]`) of an endpoint URL, lower-cased, default port dropped.
-pub fn origin_of(url: &str) -> Option<String> {
+/// The scheme and authority of an endpoint URL, default port dropped, case kept.
+fn origin_parts(url: &str) -> Option<(&str, &str)> {
     let (scheme, rest) = url.split_once("://")?;
     let authority = rest.split(['/', '?', '#']).next()?;
     if scheme.is_empty() || authority.is_empty() {
         return None;
     }
-    let scheme = scheme.to_ascii_lowercase();
-    let mut authority = authority.to_ascii_lowercase();
-    let default = match scheme.as_str() {
-        "https" => Some(":443"),
-        "http" => Some(":80"),
-        _ => None,
+    let default = if scheme.eq_ignore_ascii_case("https") {
+        ":443"
+    } else if scheme.eq_ignore_ascii_case("http") {
+        ":80"
+    } else {
+        ""
     };
-    if let Some(d) = default
-        && authority.ends_with(d)
-    {
-        authority.truncate(authority.len() - d.len());
-    }
-    Some(format!("{scheme}://{authority}"))
+    Some((scheme, authority.strip_suffix(default).unwrap_or(authority)))
 }
 
-/// Whether `candidate` (an `Origin` header) is the origin of `url`.
+/// The origin (`scheme://host[:port]`) of an endpoint URL, lower-cased, default port dropped.
+pub fn origin_of(url: &str) -> Option<String> {
+    let (scheme, authority) = origin_parts(url)?;
+    Some(format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        authority.to_ascii_lowercase()
+    ))
+}
+
+/// Whether `candidate` (an `Origin` header) is the origin of `url`: equal to [`origin_of`]
+/// `url`, compared in place (this runs on every browser request, once per fleet cell).
 pub fn same_origin(candidate: &str, url: &str) -> bool {
-    origin_of(url).is_some_and(|o| o == candidate)
+    let Some((scheme, authority)) = origin_parts(url) else {
+        return false;
+    };
+    let lowered = |c: &[u8], s: &str| {
+        c.len() == s.len()
+            && c.iter()
+                .zip(s.bytes())
+                .all(|(a, b)| *a == b.to_ascii_lowercase())
+    };
+    let c = candidate.as_bytes();
+    c.len() == scheme.len() + 3 + authority.len()
+        && lowered(&c[..scheme.len()], scheme)
+        && &c[scheme.len()..scheme.len() + 3] == b"://"
+        && lowered(&c[scheme.len() + 3..], authority)
 }
 
 /// Whether `origin` is one of the fleet's cells in the signed placement map this edge holds.
@@ -73,5 +92,39 @@ mod tests {
         );
         assert_eq!(origin_of("no scheme"), None);
         assert_eq!(origin_of("https://"), None);
+    }
+
+    #[test]
+    fn same_origin_is_equality_with_origin_of() {
+        let urls = [
+            "https://127.0.0.4:8443/",
+            "HTTPS://Cell.Example:443/x",
+            "http://cell.example:80",
+            "https://cell.example:4430",
+            "ftp://Cell.Example:21/",
+            "https://",
+            "no scheme",
+            "://x",
+        ];
+        let candidates = [
+            "https://127.0.0.4:8443",
+            "https://cell.example",
+            "https://Cell.Example",
+            "http://cell.example",
+            "https://cell.example:4430",
+            "https://cell.example:443",
+            "ftp://cell.example:21",
+            "https://127.0.0.4:8443/",
+            "",
+        ];
+        for url in urls {
+            for candidate in candidates {
+                assert_eq!(
+                    same_origin(candidate, url),
+                    origin_of(url).is_some_and(|o| o == candidate),
+                    "{candidate} vs {url}"
+                );
+            }
+        }
     }
 }

@@ -149,12 +149,4 @@ impl TokenCache {
         );
         Ok(verified)
     }
-
-    pub fn len(&self) -> usize {
-        self.cache.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
-    }
 }

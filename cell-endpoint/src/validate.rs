@@ -165,15 +165,31 @@ impl Edge {
         access: Access,
     ) -> Result<Arc<Validated>, EdgeError> {
         let started = Instant::now();
-        let mut result = self.validate_now(headers, access);
-        if let Err(EdgeError::Token(TokenError::UnknownKid(kid))) = &result
-            && self.refetch_for(kid).await.is_some()
-        {
-            result = self.validate_now(headers, access);
-        }
+        let result = match self.validate_now(headers, access) {
+            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
+                self.validate_after_refetch(kid, headers, access).await
+            }
+            other => other,
+        };
         self.metrics()
             .validation_latency(started.elapsed().as_secs_f64());
         result
+    }
+
+    /// After [`Edge::validate_now`] met an unknown kid: validates again once the held view has
+    /// it (another request's refetch may already have brought it), else refuses with that kid.
+    async fn validate_after_refetch(
+        &self,
+        kid: Kid,
+        headers: &HeaderMap,
+        access: Access,
+    ) -> Result<Arc<Validated>, EdgeError> {
+        if self.current().is_some_and(|s| s.has_kid(&kid)) || self.refetch_for(&kid).await.is_some()
+        {
+            self.validate_now(headers, access)
+        } else {
+            Err(TokenError::UnknownKid(kid).into())
+        }
     }
 
     /// Steps 1–7 without waiting for anything: an unknown kid is returned as
@@ -248,11 +264,16 @@ impl Guard for ValidateGuard {
                 req.extensions_mut().insert(v);
                 Check::Pass(req)
             }
-            Err(EdgeError::Token(TokenError::UnknownKid(_))) => {
+            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
                 // Rare: at most one key refetch per cooldown, shared by all waiters.
                 let edge = edge.clone();
                 Check::Wait(Box::pin(async move {
-                    match edge.validate(req.headers(), access).await {
+                    let result = edge
+                        .validate_after_refetch(kid, req.headers(), access)
+                        .await;
+                    edge.metrics()
+                        .validation_latency(started.elapsed().as_secs_f64());
+                    match result {
                         Ok(v) => {
                             req.extensions_mut().insert(v);
                             Ok(req)

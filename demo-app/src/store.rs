@@ -56,6 +56,24 @@ fn lifecycle_of(s: &str) -> Result<Lifecycle> {
     Lifecycle::parse(s).ok_or_else(|| AppError::Corrupt(format!("unknown lifecycle {s:?}")))
 }
 
+/// A contractor as held, read on `conn` (the store's connection or a transaction).
+fn contractor_in(conn: &Connection, c: &ContractorId) -> Result<Option<ContractorState>> {
+    let row: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT generation, state FROM contractors WHERE id = ?1",
+            [c.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    row.map(|(g, s)| {
+        Ok(ContractorState {
+            generation: gen_of(g)?,
+            state: lifecycle_of(&s)?,
+        })
+    })
+    .transpose()
+}
+
 /// Records a completed job (the first completion's time).
 fn insert_job(tx: &Transaction<'_>, c: &ContractorId, job_id: &str, at: i64) -> Result<()> {
     tx.execute(
@@ -123,21 +141,7 @@ impl Store {
     }
 
     pub fn contractor(&self, c: &ContractorId) -> Result<Option<ContractorState>> {
-        let row: Option<(i64, String)> = self
-            .conn
-            .query_row(
-                "SELECT generation, state FROM contractors WHERE id = ?1",
-                [c.as_str()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        row.map(|(g, s)| {
-            Ok(ContractorState {
-                generation: gen_of(g)?,
-                state: lifecycle_of(&s)?,
-            })
-        })
-        .transpose()
+        contractor_in(&self.conn, c)
     }
 
     fn set_contractor(&self, c: &ContractorId, st: ContractorState) -> Result<()> {
@@ -168,7 +172,7 @@ impl Store {
         Ok(n)
     }
 
-    /// Completed jobs of a contractor among `job_ids`, as (job_id, completed_at).
+    /// Completed jobs of a contractor, as (job_id, completed_at).
     pub fn completed_jobs(&self, c: &ContractorId) -> Result<Vec<JobRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT job_id, completed_at FROM jobs WHERE contractor = ?1 ORDER BY job_id",
@@ -197,17 +201,10 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let state: Option<(i64, String)> = tx
-            .query_row(
-                "SELECT generation, state FROM contractors WHERE id = ?1",
-                [req.contractor.as_str()],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let Some((held, state)) = state else {
-            return Err(AppError::UnknownContractor);
-        };
-        let (held, state) = (gen_of(held)?, lifecycle_of(&state)?);
+        let ContractorState {
+            generation: held,
+            state,
+        } = contractor_in(&tx, req.contractor)?.ok_or(AppError::UnknownContractor)?;
         if let Some(key) = req.idempotency_key {
             let prior: Option<String> = tx
                 .query_row(
