@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use devfleet::{FleetFile, MAP_FILE, SESSION_FILE};
 use http::Method;
+use protocol::admin::placement::PLACEMENT_MAP_PATH;
 use protocol::jwks::PublicKey;
 use protocol::map::SignedMap;
 use protocol::{ContractorId, Login, Password};
@@ -136,7 +137,7 @@ async fn fetch_map(fleet: &FleetFile, ca_pem: &[u8], key: &PublicKey) -> Result<
                     "{endpoint} is not an https endpoint"
                 )));
             }
-            let url = endpoint.join("/v1/placement-map");
+            let url = endpoint.join(PLACEMENT_MAP_PATH);
             let r = http
                 .get(&url)
                 .send()

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use devfleet::{DEFAULT_DIR, DEFAULT_PORT_BASE, Fleet, FleetOptions};
+use runtime::IoContext as _;
 
 use crate::error::{CtlError, Result};
 
@@ -21,7 +22,7 @@ pub struct DevArgs {
 /// `cellctl dev`: starts a fleet beside this binary's siblings, prints where everything is, and
 /// runs until Ctrl-C or SIGTERM, then stops every process it started.
 pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
-    let exe = std::env::current_exe().map_err(|e| CtlError::io("locating cellctl", e))?;
+    let exe = std::env::current_exe().context("locating cellctl")?;
     let bin_dir = exe
         .parent()
         .ok_or_else(|| CtlError::Config("cellctl has no parent directory".into()))?

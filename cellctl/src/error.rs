@@ -30,12 +30,5 @@ pub enum CtlError {
     Internal(String),
 }
 
-impl CtlError {
-    /// An I/O error with what was being done.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CtlError::Io(runtime::IoError::new(context, source))
-    }
-}
-
 /// The crate's result type.
 pub type Result<T, E = CtlError> = std::result::Result<T, E>;

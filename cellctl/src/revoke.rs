@@ -414,27 +414,11 @@ impl Revoker {
 
     /// [`revoke`] with the loaded description.
     pub async fn revoke(&self, command: &RevokeCommand) -> Result<RevokeReport> {
-        let fleet = Fleet {
-            path: &self.path,
-            file: &self.fleet,
-            admin: &self.admin,
-            control_plane: self.control_plane.as_ref(),
-        };
-        revoke_in(&fleet, command).await
+        revoke_in(self, command).await
     }
-}
 
-/// What a revocation talks to.
-struct Fleet<'a> {
-    path: &'a Path,
-    file: &'a FleetFile,
-    admin: &'a AdminClient,
-    control_plane: Option<&'a Api>,
-}
-
-impl Fleet<'_> {
     async fn cells_of_contractor(&self, ctr: &ContractorId) -> Vec<Target> {
-        cells_of_contractor(self.admin, self.control_plane, self.file, ctr).await
+        cells_of_contractor(&self.admin, self.control_plane.as_ref(), &self.fleet, ctr).await
     }
 }
 
@@ -471,7 +455,7 @@ async fn look_up_session(admin: &AdminClient, cell: &FleetCell, jti: &SessionId)
 /// The revocation and the cells of `revoke session JTI --cell CELL`, with a note or an
 /// unresolved fan-out for the report.
 async fn session_targets(
-    fleet: &Fleet<'_>,
+    fleet: &Revoker,
     named_cell: &FleetCell,
     jti: &SessionId,
     now: UnixSeconds,
@@ -480,7 +464,7 @@ async fn session_targets(
     // Without the record the expiry is unknown: the longest a session can live is an upper
     // bound (the minting cell keeps it until the recorded expiry anyway).
     let longest = now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S;
-    match look_up_session(fleet.admin, named_cell, jti).await {
+    match look_up_session(&fleet.admin, named_cell, jti).await {
         SessionLookup::Known {
             contractor,
             expires_at,
@@ -547,14 +531,15 @@ struct SessionFanout {
     unresolved: Option<String>,
 }
 
-async fn revoke_in(fleet: &Fleet<'_>, command: &RevokeCommand) -> Result<RevokeReport> {
-    let path = fleet.path;
+/// What [`Revoker::revoke`] does: the cells that matter, then the revocation at each.
+async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeReport> {
+    let path = fleet.path.as_path();
     let now = protocol::time::system_clock().now();
     let before = |a: &AuditArgs| a.before.unwrap_or(now + 1);
     let mut fanout = SessionFanout::default();
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
         RevokeCommand::Session { jti, cell, audit } => {
-            let named_cell = named(fleet.file, path, cell)?;
+            let named_cell = named(&fleet.fleet, path, cell)?;
             let (kind, targets, f) = session_targets(fleet, named_cell, jti, now).await;
             fanout = f;
             (kind, audit, targets)
@@ -562,14 +547,14 @@ async fn revoke_in(fleet: &Fleet<'_>, command: &RevokeCommand) -> Result<RevokeR
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
-            vec![(named(fleet.file, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(&fleet.fleet, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Cell { cell, audit } => (
             RevocationKind::Cell {
                 before: before(audit),
             },
             audit,
-            vec![(named(fleet.file, path, cell)?.clone(), Role::Named, None)],
+            vec![(named(&fleet.fleet, path, cell)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Subject { sub, audit } => {
             let ctr = contractor_of(sub)?;
@@ -616,7 +601,7 @@ async fn revoke_in(fleet: &Fleet<'_>, command: &RevokeCommand) -> Result<RevokeR
                     error: Some(e.clone()),
                     edges: None,
                 },
-                None => apply_at(fleet.admin, cell, *role, req, audit.wait_edges).await,
+                None => apply_at(&fleet.admin, cell, *role, req, audit.wait_edges).await,
             }
         }
     });

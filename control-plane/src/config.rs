@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use protocol::CellId;
+use runtime::config::{default_u64, default_usize};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CpError, Result};
@@ -37,18 +38,10 @@ pub struct Config {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub cells: Vec<CellConfig>,
-    #[serde(default = "default_bucket_count")]
+    #[serde(default = "default_usize::<DEFAULT_BUCKET_COUNT>")]
     pub bucket_count: usize,
-    #[serde(default = "default_publish_interval_ms")]
+    #[serde(default = "default_u64::<DEFAULT_PUBLISH_INTERVAL_MS>")]
     pub publish_interval_ms: u64,
-}
-
-fn default_bucket_count() -> usize {
-    DEFAULT_BUCKET_COUNT
-}
-
-fn default_publish_interval_ms() -> u64 {
-    DEFAULT_PUBLISH_INTERVAL_MS
 }
 
 impl Config {

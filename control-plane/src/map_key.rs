@@ -5,6 +5,7 @@ use std::path::Path;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use protocol::Kid;
+use protocol::jwks::PublicKey;
 use protocol::token::SigningKey;
 use rand::RngCore as _;
 use zeroize::Zeroizing;
@@ -48,8 +49,8 @@ pub fn load_or_create_map_key(path: &Path) -> Result<SigningKey> {
 }
 
 /// The base64url form of a public key (as in `fleet.json` and `/v1/map-public-key`).
-pub fn public_key_b64(key: &SigningKey) -> String {
-    URL_SAFE_NO_PAD.encode(key.public_bytes())
+pub fn public_key_b64(key: &PublicKey) -> String {
+    URL_SAFE_NO_PAD.encode(key.as_bytes())
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use protocol::admin::placement::{
     PlacementAnswer, Published,
 };
 use protocol::map::CellEntry;
-use runtime::{IoContext as _, IoError, Secret};
+use runtime::{IoContext as _, IoError, Secret, install_crypto_provider, shutdown_signal};
 
 use crate::config::Config;
 use crate::error::{CpError, Result};
@@ -29,7 +29,6 @@ use crate::store::{Placement, Store};
 
 /// Grace period for in-flight requests at shutdown, in milliseconds.
 pub const SHUTDOWN_GRACE_MS: u64 = 2_000;
-use runtime::{install_crypto_provider, shutdown_signal};
 /// `Cache-Control` max-age of the published map, in seconds.
 pub const MAP_MAX_AGE_S: u64 = 30;
 
@@ -100,7 +99,7 @@ async fn placement_map(State(st): State<CpState>) -> Result<Response> {
 
 async fn map_public_key(State(st): State<CpState>) -> Response {
     axum::Json(MapPublicKey {
-        public_key: public_key_b64_of(&st.publisher),
+        public_key: public_key_b64(&st.publisher.public_key()),
     })
     .into_response()
 }
@@ -196,7 +195,7 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
     )?;
     publisher.publish().await?;
     tracing::info!(
-        public_key = %public_key_b64_of(&publisher),
+        public_key = %public_key_b64(&publisher.public_key()),
         "placement map published"
     );
     Ok(CpState::new(
@@ -204,11 +203,6 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
         store,
         Secret::from_file(&config.admin_token_file)?,
     ))
-}
-
-fn public_key_b64_of(p: &Publisher) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(p.public_key().as_bytes())
 }
 
 /// Binds `addr`, naming it in the error when that fails.
@@ -261,11 +255,4 @@ pub async fn run(config: Config) -> Result<()> {
         .await
         .context("serving")?;
     Ok(())
-}
-
-/// The public key of a key file, base64url (what `fleet.json` and SDKs pin).
-pub fn map_public_key_of(config: &Config) -> Result<String> {
-    Ok(public_key_b64(&load_or_create_map_key(
-        &config.map_key_file,
-    )?))
 }

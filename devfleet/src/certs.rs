@@ -8,8 +8,11 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use crate::error::{FleetError, Result};
+use runtime::IoContext as _;
 use runtime::secret::{write_atomic, write_private};
+use runtime::tls::CaError;
+
+use crate::error::{FleetError, Result};
 
 /// Mode of certificate files (public).
 pub const CERT_FILE_MODE: u32 = 0o644;
@@ -85,18 +88,15 @@ impl LocalCa {
     }
 }
 
-/// An HTTPS client that trusts only the CA certificates in `ca_pem`: the one client builder of
+/// An HTTPS client that trusts only the CA certificates in `ca_pem`
+/// ([`runtime::tls::client_trusting`] with this fleet's timeouts): the one client builder of
 /// the dev fleet and of `cellctl` (whose admin client adds its retry policy on top).
 pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
-    runtime::install_crypto_provider();
-    let certs = reqwest::Certificate::from_pem_bundle(ca_pem)?;
-    if certs.is_empty() {
-        return Err(FleetError::Config(
-            "the CA file holds no certificate".to_string(),
-        ));
-    }
-    Ok(reqwest::Client::builder()
-        .tls_certs_only(certs)
+    let builder = runtime::tls::client_trusting(ca_pem).map_err(|e| match e {
+        CaError::Pem(e) => FleetError::from(e),
+        _ => FleetError::Config("the CA file holds no certificate".to_string()),
+    })?;
+    Ok(builder
         .timeout(std::time::Duration::from_millis(CLIENT_TIMEOUT_MS))
         .connect_timeout(std::time::Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS))
         .build()?)
@@ -104,7 +104,6 @@ pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
 
 /// An HTTPS client that trusts only the CA certificate file at `path`.
 pub fn client_trusting_file(path: &Path) -> Result<reqwest::Client> {
-    let pem = std::fs::read(path)
-        .map_err(|e| FleetError::io(format!("reading {}", path.display()), e))?;
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     client_trusting(&pem)
 }

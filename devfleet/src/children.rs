@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use runtime::IoContext as _;
 use tokio::process::ChildStdin;
 use tokio::task::JoinHandle;
 
@@ -86,11 +87,9 @@ pub(crate) fn spawn_child(
     sup: &Arc<Supervision>,
 ) -> Result<ChildProc> {
     let log_path = layout.log(id);
-    let log = File::create(&log_path)
-        .map_err(|e| FleetError::io(format!("creating {}", log_path.display()), e))?;
-    let log2 = log
-        .try_clone()
-        .map_err(|e| FleetError::io("duplicating a log handle", e))?;
+    let log =
+        File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+    let log2 = log.try_clone().context("duplicating a log handle")?;
     let mut cmd = tokio::process::Command::new(bin);
     cmd.arg("--config")
         .arg(layout.config(id))
@@ -106,7 +105,7 @@ pub(crate) fn spawn_child(
         .process_group(0);
     let mut child = cmd
         .spawn()
-        .map_err(|e| FleetError::io(format!("starting {}", bin.display()), e))?;
+        .with_context(|| format!("starting {}", bin.display()))?;
     let pid = child
         .id()
         .ok_or_else(|| FleetError::Fleet(format!("{id} exited at once")))?;

@@ -29,13 +29,6 @@ pub enum FleetError {
     Internal(String),
 }
 
-impl FleetError {
-    /// An I/O error with what was being done.
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        FleetError::Io(runtime::IoError::new(context, source))
-    }
-}
-
 impl From<reqwest::Error> for FleetError {
     fn from(e: reqwest::Error) -> Self {
         FleetError::Http(e.to_string())

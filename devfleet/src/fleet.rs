@@ -11,8 +11,8 @@ use control_plane::config::{CellConfig, Config as CpConfig, DEFAULT_BUCKET_COUNT
 use control_plane::map_key::{load_or_create_map_key, public_key_b64};
 use control_plane::store::{Placement, Store};
 use protocol::{CellId, Generation};
-use runtime::Secret;
 use runtime::secret::{random_token, write_atomic, write_private};
+use runtime::{IoContext as _, Secret};
 
 use crate::certs::{self, LocalCa, client_trusting};
 use crate::children::{ChildProc, Supervision, probe, spawn_child, stop_children};
@@ -91,6 +91,26 @@ impl FleetOptions {
         self.port_base = b;
         self
     }
+
+    /// The options of a fleet that an integration test starts in `dir`: the binaries of the
+    /// test's own target directory (a test binary runs from `target/<profile>/deps/`), and the
+    /// port base from the environment variable `port_base_env` when it holds a port, else
+    /// `default_port_base`.
+    pub fn for_test(
+        dir: impl Into<PathBuf>,
+        port_base_env: &str,
+        default_port_base: u16,
+    ) -> Result<Self> {
+        let exe = std::env::current_exe().context("locating the test binary")?;
+        let bin_dir = exe.parent().and_then(Path::parent).ok_or_else(|| {
+            FleetError::Config(format!("{} has no target directory", exe.display()))
+        })?;
+        let port_base = std::env::var(port_base_env)
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(default_port_base);
+        Ok(FleetOptions::new(dir, bin_dir).port_base(port_base))
+    }
 }
 
 /// A running fleet. Dropping it closes the children's stdin (so they exit); call
@@ -130,7 +150,7 @@ impl Fleet {
         }
         mkdir(&opts.dir)?;
         let dir = std::fs::canonicalize(&opts.dir)
-            .map_err(|e| FleetError::io(format!("resolving {}", opts.dir.display()), e))?;
+            .with_context(|| format!("resolving {}", opts.dir.display()))?;
         let lock = lock_dir(&dir)?;
         let ports = Ports {
             base: opts.port_base,
@@ -141,8 +161,7 @@ impl Fleet {
         for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
             let p = layout.p(sub);
             if p.exists() {
-                std::fs::remove_dir_all(&p)
-                    .map_err(|e| FleetError::io(format!("removing {}", p.display()), e))?;
+                std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
             }
         }
         // Also the map key: a fresh fleet's map versions start again at 1, so a map signed for
@@ -164,8 +183,7 @@ impl Fleet {
         ] {
             let p = layout.p(f);
             if p.exists() {
-                std::fs::remove_file(&p)
-                    .map_err(|e| FleetError::io(format!("removing {}", p.display()), e))?;
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
             }
         }
         for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
@@ -248,7 +266,7 @@ impl Fleet {
         let cp_token = random_token();
         write_private(&layout.control_plane_token(), cp_token.as_bytes())?;
         let map_key_file = layout.map_key();
-        let map_public_key = public_key_b64(&load_or_create_map_key(&map_key_file)?);
+        let map_public_key = public_key_b64(&load_or_create_map_key(&map_key_file)?.public_key());
 
         // Placements.
         let cell_ids: Vec<CellId> = cells.iter().map(|c| c.id.clone()).collect();

@@ -7,6 +7,7 @@ use protocol::{CellId, ContractorId, Endpoint};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{FleetError, Result};
+use runtime::IoContext as _;
 use runtime::Secret;
 use runtime::secret::write_private;
 
@@ -130,8 +131,7 @@ impl FleetFile {
     }
 
     pub fn load(path: &Path) -> Result<FleetFile> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| FleetError::io(format!("reading {}", path.display()), e))?;
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let f: FleetFile = serde_json::from_slice(&bytes).map_err(|e| {
             FleetError::Config(format!("{} is not a fleet file: {e}", path.display()))
         })?;

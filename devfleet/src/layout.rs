@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use protocol::CellId;
-use runtime::Secret;
+use runtime::{IoContext as _, IoError, Secret};
 
 use crate::error::{FleetError, Result};
 
@@ -18,14 +18,14 @@ pub fn lock_dir(dir: &Path) -> Result<File> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| FleetError::io(format!("opening {}", path.display()), e))?;
+        .with_context(|| format!("opening {}", path.display()))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => {
             Err(FleetError::AlreadyRunning(dir.to_path_buf()))
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            Err(FleetError::io(format!("locking {}", path.display()), e))
+            Err(IoError::new(format!("locking {}", path.display()), e).into())
         }
     }
 }
@@ -115,7 +115,7 @@ impl CellToken {
 
 /// Makes an owner-only (0700) folder, also when it exists with a wider mode.
 pub(crate) fn mkdir(p: &Path) -> Result<()> {
-    runtime::private_dir(p).map_err(|e| FleetError::io(format!("creating {}", p.display()), e))
+    Ok(runtime::private_dir(p).with_context(|| format!("creating {}", p.display()))?)
 }
 
 /// One cell's planned addresses and admin token.

@@ -49,4 +49,3 @@ pub use fleet_file::{
 };
 pub use layout::{CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, lock_dir};
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
-pub use seeding::push_map;

@@ -5,6 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use protocol::CellId;
+use runtime::IoError;
 
 use crate::error::{FleetError, Result};
 
@@ -122,7 +123,7 @@ pub fn check_ports_free(addrs: &[SocketAddr]) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 return Err(FleetError::AddrInUse(*a));
             }
-            Err(e) => return Err(FleetError::io(format!("cannot listen on {a}"), e)),
+            Err(e) => return Err(IoError::new(format!("cannot listen on {a}"), e).into()),
         }
     }
     Ok(())

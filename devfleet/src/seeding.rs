@@ -12,6 +12,7 @@ use protocol::admin::cell::{
     ImportUsers, OWNERSHIP_PATH, OwnershipBulk, OwnershipRecord, PLACEMENT_MAP_PATH,
     USERS_IMPORT_PATH,
 };
+use protocol::admin::placement;
 use protocol::map::SignedMap;
 use reqwest::Method;
 use runtime::Secret;
@@ -31,7 +32,7 @@ pub(crate) async fn fetch_map(
     cp_url: &str,
     deadline: Instant,
 ) -> Result<Vec<u8>> {
-    let url = format!("{cp_url}/v1/placement-map");
+    let url = format!("{cp_url}{}", placement::PLACEMENT_MAP_PATH);
     loop {
         let r = client.get(&url).send().await?;
         if r.status().is_success() {
@@ -123,7 +124,7 @@ pub(crate) async fn seed_cell(
 
 /// Pushes a signed map to an auth-service. Already holding that version (it polled the
 /// control plane first) counts as success.
-pub async fn push_map(
+pub(crate) async fn push_map(
     client: &reqwest::Client,
     auth_url: &str,
     admin: &Secret,
@@ -135,7 +136,7 @@ pub async fn push_map(
     let offered: SignedMap =
         serde_json::from_slice(map_bytes).map_err(|e| FleetError::Internal(e.to_string()))?;
     let held = client
-        .get(format!("{auth_url}/v1/placement-map"))
+        .get(format!("{auth_url}{}", placement::PLACEMENT_MAP_PATH))
         .send()
         .await?
         .json::<SignedMap>()

@@ -15,7 +15,7 @@ use protocol::api::{SignInRequest, SignInResponse};
 use protocol::jwks::PublicKey;
 use protocol::map::{CellEntry, SignedMap};
 use protocol::time::{SharedClock, system_clock};
-use protocol::{ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
+use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
 
 use crate::Error;
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
@@ -445,10 +445,11 @@ impl Client {
             password: password.clone(),
             client: ClientKind::Field,
         };
+        let endpoint = endpoint_of(cell)?;
         let resp = self
-            .post_json(&endpoint_of(cell)?, "/v1/sessions", &request, true)
+            .post_json(&endpoint, "/v1/sessions", &request, true)
             .await?;
-        session_from(&resp, cell, contractor)
+        session_from(&resp, &cell.id, endpoint, contractor)
     }
 
     /// Sends a request to the session's cell (never anywhere else). Writes (any method that is
@@ -570,11 +571,13 @@ impl Client {
         let resp = self
             .session_call(Method::POST, session, "/v1/sessions/renew", true)
             .await?;
-        let cell = CellEntry {
-            id: session.info.cell_id.clone(),
-            endpoint: session.info.endpoint.to_string(),
-        };
-        session_from(&resp, &cell, &session.info.contractor_id)
+        let info = &session.info;
+        session_from(
+            &resp,
+            &info.cell_id,
+            info.endpoint.clone(),
+            &info.contractor_id,
+        )
     }
 
     /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
@@ -647,21 +650,23 @@ impl Client {
     }
 }
 
+/// The session in a sign-in, rebind or renewal answer of `cell`, whose endpoint (as the map
+/// lists it) is `endpoint`.
 fn session_from(
     resp: &Response,
-    cell: &CellEntry,
+    cell: &CellId,
+    endpoint: Endpoint,
     contractor: &ContractorId,
 ) -> Result<Session, Error> {
     let SignInResponse { session, issued } = answer(resp, &[200, 201], "session")?;
-    if issued.cell_id != cell.id {
+    if &issued.cell_id != cell {
         return Err(Error::InvalidResponse(format!(
-            "asked {} but the session is for {}",
-            cell.id, issued.cell_id
+            "asked {cell} but the session is for {}",
+            issued.cell_id
         )));
     }
-    let endpoint = endpoint_of(cell)?;
     if !endpoint.is(&issued.endpoint) {
-        tracing::warn!(map = %cell.endpoint, answered = %issued.endpoint, "cell names another endpoint than the map; using the map's");
+        tracing::warn!(map = %endpoint, answered = %issued.endpoint, "cell names another endpoint than the map; using the map's");
     }
     Ok(Session {
         token: session,

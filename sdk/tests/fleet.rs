@@ -28,12 +28,6 @@ const DAY: u64 = 24 * 3600;
 /// feed within seconds).
 const PROPAGATION_DEADLINE: Duration = Duration::from_secs(30);
 
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/debug/deps/fleet-HASH -> target/debug
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 struct Ctx {
     file: FleetFile,
     dir: PathBuf,
@@ -150,28 +144,24 @@ async fn route_of(c: &Client) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_against_a_real_fleet() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let bins = bin_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = FleetOptions::for_test(
+        tmp.path().join("fleet"),
+        "CELLBIND_SDK_FLEET_PORT_BASE",
+        DEFAULT_PORT_BASE,
+    )
+    .unwrap();
+    let bins = &opts.bin_dir;
     assert!(
         bins.join("cellbind-auth-service").exists() && bins.join("cellbind-cell-endpoint").exists(),
         "fleet binaries missing in {}: build the workspace first (cargo build --workspace)",
         bins.display()
     );
-    let port_base = std::env::var("CELLBIND_SDK_FLEET_PORT_BASE")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(DEFAULT_PORT_BASE);
-    let tmp = tempfile::tempdir().unwrap();
-    let fleet =
-        Fleet::start(FleetOptions::new(tmp.path().join("fleet"), &bins).port_base(port_base))
-            .await
-            .unwrap();
+    let fleet = Fleet::start(opts).await.unwrap();
     let file = fleet.file().clone();
     let dir = fleet.dir().to_path_buf();
     let ca_pem = std::fs::read(&file.ca_cert).unwrap();
-    let http = reqwest::Client::builder()
-        .tls_certs_only(reqwest::Certificate::from_pem_bundle(&ca_pem).unwrap())
-        .build()
-        .unwrap();
+    let http = devfleet::client_trusting(&ca_pem).unwrap();
     let map_bytes = http
         .get(format!("{}/v1/placement-map", file.cells[0].endpoint))
         .send()

@@ -1,7 +1,7 @@
 //! Against one real dev fleet: the typed admin client (answers, its retry policy) and
 //! `cellctl client` (sign-in, then reads and writes from later invocations).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cellctl::admin::{AdminClient, AdminError, Api, MAX_ATTEMPTS};
 use cellctl::client::{self, CliConfig};
@@ -13,30 +13,23 @@ use sdk::Error;
 const DEFAULT_PORT_BASE: u16 = 10840;
 const ROUTES: &str = "/api/routes/today";
 
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/debug/deps/it-HASH -> target/debug
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_client_and_the_command_line_client_against_a_real_fleet() {
     runtime::install_crypto_provider();
-    let bins = bin_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = FleetOptions::for_test(
+        tmp.path().join("fleet"),
+        "CELLBIND_CELLCTL_FLEET_PORT_BASE",
+        DEFAULT_PORT_BASE,
+    )
+    .unwrap();
+    let bins = &opts.bin_dir;
     assert!(
         bins.join("cellbind-auth-service").exists(),
         "fleet binaries missing in {}: build them first (cargo build --workspace --bins)",
         bins.display()
     );
-    let port_base = std::env::var("CELLBIND_CELLCTL_FLEET_PORT_BASE")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(DEFAULT_PORT_BASE);
-    let tmp = tempfile::tempdir().unwrap();
-    let fleet =
-        Fleet::start(FleetOptions::new(tmp.path().join("fleet"), &bins).port_base(port_base))
-            .await
-            .unwrap();
+    let fleet = Fleet::start(opts).await.unwrap();
     let file = fleet.file().clone();
     the_admin_client(&file).await;
     the_command_line_client(&file, &fleet.fleet_file_path()).await;

@@ -115,10 +115,11 @@ impl Client {
             ticket: t.ticket.expose().to_owned(),
         };
         // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
+        let endpoint = endpoint_of(owner)?;
         let resp = self
-            .post_json(&endpoint_of(owner)?, "/v1/sessions/rebind", &rebind, false)
+            .post_json(&endpoint, "/v1/sessions/rebind", &rebind, false)
             .await?;
-        let fresh = session_from(&resp, owner, &session.info.contractor_id)?;
+        let fresh = session_from(&resp, &owner.id, endpoint, &session.info.contractor_id)?;
         if fresh.info.generation <= session.info.generation
             || fresh.info.subject != session.info.subject
         {
