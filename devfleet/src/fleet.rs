@@ -101,16 +101,23 @@ impl FleetOptions {
         port_base_env: &str,
         default_port_base: u16,
     ) -> Result<Self> {
-        let exe = std::env::current_exe().context("locating the test binary")?;
-        let bin_dir = exe.parent().and_then(Path::parent).ok_or_else(|| {
-            FleetError::Config(format!("{} has no target directory", exe.display()))
-        })?;
+        let bin_dir = test_bin_dir()?;
         let port_base = std::env::var(port_base_env)
             .ok()
             .and_then(|p| p.parse().ok())
             .unwrap_or(default_port_base);
         Ok(FleetOptions::new(dir, bin_dir).port_base(port_base))
     }
+}
+
+/// The directory holding the workspace's binaries, seen from a test binary
+/// (`target/<profile>/deps/<test>` → `target/<profile>`).
+pub fn test_bin_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the test binary")?;
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| FleetError::Config(format!("{} has no target directory", exe.display())))
 }
 
 /// A running fleet. Dropping it closes the children's stdin (so they exit); call

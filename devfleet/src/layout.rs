@@ -70,9 +70,7 @@ impl Layout {
     }
     /// A cell's token file of one kind.
     pub(crate) fn cell_token(&self, cell: &CellId, kind: CellToken) -> PathBuf {
-        self.secrets()
-            .join(cell.as_str())
-            .join(format!("{}.token", kind.as_str()))
+        cell_token_file(&self.dir, cell, kind)
     }
 }
 
@@ -82,6 +80,14 @@ pub const SECRETS_DIR: &str = "secrets";
 pub const CONTROL_PLANE_TOKEN_FILE: &str = "control-plane.token";
 /// The control plane's map signing seed in [`SECRETS_DIR`].
 pub const MAP_KEY_FILE: &str = "map-key";
+
+/// A cell's token file of one kind in the fleet directory `dir`
+/// (`DIR/secrets/<cell>/<kind>.token`).
+pub fn cell_token_file(dir: &Path, cell: &CellId, kind: CellToken) -> PathBuf {
+    dir.join(SECRETS_DIR)
+        .join(cell.as_str())
+        .join(format!("{}.token", kind.as_str()))
+}
 
 /// The tokens every cell has its own of (`DIR/secrets/<cell>/<kind>.token`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,9 +43,11 @@ pub mod seeding;
 
 pub use certs::{LocalCa, client_trusting, client_trusting_file};
 pub use error::{FleetError, Result};
-pub use fleet::{DEFAULT_DIR, Fleet, FleetOptions};
+pub use fleet::{DEFAULT_DIR, Fleet, FleetOptions, test_bin_dir};
 pub use fleet_file::{
     Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE, Service,
 };
-pub use layout::{CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, lock_dir};
+pub use layout::{
+    CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file, lock_dir,
+};
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use devfleet::FleetError;
+use devfleet::{CellToken, FleetError};
 use devfleet::{DemoUser, Fleet, FleetCell, FleetFile, FleetOptions, client_trusting_file};
 use protocol::map::SignedMap;
 use rand::Rng as _;
@@ -58,13 +58,7 @@ pub const PORT_ATTEMPTS: usize = 8;
 
 /// The directory holding the workspace's binaries (the target profile directory).
 pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    // target/<profile>/deps/<test binary>
-    let dir = exe
-        .parent()
-        .and_then(|p| p.parent())
-        .map(PathBuf::from)
-        .unwrap_or_default();
+    let dir = devfleet::test_bin_dir().expect("the target directory");
     for bin in [
         "cellctl",
         "cellbind-control-plane",
@@ -172,15 +166,9 @@ impl TestFleet {
         out
     }
 
-    /// One of a cell's own tokens (`kind`: `admin`, `feed`, `app` or `edge`), as the fleet
-    /// wrote it in `DIR/secrets/<cell>/<kind>.token`.
-    pub fn cell_token(&self, cell: &protocol::CellId, kind: &str) -> String {
-        let path = self
-            .fleet
-            .dir()
-            .join(devfleet::SECRETS_DIR)
-            .join(cell.as_str())
-            .join(format!("{kind}.token"));
+    /// One of a cell's own tokens, as the fleet wrote it ([`devfleet::cell_token_file`]).
+    pub fn cell_token(&self, cell: &protocol::CellId, kind: CellToken) -> String {
+        let path = devfleet::cell_token_file(self.fleet.dir(), cell, kind);
         std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
             .trim()

@@ -17,6 +17,7 @@
 use std::fmt::Write as _;
 
 use cellbind_tests::{TestFleet, session_for};
+use devfleet::CellToken;
 use protocol::http::{SESSION_COOKIE, X_EDGE_KEY};
 use protocol::{CellId, Endpoint, ErrorBody, ErrorCode};
 use reqwest::Method;
@@ -344,7 +345,7 @@ async fn the_edge_and_the_auth_service_refuse_the_same_presentations_alike() {
     let fc = t.cell(&cell).clone();
     let edge = Endpoint::parse(&fc.endpoint).expect("the edge's endpoint");
     let auth = Endpoint::parse(&fc.auth_public_url).expect("the auth-service's public URL");
-    let edge_key = t.cell_token(&cell, "edge");
+    let edge_key = t.cell_token(&cell, CellToken::Edge);
     let ca = std::fs::read(&t.file().ca_cert).expect("CA file");
     let mut users = t
         .file()

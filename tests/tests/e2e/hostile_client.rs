@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cellbind_tests::{TestFleet, session_for};
 use cellctl::migrate::{MigrateOptions, migrate};
-use devfleet::{DemoUser, FleetCell};
+use devfleet::{CellToken, DemoUser, FleetCell};
 use http_body_util::Empty;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -222,8 +222,8 @@ async fn a_hostile_client_reaches_nothing_it_should_not() {
     // ---- A23: non-canonical targets, over HTTP/1.1 and HTTP/2, with every key an attacker
     // might have stolen, reach neither the auth-service nor the app.
     let admin = t.cell(&cell.id).admin_token.clone();
-    let feed = t.cell_token(&cell.id, "feed");
-    let app = t.cell_token(&cell.id, "app");
+    let feed = t.cell_token(&cell.id, CellToken::Feed);
+    let app = t.cell_token(&cell.id, CellToken::App);
     let keys: Vec<Vec<(&str, String)>> = vec![
         vec![],
         vec![("authorization", format!("Bearer {admin}"))],

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use cellbind_tests::TestFleet;
+use devfleet::CellToken;
 use protocol::CellId;
 use serde_json::Value;
 
@@ -34,11 +35,11 @@ impl Probe {
         Probe::AppToken,
     ];
 
-    fn kind(self) -> &'static str {
+    fn kind(self) -> CellToken {
         match self {
-            Probe::AuthAdmin | Probe::AppAdmin => "admin",
-            Probe::Feed => "feed",
-            Probe::AppToken => "app",
+            Probe::AuthAdmin | Probe::AppAdmin => CellToken::Admin,
+            Probe::Feed => CellToken::Feed,
+            Probe::AppToken => CellToken::App,
         }
     }
 
@@ -121,10 +122,15 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
     // Every token of the fleet is distinct: 4 per cell and the control plane's.
     let mut all = std::collections::BTreeSet::new();
     for c in &t.file().cells {
-        for kind in ["admin", "feed", "app", "edge"] {
-            assert!(all.insert(t.cell_token(&c.id, kind)), "{} {kind}", c.id);
+        for kind in CellToken::ALL {
+            assert!(
+                all.insert(t.cell_token(&c.id, kind)),
+                "{} {}",
+                c.id,
+                kind.as_str()
+            );
         }
-        assert_eq!(t.cell_token(&c.id, "admin"), c.admin_token);
+        assert_eq!(t.cell_token(&c.id, CellToken::Admin), c.admin_token);
     }
     assert!(all.insert(t.file().admin_token.clone()));
     println!("per-cell secrets: {} distinct tokens", all.len());
@@ -137,7 +143,7 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
         assert!(
             s == 403,
             "{probe:?} with cell-02's {} token at cell-03: {s} {v}",
-            probe.kind()
+            probe.kind().as_str()
         );
         let code = v["error"].as_str().unwrap_or_default().to_owned();
         assert!(
@@ -151,7 +157,7 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
         assert_eq!(own, 200, "{probe:?} with cell-03's own token: {body}");
         println!(
             "per-cell secrets: {probe:?} at cell-03 with cell-02's {} token → {s} {code}; with its own → {own}",
-            probe.kind()
+            probe.kind().as_str()
         );
     }
     // The control plane's token is no cell's token, and a cell's admin token is not the
@@ -166,7 +172,7 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
             "{}/admin/v1/placements/{ctr}",
             t.file().control_plane.url
         ))
-        .bearer_auth(t.cell_token(&c3, "admin"))
+        .bearer_auth(t.cell_token(&c3, CellToken::Admin))
         .send()
         .await
         .unwrap();
