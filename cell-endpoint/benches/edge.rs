@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::upstream::Upstreams;
+use cellbind_cell_endpoint::upstream::{Target, Upstreams};
 use cellbind_cell_endpoint::{CellState, Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::ownership::{Access, OwnershipRecord};
@@ -304,14 +304,9 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     let client =
         cellbind_cell_endpoint::upstream::https_client(&ca, Duration::from_secs(2)).unwrap();
     let mut up = Upstreams::local(None, None);
-    up.auth = cellbind_cell_endpoint::upstream::Target::Http {
-        client: client.clone(),
-        base: cellbind_cell_endpoint::upstream::base_url("auth", &app_url).unwrap(),
-    };
-    up.app = cellbind_cell_endpoint::upstream::Target::Http {
-        client: client.clone(),
-        base: cellbind_cell_endpoint::upstream::base_url("app", &app_url).unwrap(),
-    };
+    let base = cellbind_cell_endpoint::upstream::base_url("app", &app_url).unwrap();
+    up.auth = Target::http(client.clone(), vec![base.clone()]).unwrap();
+    up.app = Target::http(client.clone(), vec![base]).unwrap();
     let cell = CellId::new("cell-03").unwrap();
     let mut settings = Settings::new(cell.clone(), ISSUER);
     settings.rate_per_subject_per_s = u32::MAX;

@@ -1,6 +1,8 @@
 //! Configuration (docs/INTERNALS.md, "cell-endpoint"): a TOML file, then `CELLBIND_<FIELD>`
 //! environment overrides (`runtime::config`); the URLs are `protocol::Endpoint`s (parsed and
-//! normalised once: a trailing `/` is accepted and dropped).
+//! normalised once: a trailing `/` is accepted and dropped). The auth-service's URLs are
+//! [`Replicas`]: one URL (a single instance, or a load balancer in front of several) or a
+//! non-empty list of its replicas' URLs, tried in order with failover (`upstream`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,7 @@ use std::time::Duration;
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64, default_usize};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::error::EdgeError;
 
@@ -56,10 +59,12 @@ pub struct Config {
     pub listen: SocketAddr,
     /// This cell's public endpoint URL: the `iss` of its sessions.
     pub public_url: Endpoint,
-    /// The auth-service's public listener: `/v1/sessions*` is forwarded there.
-    pub auth_service_url: Endpoint,
-    /// The auth-service's internal listener: the cell state feed is read there.
-    pub feed_url: Endpoint,
+    /// The auth-service's public listener (or its replicas'): `/v1/sessions*` is forwarded
+    /// there.
+    pub auth_service_url: Replicas,
+    /// The auth-service's internal listener (or its replicas'): the cell state feed is read
+    /// there.
+    pub feed_url: Replicas,
     /// The app's public listener: validated `/api/*` is forwarded there.
     pub app_url: Endpoint,
     /// Bearer token of the feed (this cell's).
@@ -160,6 +165,51 @@ impl Config {
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
             max_connections_per_ip: self.max_connections_per_ip,
         })
+    }
+}
+
+/// One upstream URL or a non-empty list of replicas' URLs (TOML: a string or an array of
+/// strings). An empty list is refused when the configuration is read, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replicas(Vec<Endpoint>);
+
+impl Replicas {
+    /// A list of replicas; `None` when it is empty.
+    pub fn new(urls: Vec<Endpoint>) -> Option<Self> {
+        (!urls.is_empty()).then_some(Self(urls))
+    }
+
+    /// One URL.
+    pub fn one(url: Endpoint) -> Self {
+        Self(vec![url])
+    }
+
+    /// The URLs, in the order they are tried (never empty).
+    pub fn urls(&self) -> &[Endpoint] {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Replicas {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OneOrMany;
+        impl<'de> Visitor<'de> for OneOrMany {
+            type Value = Replicas;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a URL or a non-empty list of URLs")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Replicas, E> {
+                Endpoint::parse(v).map(Replicas::one).map_err(E::custom)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Replicas, A::Error> {
+                let mut urls = Vec::new();
+                while let Some(u) = seq.next_element::<Endpoint>()? {
+                    urls.push(u);
+                }
+                Replicas::new(urls).ok_or_else(|| de::Error::invalid_length(0, &self))
+            }
+        }
+        d.deserialize_any(OneOrMany)
     }
 }
 
@@ -268,5 +318,6 @@ ca_cert = "ca.pem"
                 ));
         let c: Config = figment.extract().unwrap();
         assert_eq!(c.rate_per_ip_per_s, 7);
+        assert_eq!(c.feed_url.urls().len(), 1);
     }
 }

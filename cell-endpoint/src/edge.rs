@@ -1,17 +1,18 @@
 //! [`Edge`]: everything the request path shares (settings, the held cell state, clock,
 //! metrics, token cache, rate limiters, the key-refetch gate, upstreams, the connection gate,
 //! in-flight writes), and the state transitions every part relies on: installing a view,
-//! applying a feed answer, the write lease and the revocation view's age. The request-path
-//! modules (browser rules, validation, forwarding, the desk, the feed sync) build on it; it
-//! builds on none of them.
+//! applying a feed answer (a restore of the auth-service included), the write lease and the
+//! revocation view's age. The request-path modules (browser rules, validation, forwarding, the
+//! desk, the feed sync) build on it; it builds on none of them.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use protocol::feed::{FeedBody, FeedResponse};
+use protocol::feed::{EpochRelation, FeedBody, FeedResponse, epoch_relation};
 use protocol::ownership::Access;
+use protocol::revocation::Revocation;
 use protocol::time::SharedClock;
 use runtime::refetch::RefetchGate;
 
@@ -25,6 +26,25 @@ use crate::state::CellState;
 use crate::token_cache::TokenCache;
 use crate::upstream::Upstreams;
 use crate::{revocation_compaction, revocation_freshness, target};
+
+/// What applying a feed answer did ([`Edge::apply_feed`]).
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The new view, when it changed anything worth persisting.
+    pub changed: Option<Arc<CellState>>,
+    /// Set when the answer was a snapshot of a new epoch (a restore).
+    pub restored: Option<Restored>,
+}
+
+/// A restore seen by [`Edge::apply_feed`]: the revocations carried over from the earlier epoch,
+/// to hand back to the auth-service (`protocol::feed::Reapply`).
+#[derive(Debug, Clone)]
+pub struct Restored {
+    /// The epoch held before the restore.
+    pub from_epoch: String,
+    /// The held revocations the restored state lacked that can still match.
+    pub carried: Vec<Revocation>,
+}
 
 /// Everything the request path shares. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -179,14 +199,15 @@ impl Edge {
         }
     }
 
-    /// Applies a feed answer fetched with `since`. Returns the new view when it changed
-    /// anything worth persisting, `None` when the answer was stale (a concurrent fetch got
-    /// there first) or empty. A refused answer keeps the last-known-good view.
-    pub fn apply_feed(
-        &self,
-        since: u64,
-        resp: FeedResponse,
-    ) -> Result<Option<Arc<CellState>>, EdgeError> {
+    /// Applies a feed answer fetched with `since`. [`Applied::changed`] holds the new view when
+    /// it changed anything worth persisting, `None` when the answer was stale (a concurrent
+    /// fetch got there first) or empty. A refused answer keeps the last-known-good view.
+    ///
+    /// A snapshot of another epoch than the held one (the auth-service was restored from a
+    /// backup) is taken whatever its head, plus the held revocations it lacks that can still
+    /// match ([`CellState::carry_revocations`]); [`Applied::restored`] names them so the
+    /// caller hands them back to the auth-service.
+    pub fn apply_feed(&self, since: u64, resp: FeedResponse) -> Result<Applied, EdgeError> {
         let _g = self
             .apply_lock
             .lock()
@@ -195,18 +216,37 @@ impl Edge {
         let held_seq = held.as_ref().map_or(0, |h| h.seq);
         let is_delta = matches!(resp.body, FeedBody::Delta { .. });
         if is_delta && held_seq != since {
-            return Ok(None);
+            return Ok(Applied::default());
         }
         let changed = !matches!(&resp.body, FeedBody::Delta { entries } if entries.is_empty());
+        let restore_of = held.as_ref().filter(|h| {
+            !is_delta && epoch_relation(&h.epoch, &resp.epoch) == EpochRelation::Restored
+        });
+        let offered_epoch = resp.epoch.clone();
+        let now = self.clock.now();
+        let lifetime_s = self.settings.session_lifetime_s;
+        let mut restored = None;
         let next = match CellState::apply(held.as_deref(), &self.settings.cell_id, resp) {
             Ok(mut n) => {
+                if let Some(h) = restore_of {
+                    let carried = n.carry_revocations(h, lifetime_s, now);
+                    self.metrics.feed_epoch_changed();
+                    tracing::warn!(
+                        held_epoch = %h.epoch,
+                        held_seq = h.seq,
+                        epoch = %offered_epoch,
+                        head = n.head,
+                        carried = carried.len(),
+                        "the auth-service was restored from a backup: took its snapshot and kept enforcing the revocations it lacks"
+                    );
+                    restored = Some(Restored {
+                        from_epoch: h.epoch.clone(),
+                        carried,
+                    });
+                }
                 // Revocations that can match nothing this instance accepts are dropped here:
                 // the feed never removes them.
-                revocation_compaction::compact(
-                    &mut n,
-                    self.settings.session_lifetime_s,
-                    self.clock.now(),
-                );
+                revocation_compaction::compact(&mut n, lifetime_s, now);
                 Arc::new(n)
             }
             Err(e) => {
@@ -219,7 +259,10 @@ impl Edge {
             .set_feed_lag(next.head.saturating_sub(next.seq) as i64);
         drop(_g);
         self.mark_synced();
-        Ok(changed.then_some(next))
+        Ok(Applied {
+            changed: changed.then_some(next),
+            restored,
+        })
     }
 
     /// Brings the state-age and feed-lag gauges up to date (before the metrics are read).

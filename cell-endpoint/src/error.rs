@@ -30,6 +30,9 @@ pub enum EdgeError {
     Feed(String),
     #[error("upstream: {0}")]
     Upstream(String),
+    /// No replica of an upstream accepted a connection (the request never left).
+    #[error("upstream: no replica accepted a connection: {0}")]
+    UpstreamRefused(String),
 
     // Request outcomes.
     #[error("this instance has no cell state yet")]
@@ -224,7 +227,10 @@ pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
         | EdgeError::Tls(_)
         | EdgeError::StateFile(_)
         | EdgeError::Feed(_)
-        | EdgeError::Upstream(_) => (500, ErrorBody::new(ErrorCode::Internal, "internal error")),
+        | EdgeError::Upstream(_)
+        | EdgeError::UpstreamRefused(_) => {
+            (500, ErrorBody::new(ErrorCode::Internal, "internal error"))
+        }
     }
 }
 

@@ -223,7 +223,9 @@ pub(crate) async fn send_to_auth(
         .await
         .map_err(|e| match e {
             SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
-            SendError::Unreachable | SendError::Timeout => EdgeError::AuthUnavailable,
+            SendError::Refused | SendError::Unreachable | SendError::Timeout => {
+                EdgeError::AuthUnavailable
+            }
         })
 }
 
@@ -319,7 +321,7 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     let out = build(parts.method.clone(), path_and_query(&parts), headers, body)?;
     up.app.send(out, up.app_timeout).await.map_err(|e| match e {
         SendError::Timeout => EdgeError::AppTimeout,
-        SendError::Unreachable => EdgeError::AppUnavailable,
+        SendError::Refused | SendError::Unreachable => EdgeError::AppUnavailable,
         SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
     })
 }

@@ -11,8 +11,9 @@
 //!   [`revocation_compaction`], [`drain`], [`conn`], [`limits`], [`token_cache`],
 //!   [`upstream`], [`tls`], and the generic [`guard`] layer;
 //! - [`edge`]: [`Edge`], everything the request path shares, built from those parts;
-//! - the request path on top of it: [`sync`] (the feed), [`validate`], [`forward`],
-//!   [`browser`], [`desk`];
+//! - the request path on top of it: [`sync`] (the feed) and [`reapply`] (the revocation
+//!   handback after a restore of the auth-service), [`validate`], [`forward`], [`browser`],
+//!   [`desk`];
 //! - the wiring: [`service`] (routes and guards, composed once) and [`server`] (the binary's
 //!   life).
 
@@ -29,6 +30,7 @@ pub mod guard;
 pub mod limits;
 pub mod metrics;
 pub mod origin;
+pub mod reapply;
 pub mod revocation_compaction;
 pub mod revocation_freshness;
 pub mod server;

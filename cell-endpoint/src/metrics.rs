@@ -1,5 +1,5 @@
 //! Prometheus metrics (prometheus-client): request outcomes, validation latency, state ages,
-//! feed lag, refused feed documents and unknown-kid key refetches.
+//! feed lag, refused feed documents, feed epoch changes (restores) and unknown-kid key refetches.
 
 use std::sync::atomic::AtomicU64;
 
@@ -41,6 +41,7 @@ pub struct Metrics {
     feed_lag: Gauge,
     feed_rejected: Counter,
     feed_syncs: Counter,
+    feed_epoch_changes: Counter,
     key_refetches: Counter<u64, AtomicU64>,
     connections_refused: Counter,
 }
@@ -105,6 +106,12 @@ impl Metrics {
             "Successful feed syncs",
             Counter::default(),
         );
+        let feed_epoch_changes = registered(
+            &mut registry,
+            "feed_epoch_changes",
+            "Snapshots of a new feed epoch taken (the auth-service was restored from a backup)",
+            Counter::default(),
+        );
         let key_refetches = registered(
             &mut registry,
             "key_refetches",
@@ -126,6 +133,7 @@ impl Metrics {
             feed_lag,
             feed_rejected,
             feed_syncs,
+            feed_epoch_changes,
             key_refetches,
             connections_refused,
         }
@@ -178,6 +186,14 @@ impl Metrics {
 
     pub fn feed_synced(&self) {
         self.feed_syncs.inc();
+    }
+
+    pub fn feed_epoch_changed(&self) {
+        self.feed_epoch_changes.inc();
+    }
+
+    pub fn feed_epoch_change_count(&self) -> u64 {
+        self.feed_epoch_changes.get()
     }
 
     pub fn key_refetched(&self) {

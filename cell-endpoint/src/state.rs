@@ -1,8 +1,10 @@
 //! The cell state an edge decides from: an immutable snapshot (keys, ownership, revocations,
 //! placement map) built from the auth-service feed, swapped whole, and kept on disk as the
-//! last-known-good copy.
+//! last-known-good copy. A view remembers the feed epoch it was built from (`protocol::feed`):
+//! after the auth-service was restored from a backup, [`CellState::carry_revocations`] keeps
+//! the held revocations the restored state lacks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -10,7 +12,7 @@ use protocol::feed::{Change, FeedBody, FeedKey, FeedResponse, Snapshot};
 use protocol::jwks::{KeySet, PublicKey};
 use protocol::map::SignedMap;
 use protocol::ownership::OwnershipRecord;
-use protocol::revocation::{Revocation, RevocationSet};
+use protocol::revocation::{Revocation, RevocationKind, RevocationSet};
 use protocol::time::UnixSeconds;
 use protocol::{CellId, ContractorId, Kid};
 use serde::{Deserialize, Serialize};
@@ -35,6 +37,8 @@ pub struct CellState {
     pub head: u64,
     /// The auth-service's clock when it last confirmed this view (state age).
     pub confirmed_at: UnixSeconds,
+    /// The feed epoch this view was built from (empty: from before epochs).
+    pub epoch: String,
     pub snapshot: Snapshot,
     pub keyset: KeySet,
     pub revocations: RevocationSet,
@@ -49,6 +53,9 @@ pub struct StateFile {
     pub seq: u64,
     pub head: u64,
     pub confirmed_at: UnixSeconds,
+    /// Absent in a file written before epochs (read as empty); not written when empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub epoch: String,
     pub snapshot: Snapshot,
 }
 
@@ -65,7 +72,8 @@ fn build_keyset(keys: &[FeedKey]) -> Result<KeySet, EdgeError> {
 }
 
 impl CellState {
-    /// Builds a view from a whole snapshot. Any invalid key refuses all of it (ATTACKS A9).
+    /// Builds a view from a whole snapshot, of no epoch (see [`CellState::with_epoch`]). Any
+    /// invalid key refuses all of it (ATTACKS A9).
     pub fn from_snapshot(
         cell: CellId,
         seq: u64,
@@ -85,10 +93,47 @@ impl CellState {
             seq,
             head,
             confirmed_at,
+            epoch: String::new(),
             snapshot,
             keyset,
             revocations,
         })
+    }
+
+    /// The same view, of feed epoch `epoch`.
+    pub fn with_epoch(mut self, epoch: impl Into<String>) -> Self {
+        self.epoch = epoch.into();
+        self
+    }
+
+    /// After a restore: adds to this view the revocations `held` (the view of the earlier
+    /// epoch) had whose kind this view lacks and that can still match a session
+    /// (`Revocation::can_match`, the rule of `revocation_compaction`), so they keep being
+    /// enforced; rebuilds the matcher. Answers the ones carried over.
+    pub fn carry_revocations(
+        &mut self,
+        held: &CellState,
+        lifetime_s: u64,
+        now: UnixSeconds,
+    ) -> Vec<Revocation> {
+        let present: HashSet<&RevocationKind> =
+            self.snapshot.revocations.iter().map(|r| &r.kind).collect();
+        let mut seen = HashSet::new();
+        let carried: Vec<Revocation> = held
+            .snapshot
+            .revocations
+            .iter()
+            .filter(|r| !present.contains(&r.kind) && r.can_match(lifetime_s, now))
+            .filter(|r| seen.insert(&r.kind))
+            .cloned()
+            .collect();
+        if !carried.is_empty() {
+            for r in &carried {
+                self.revocations.insert(&r.kind);
+            }
+            self.snapshot.revocations.extend(carried.iter().cloned());
+        }
+        carried
     }
 
     /// The placement map, if one is held.
@@ -109,15 +154,24 @@ impl CellState {
     }
 
     /// Applies one feed answer on top of this view (or on nothing), returning the new view.
-    /// The answer is taken whole or not at all.
+    /// The answer is taken whole or not at all. A snapshot of another epoch than the held one
+    /// is taken whatever its head (a restore; the caller carries revocations over); a delta of
+    /// another epoch is refused (ask for a snapshot).
     pub fn apply(
         held: Option<&CellState>,
         cell: &CellId,
         resp: FeedResponse,
     ) -> Result<CellState, EdgeError> {
         let since = held.map_or(0, |h| h.seq);
-        resp.check_applicable(cell, since)
+        let held_epoch = held.map_or("", |h| h.epoch.as_str());
+        resp.check_applicable(cell, since, held_epoch)
             .map_err(|e| EdgeError::Feed(e.to_string()))?;
+        // An answer from an auth-service older than epochs keeps the epoch held.
+        let epoch = if resp.epoch.is_empty() {
+            held_epoch.to_owned()
+        } else {
+            resp.epoch
+        };
         match resp.body {
             FeedBody::Snapshot { snapshot } => CellState::from_snapshot(
                 cell.clone(),
@@ -125,7 +179,8 @@ impl CellState {
                 resp.head,
                 resp.issued_at,
                 *snapshot,
-            ),
+            )
+            .map(|s| s.with_epoch(epoch)),
             FeedBody::Delta { entries } => {
                 let Some(held) = held else {
                     return Err(EdgeError::Feed(
@@ -133,6 +188,7 @@ impl CellState {
                     ));
                 };
                 let mut next = held.clone();
+                next.epoch = epoch;
                 next.head = resp.head;
                 next.confirmed_at = resp.issued_at.max(held.confirmed_at);
                 if entries.is_empty() {
@@ -150,7 +206,8 @@ impl CellState {
                     resp.head,
                     next.confirmed_at,
                     snap,
-                )?;
+                )?
+                .with_epoch(next.epoch);
                 built.head = resp.head.max(seq);
                 Ok(built)
             }
@@ -164,6 +221,7 @@ impl CellState {
             seq: self.seq,
             head: self.head,
             confirmed_at: self.confirmed_at,
+            epoch: self.epoch.clone(),
             snapshot: self.snapshot.clone(),
         }
     }
@@ -256,5 +314,5 @@ pub fn load(dir: &Path, cell: &CellId) -> Result<Option<CellState>, EdgeError> {
         parsed.confirmed_at,
         parsed.snapshot,
     )
-    .map(Some)
+    .map(|s| Some(s.with_epoch(parsed.epoch)))
 }

@@ -1,22 +1,29 @@
 //! State sync: long-polls the auth-service feed and applies what it answers, in sequence
 //! order, into a new immutable view; persists each change as the last-known-good copy.
-//! Failures back off from 1 s to 5 min with jitter and keep serving what is held.
+//! Failures back off from 1 s to 5 min with jitter and keep serving what is held, except
+//! when no replica of the auth-service accepts a connection: then the next try is within
+//! [`REFUSED_RETRY_MAX`], so an auth-service restarted (after a restore, say) is seen within
+//! seconds. After a restore the revocations carried over are handed back (`reapply`).
 
 use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use http::header;
 use protocol::feed::{FEED_PATH, FeedResponse};
-use protocol::http::BEARER_PREFIX;
 
-use crate::edge::Edge;
+use crate::edge::{Applied, Edge};
 use crate::error::EdgeError;
 use crate::state::CellState;
+use crate::upstream::SendError;
 
 /// First retry delay after a failed sync.
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// Longest retry delay.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Longest retry delay while no replica of the auth-service accepts a connection.
+pub const REFUSED_RETRY_MAX: Duration = Duration::from_secs(2);
+/// Shortest such delay (the retry is jittered between the two).
+pub const REFUSED_RETRY_MIN: Duration = Duration::from_millis(500);
 /// Extra time allowed over the long-poll wait before a feed request is abandoned.
 pub const FEED_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 /// Largest feed answer read, in bytes.
@@ -35,17 +42,25 @@ fn query_escape(s: &str) -> String {
     out
 }
 
+/// `&epoch=<held epoch>` when one is held: an auth-service of another epoch (restored) then
+/// answers a snapshot at once rather than a delta the edge would refuse.
+fn epoch_param(held: Option<&CellState>) -> String {
+    match held {
+        Some(s) if !s.epoch.is_empty() => format!("&epoch={}", query_escape(&s.epoch)),
+        _ => String::new(),
+    }
+}
+
 /// One feed request.
 pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse, EdgeError> {
+    let held = edge.current();
     let path = format!(
-        "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}{}",
+        "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}{}{}",
         query_escape(&edge.settings().instance_id),
-        crate::drain::busy_param(&edge.in_flight().busy_in_handoff(edge.current().as_deref()))
+        epoch_param(held.as_deref()),
+        crate::drain::busy_param(&edge.in_flight().busy_in_handoff(held.as_deref()))
     );
-    let bearer = format!("{BEARER_PREFIX}{}", edge.upstreams().feed_token.expose());
-    let mut auth = http::HeaderValue::from_str(&bearer)
-        .map_err(|_| EdgeError::Config("feed token is not a valid header value".into()))?;
-    auth.set_sensitive(true);
+    let auth = edge.upstreams().feed_authorization()?;
     let req = http::Request::builder()
         .method(http::Method::GET)
         .uri(path)
@@ -58,7 +73,10 @@ pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse
         .feed
         .send(req, timeout)
         .await
-        .map_err(|e| EdgeError::Upstream(format!("feed: {e:?}")))?;
+        .map_err(|e| match e {
+            SendError::Refused => EdgeError::UpstreamRefused("feed".into()),
+            e => EdgeError::Upstream(format!("feed: {e:?}")),
+        })?;
     if !resp.status().is_success() {
         return Err(EdgeError::Upstream(format!(
             "feed answered {}",
@@ -82,13 +100,17 @@ pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse
 pub async fn fetch_once(edge: &Edge) -> Result<(), EdgeError> {
     let since = edge.current().map_or(0, |s| s.seq);
     let resp = fetch(edge, since, 0).await?;
-    if let Some(next) = edge.apply_feed(since, resp)? {
-        persist(edge, next).await;
-    }
+    settle(edge, edge.apply_feed(since, resp)?).await;
     Ok(())
 }
 
-async fn persist(edge: &Edge, next: std::sync::Arc<CellState>) {
+/// Hands carried revocations back (in the background) and persists the new view, if any.
+async fn settle(edge: &Edge, applied: Applied) {
+    if let Some(restored) = applied.restored {
+        crate::reapply::spawn(edge, restored);
+    }
+    let Some(next) = applied.changed else { return };
+    tracing::debug!(seq = next.seq, "applied the cell state feed");
     let Some(dir) = edge.state_dir().cloned() else {
         return;
     };
@@ -107,6 +129,15 @@ fn backoff() -> impl Iterator<Item = Duration> {
         .with_jitter()
         .without_max_times()
         .build()
+}
+
+/// The delay before the next try when no replica accepted a connection: jittered, at most
+/// [`REFUSED_RETRY_MAX`].
+fn refused_delay() -> Duration {
+    let ms = rand::random_range(
+        REFUSED_RETRY_MIN.as_millis() as u64..=REFUSED_RETRY_MAX.as_millis() as u64,
+    );
+    Duration::from_millis(ms)
 }
 
 /// The long-poll wait actually asked for: at most half the write lease, so a healthy feed
@@ -143,13 +174,10 @@ pub async fn run(edge: Edge, wait_ms: u64) {
             Err(e) => Err(e),
         };
         match outcome {
-            Ok(next) => {
+            Ok(applied) => {
                 delays = backoff();
                 want_snapshot = false;
-                if let Some(next) = next {
-                    tracing::debug!(seq = next.seq, "applied the cell state feed");
-                    persist(&edge, next).await;
-                }
+                settle(&edge, applied).await;
             }
             Err(e) => {
                 if matches!(e, EdgeError::Feed(_)) {
@@ -157,7 +185,11 @@ pub async fn run(edge: Edge, wait_ms: u64) {
                     // view and ask for a whole snapshot next time.
                     want_snapshot = true;
                 }
-                let delay = delays.next().unwrap_or(BACKOFF_MAX);
+                let delay = if matches!(e, EdgeError::UpstreamRefused(_)) {
+                    refused_delay()
+                } else {
+                    delays.next().unwrap_or(BACKOFF_MAX)
+                };
                 tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "feed sync failed; serving the held state");
                 tokio::time::sleep(delay).await;
             }
@@ -173,6 +205,17 @@ mod tests {
     fn instance_ids_are_escaped_in_the_query() {
         assert_eq!(query_escape("edge-1"), "edge-1");
         assert_eq!(query_escape("edge 1&since=0"), "edge%201%26since%3D0");
+    }
+
+    #[test]
+    fn a_refused_feed_is_retried_within_two_seconds() {
+        for _ in 0..100 {
+            let d = refused_delay();
+            assert!(
+                (REFUSED_RETRY_MIN..=REFUSED_RETRY_MAX).contains(&d),
+                "{d:?}"
+            );
+        }
     }
 
     #[test]

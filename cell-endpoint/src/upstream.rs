@@ -1,9 +1,13 @@
 //! The edge's upstreams: the cell's auth-service (public listener for `/v1/sessions*`,
 //! internal listener for the feed) and the cell's app. Real ones over HTTPS (reqwest, rustls,
 //! trusting only the configured CA) with timeouts, so an upstream that is down is a fast
-//! error, never a hang; or in-process routers (tests, benchmarks).
+//! error, never a hang; or in-process routers (tests, benchmarks). The auth-service may be
+//! several replicas sharing one database: a target then holds every replica's base and fails
+//! over between them ([`Target::send`]).
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -14,16 +18,21 @@ use protocol::Endpoint;
 use runtime::Secret;
 use tower::ServiceExt as _;
 
-use crate::config::Config;
+use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
 
-/// Where requests go: a real HTTPS upstream, or an in-process router (tests, benchmarks).
+/// Where requests go: a real HTTPS upstream (one base, or the bases of several replicas), or an
+/// in-process router (tests, benchmarks).
 #[derive(Clone)]
 pub enum Target {
     Http {
         client: reqwest::Client,
-        /// The upstream's base URL (scheme, authority, optional path prefix, no trailing `/`).
-        base: reqwest::Url,
+        /// The upstream's base URLs (scheme, authority, optional path prefix, no trailing
+        /// `/`), in configuration order; never empty.
+        bases: Arc<[reqwest::Url]>,
+        /// Index into `bases` of the one that answered last: requests start there. Shared
+        /// by every clone.
+        preferred: Arc<AtomicUsize>,
     },
     Local(Router),
     /// Not configured: every request fails as unreachable.
@@ -33,7 +42,10 @@ pub enum Target {
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Http { base, .. } => write!(f, "Http({base})"),
+            Target::Http { bases, .. } => {
+                let list: Vec<&str> = bases.iter().map(reqwest::Url::as_str).collect();
+                write!(f, "Http({})", list.join(", "))
+            }
             Target::Local(_) => f.write_str("Local"),
             Target::None => f.write_str("None"),
         }
@@ -43,6 +55,10 @@ impl fmt::Debug for Target {
 /// Why an upstream call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
+    /// No base accepted a connection (refused, unroutable, TLS handshake failed): the
+    /// request never left.
+    Refused,
+    /// The request failed in transit, or may have reached a server that did not answer.
     Unreachable,
     Timeout,
     /// The target could not be appended to the upstream's base without being changed.
@@ -91,8 +107,33 @@ pub fn base_url(what: &str, url: &Endpoint) -> Result<reqwest::Url, EdgeError> {
     Ok(u)
 }
 
+/// Whether a request may be sent again after a transport failure that happened once it may
+/// have left (RFC 9110 §9.2.2 safe methods; the feed and the JWKS are `GET`).
+fn resendable(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
 impl Target {
+    /// An HTTPS target over `bases` (tried in order, starting with the first); `None` when
+    /// `bases` is empty.
+    pub fn http(client: reqwest::Client, bases: Vec<reqwest::Url>) -> Option<Target> {
+        (!bases.is_empty()).then(|| Target::Http {
+            client,
+            bases: bases.into(),
+            preferred: Arc::default(),
+        })
+    }
+
     /// Sends a request whose URI holds only path and query.
+    ///
+    /// Over HTTPS with several bases it starts at the preferred one (the last that answered)
+    /// and fails over to the next at once when a connection cannot be made (the request never
+    /// left, whatever its method); a `GET`, `HEAD` or `OPTIONS` also fails over on any other
+    /// transport error or a timeout (a replica killed mid-request). A request that may have
+    /// reached a server is never sent again otherwise. `timeout` bounds each attempt.
     pub async fn send(
         &self,
         req: http::Request<bytes::Bytes>,
@@ -109,31 +150,78 @@ impl Target {
                     Err(_) => Err(SendError::Timeout),
                 }
             }
-            Target::Http { client, base } => {
+            Target::Http {
+                client,
+                bases,
+                preferred,
+            } => {
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-                let url = upstream_url(base, pq).ok_or(SendError::BadTarget)?;
+                // Every base gets the ATTACKS A23 check before anything is sent.
+                let urls = bases
+                    .iter()
+                    .map(|b| upstream_url(b, pq).ok_or(SendError::BadTarget))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let (parts, body) = req.into_parts();
-                let resp = client
-                    .request(parts.method, url)
-                    .headers(parts.headers)
-                    .body(body)
-                    .timeout(timeout)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        if e.is_timeout() {
+                let resend = resendable(&parts.method);
+                let n = urls.len();
+                let start = preferred
+                    .load(Ordering::Relaxed)
+                    .checked_rem(n)
+                    .unwrap_or(0);
+                let mut outcome = if n == 0 {
+                    SendError::Unreachable
+                } else {
+                    SendError::Refused
+                };
+                let order = bases
+                    .iter()
+                    .zip(urls)
+                    .enumerate()
+                    .cycle()
+                    .skip(start)
+                    .take(n);
+                for (i, (base, url)) in order {
+                    let attempt = client
+                        .request(parts.method.clone(), url)
+                        .headers(parts.headers.clone())
+                        .body(body.clone())
+                        .timeout(timeout)
+                        .send()
+                        .await;
+                    let e = match attempt {
+                        Ok(resp) => {
+                            if i != start {
+                                preferred.store(i, Ordering::Relaxed);
+                                tracing::info!(upstream = %base, "failed over to another replica");
+                            }
+                            return Ok(into_response(resp));
+                        }
+                        Err(e) => e,
+                    };
+                    let refused = e.is_connect();
+                    tracing::debug!(upstream = %base, refused, error = %e, "upstream attempt failed");
+                    if !refused {
+                        outcome = if e.is_timeout() {
                             SendError::Timeout
                         } else {
                             SendError::Unreachable
+                        };
+                        if !resend {
+                            return Err(outcome);
                         }
-                    })?;
-                let resp: http::Response<reqwest::Body> = resp.into();
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                Ok(Response::from_parts(parts, Body::new(body)))
+                    }
+                }
+                Err(outcome)
             }
         }
     }
+}
+
+fn into_response(resp: reqwest::Response) -> Response {
+    let resp: http::Response<reqwest::Body> = resp.into();
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, Body::new(body))
 }
 
 /// The upstreams and what the edge presents to them.
@@ -179,22 +267,39 @@ impl Upstreams {
     /// Real HTTPS upstreams trusting only `ca_cert`.
     pub fn from_config(c: &Config) -> Result<Self, EdgeError> {
         let client = https_client(&c.ca_cert, Duration::from_millis(c.connect_timeout_ms))?;
-        let http = |what, url: &Endpoint| -> Result<Target, EdgeError> {
-            Ok(Target::Http {
-                client: client.clone(),
-                base: base_url(what, url)?,
-            })
+        let http = |what, urls: &Replicas| -> Result<Target, EdgeError> {
+            let bases = urls
+                .urls()
+                .iter()
+                .map(|u| base_url(what, u))
+                .collect::<Result<Vec<_>, _>>()?;
+            Target::http(client.clone(), bases)
+                .ok_or_else(|| EdgeError::Config(format!("{what}: an empty list")))
         };
         Ok(Self {
             auth: http("auth_service_url", &c.auth_service_url)?,
             feed: http("feed_url", &c.feed_url)?,
-            app: http("app_url", &c.app_url)?,
+            app: http("app_url", &Replicas::one(c.app_url.clone()))?,
             app_key_header: sensitive(Secret::from_file(&c.app_token_file)?.expose())?,
             edge_key_header: sensitive(Secret::from_file(&c.edge_token_file)?.expose())?,
             feed_token: Secret::from_file(&c.feed_token_file)?,
             auth_timeout: Duration::from_millis(c.auth_timeout_ms),
             app_timeout: Duration::from_millis(c.app_timeout_ms),
         })
+    }
+
+    /// `Authorization: Bearer <feed token>`, marked sensitive: what the feed and the
+    /// revocation handback present to the auth-service's internal listener.
+    pub fn feed_authorization(&self) -> Result<HeaderValue, EdgeError> {
+        let bearer = format!(
+            "{}{}",
+            protocol::http::BEARER_PREFIX,
+            self.feed_token.expose()
+        );
+        let mut auth = HeaderValue::from_str(&bearer)
+            .map_err(|_| EdgeError::Config("feed token is not a valid header value".into()))?;
+        auth.set_sensitive(true);
+        Ok(auth)
     }
 }
 

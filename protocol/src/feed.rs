@@ -7,6 +7,13 @@
 //! `entries[0].seq == since + 1` and consecutive sequence numbers; anything else means "ask
 //! for a snapshot". `head` is the auth-service's latest sequence number. Each request also
 //! renews the instance's write lease and reports the sequence it has applied (`since`).
+//!
+//! **Epochs.** Every answer names the feed's `epoch`: an id the auth-service's database got
+//! when it was created, and a new one each time it is restored from a backup. Within one epoch
+//! the head never goes back, so an edge refuses an older head as a rollback (a disk restored
+//! by accident). A snapshot of a *different* epoch is a deliberate restore: the edge takes it
+//! whatever its head, keeps enforcing the revocations it held that the restored state lacks,
+//! and hands them back to the auth-service ([`REAPPLY_PATH`], [`Reapply`]) so none is lost.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +29,11 @@ use crate::time::UnixSeconds;
 pub const FEED_SCHEMA: u32 = 1;
 /// Path of the feed on the auth-service.
 pub const FEED_PATH: &str = "/internal/v1/feed";
+/// Path where an edge hands back, after a restore, the revocations it held from an earlier
+/// epoch that the restored state lacks (`POST`, bearer feed token, body [`Reapply`]).
+pub const REAPPLY_PATH: &str = "/internal/v1/feed/reapply";
+/// Most revocations one [`Reapply`] request carries.
+pub const MAX_REAPPLY_REVOCATIONS: usize = 10_000;
 
 /// Lifecycle of a signing key. Revoked keys are not listed: they leave the set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -98,7 +110,32 @@ pub struct FeedResponse {
     pub head: u64,
     /// The auth-service's clock when this was written (edges measure state age with it).
     pub issued_at: UnixSeconds,
+    /// The feed's epoch (see the module doc). Empty from an auth-service older than epochs.
+    #[serde(default)]
+    pub epoch: String,
     pub body: FeedBody,
+}
+
+/// Revocations an edge held from epoch `from_epoch` that the restored state lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reapply {
+    /// The epoch the edge held them in: the auth-service takes them only from an epoch its
+    /// database was restored over.
+    pub from_epoch: String,
+    /// The edge instance handing them back (logged and audited).
+    pub instance: String,
+    /// At most [`MAX_REAPPLY_REVOCATIONS`].
+    pub revocations: Vec<Revocation>,
+}
+
+/// What the auth-service did with a [`Reapply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reapplied {
+    /// Recorded again (new sequence numbers, in the feed).
+    pub recorded: u64,
+    /// Already in force here (the same kind), or unable to match any session any more.
+    pub skipped: u64,
 }
 
 /// Why a feed answer cannot be applied.
@@ -113,11 +150,38 @@ pub enum FeedError {
     Gap { since: u64, first: u64 },
     #[error("feed went backwards: held {held}, offered {offered}")]
     Rollback { held: u64, offered: u64 },
+    #[error("feed epoch changed from {held:?} to {offered:?}: a snapshot is needed")]
+    EpochChanged { held: String, offered: String },
+}
+
+/// How a feed answer's epoch relates to the one an edge holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochRelation {
+    /// The same epoch (or one side predates epochs): the head may not go back.
+    Same,
+    /// A different epoch: the auth-service was restored from a backup.
+    Restored,
+}
+
+/// Compares the `held` epoch (empty: none held yet, or from before epochs) with an `offered` one.
+pub fn epoch_relation(held: &str, offered: &str) -> EpochRelation {
+    if held.is_empty() || offered.is_empty() || held == offered {
+        EpochRelation::Same
+    } else {
+        EpochRelation::Restored
+    }
 }
 
 impl FeedResponse {
-    /// Checks that this answer can be applied on top of state at `since` for `cell`.
-    pub fn check_applicable(&self, cell: &CellId, since: u64) -> Result<(), FeedError> {
+    /// Checks that this answer can be applied on top of state at `since` of epoch
+    /// `held_epoch` for `cell`. A snapshot of another epoch is applicable whatever its head
+    /// (a deliberate restore); a delta of another epoch is not.
+    pub fn check_applicable(
+        &self,
+        cell: &CellId,
+        since: u64,
+        held_epoch: &str,
+    ) -> Result<(), FeedError> {
         if self.schema != FEED_SCHEMA {
             return Err(FeedError::Schema(self.schema));
         }
@@ -126,6 +190,15 @@ impl FeedResponse {
                 expected: cell.clone(),
                 got: self.cell.clone(),
             });
+        }
+        if epoch_relation(held_epoch, &self.epoch) == EpochRelation::Restored {
+            return match &self.body {
+                FeedBody::Snapshot { .. } => Ok(()),
+                FeedBody::Delta { .. } => Err(FeedError::EpochChanged {
+                    held: held_epoch.to_owned(),
+                    offered: self.epoch.clone(),
+                }),
+            };
         }
         match &self.body {
             FeedBody::Snapshot { .. } => {
@@ -154,5 +227,69 @@ impl FeedResponse {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn answer(head: u64, epoch: &str, delta: bool) -> FeedResponse {
+        FeedResponse {
+            schema: FEED_SCHEMA,
+            cell: CellId::new("cell-01").unwrap(),
+            head,
+            issued_at: 1,
+            epoch: epoch.into(),
+            body: if delta {
+                FeedBody::Delta { entries: vec![] }
+            } else {
+                FeedBody::Snapshot {
+                    snapshot: Box::default(),
+                }
+            },
+        }
+    }
+
+    #[test]
+    fn an_older_head_is_a_rollback_within_an_epoch_and_a_restore_across_epochs() {
+        let cell = CellId::new("cell-01").unwrap();
+        // An accidental rollback: same epoch, older head.
+        assert!(matches!(
+            answer(5, "e1", false).check_applicable(&cell, 9, "e1"),
+            Err(FeedError::Rollback {
+                held: 9,
+                offered: 5
+            })
+        ));
+        // A deliberate restore: a snapshot of a new epoch, whatever its head.
+        assert_eq!(
+            answer(5, "e2", false).check_applicable(&cell, 9, "e1"),
+            Ok(())
+        );
+        // A delta of another epoch cannot continue the held state.
+        assert!(matches!(
+            answer(9, "e2", true).check_applicable(&cell, 9, "e1"),
+            Err(FeedError::EpochChanged { .. })
+        ));
+        // Nothing held yet, or an auth-service from before epochs: the head rule alone.
+        assert_eq!(
+            answer(9, "e2", false).check_applicable(&cell, 0, ""),
+            Ok(())
+        );
+        assert!(
+            answer(5, "", false)
+                .check_applicable(&cell, 9, "e1")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn an_answer_without_an_epoch_still_parses() {
+        let json = r#"{"schema":1,"cell":"cell-01","head":3,"issued_at":1,
+            "body":{"kind":"delta","entries":[]}}"#;
+        let r: FeedResponse = serde_json::from_str(json).unwrap();
+        assert_eq!(r.epoch, "");
     }
 }

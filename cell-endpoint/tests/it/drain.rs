@@ -32,6 +32,7 @@ fn recording_feed(head: u64) -> (Router, Arc<Mutex<Vec<String>>>) {
                 cell: cell(),
                 head,
                 issued_at: NOW,
+                epoch: String::new(),
                 body: FeedBody::Delta { entries: vec![] },
             })
         }
@@ -87,6 +88,7 @@ async fn a_write_in_flight_at_the_handoff_is_reported_until_it_ends() {
         cell: cell(),
         head: 11,
         issued_at: NOW,
+        epoch: String::new(),
         body: FeedBody::Delta {
             entries: vec![FeedEntry {
                 seq: 11,

@@ -33,6 +33,7 @@ fn delta(since: u64, changes: Vec<Change>) -> FeedResponse {
         cell: cell(),
         head: since + entries.len() as u64,
         issued_at: NOW,
+        epoch: String::new(),
         body: FeedBody::Delta { entries },
     }
 }
@@ -540,6 +541,7 @@ async fn refused_feed_documents_keep_the_last_known_good_state() {
         cell: cell(),
         head: 3,
         issued_at: NOW,
+        epoch: String::new(),
         body: FeedBody::Snapshot {
             snapshot: Box::new(protocol::feed::Snapshot::default()),
         },
@@ -573,6 +575,7 @@ async fn state_survives_a_restart_through_the_disk_copy() {
             ),
         )
         .unwrap()
+        .changed
         .unwrap();
     state::persist(dir.path(), &next).unwrap();
     let path = state::state_path(dir.path());

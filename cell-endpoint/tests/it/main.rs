@@ -8,6 +8,8 @@
 //! - `browser`: CORS, the CSRF proof and cookie, the desk.
 //! - `hostile`: ATTACKS A23–A27 and A29 in process and over real sockets.
 //! - `drain`: the edge's part of the migration drain.
+//! - `epochs`: a restored auth-service (a new feed epoch), rollbacks within an epoch.
+//! - `replicas`: failover between the auth-service's replicas over real sockets; replica lists.
 //! - `revocation_freshness`: the fail-closed revocation bound.
 //! - `tls`: a real TLS socket (h1, h2, certificate reload, graceful shutdown).
 //! - `process`, `static_stability`: the binaries as processes (build them first:
@@ -22,8 +24,10 @@ mod attacks;
 mod browser;
 mod drain;
 mod edge;
+mod epochs;
 mod hostile;
 mod process;
+mod replicas;
 mod revocation_freshness;
 mod static_stability;
 mod tls;
