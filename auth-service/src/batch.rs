@@ -26,12 +26,14 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// An empty batch after feed head `head`.
-    pub(crate) fn new(head: u64) -> Batch {
+    /// An empty batch after feed head `head` of `epoch`.
+    pub(crate) fn new(head: u64, epoch: String) -> Batch {
         Batch {
             next_seq: head + 1,
             commit: Commit {
+                base: head,
                 head,
+                epoch,
                 ..Commit::default()
             },
             signers: HashMap::new(),

@@ -39,6 +39,19 @@ pub const DEFAULT_EDGE_WRITE_LEASE_MS: u64 = 30_000;
 
 /// The SQLite file in `data_dir`.
 pub(crate) const DB_FILE: &str = "auth.db";
+/// Default size of the PostgreSQL connection pool of one replica (connections).
+pub const DEFAULT_DATABASE_MAX_CONNECTIONS: u32 = 16;
+
+/// Where the cell's state is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// One SQLite file in `data_dir`: one replica (the embedded default).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database named by `database_url_file`: any number of replicas.
+    Postgres,
+}
 
 /// The auth-service configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -54,8 +67,26 @@ pub struct Config {
     /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers); a
     /// trailing `/` is accepted and dropped.
     pub issuer: Endpoint,
-    /// Directory of the SQLite file `auth.db`.
+    /// Directory of the SQLite file `auth.db` (and of nothing else with PostgreSQL).
     pub data_dir: PathBuf,
+    /// Where the cell's state is kept: `sqlite` (default) or `postgres`.
+    #[serde(default)]
+    pub store: StoreKind,
+    /// With `store = "postgres"`: a file (0600) holding the database URL
+    /// (`postgres://user:password@host/db?sslmode=verify-full`, or `?host=/socket/dir`).
+    #[serde(default)]
+    pub database_url_file: Option<PathBuf>,
+    /// With `store = "postgres"`: the CA (PEM) the database's certificate must chain to; when
+    /// set, TLS with full verification is required.
+    #[serde(default)]
+    pub database_ca_cert: Option<PathBuf>,
+    /// With `store = "postgres"`: most open connections of this replica.
+    #[serde(default = "default_u32::<DEFAULT_DATABASE_MAX_CONNECTIONS>")]
+    pub database_max_connections: u32,
+    /// This replica's name in logs and in the database's `application_name`; defaults to
+    /// `<hostname>-<pid>`.
+    #[serde(default)]
+    pub replica_id: Option<String>,
     /// 32-byte key-encryption key; created (0600) if missing.
     pub kek_file: PathBuf,
     /// Bearer token of the admin API.
@@ -111,6 +142,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// This replica's name: `replica_id`, else `<hostname>-<pid>`.
+    pub fn replica(&self) -> String {
+        self.replica_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "auth".to_owned());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+
     /// Loads the TOML file, then the `CELLBIND_*` environment overrides.
     pub fn load(path: &Path) -> Result<Config> {
         runtime::config::load::<Config>(path)
@@ -158,6 +201,35 @@ impl Config {
         if let Some(k) = &self.map_public_key {
             protocol::jwks::PublicKey::from_b64(k)
                 .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
+        }
+        match (self.store, &self.database_url_file) {
+            (StoreKind::Postgres, None) => {
+                return Err(Error::Config(
+                    "store = \"postgres\" needs database_url_file".into(),
+                ));
+            }
+            (StoreKind::Sqlite, Some(_)) => {
+                return Err(Error::Config(
+                    "database_url_file is only read with store = \"postgres\"".into(),
+                ));
+            }
+            _ => {}
+        }
+        if self.database_max_connections == 0 {
+            return Err(Error::Config(
+                "database_max_connections must be positive".into(),
+            ));
+        }
+        if let Some(r) = &self.replica_id
+            && (r.is_empty()
+                || r.len() > 48
+                || !r
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+        {
+            return Err(Error::Config(
+                "replica_id must be 1 to 48 characters of [A-Za-z0-9._-]".into(),
+            ));
         }
         if [
             self.signin_account_ip_burst,

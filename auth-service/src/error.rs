@@ -54,6 +54,17 @@ pub enum Error {
     /// The durable store failed.
     #[error("store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// The PostgreSQL database failed or cannot be reached (503: another replica or a retry
+    /// may succeed).
+    #[error("database: {0}")]
+    Postgres(#[from] sqlx::Error),
+    /// The PostgreSQL schema could not be brought up to date.
+    #[error("database migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A commit was built on feed head `base` but the store is at `stored` (another replica
+    /// committed first, or the database was restored): catch up and build again.
+    #[error("stale commit: built on {base}, the store is at {stored}")]
+    Stale { stored: u64, base: u64 },
     /// Start-up configuration is unusable.
     #[error("configuration: {0}")]
     Config(String),
@@ -146,7 +157,10 @@ impl Error {
             Error::NotFound(_) => ErrorCode::NotFound,
             Error::NotReady(_) => ErrorCode::NotReady,
             Error::Ticket { .. } => ErrorCode::Forbidden,
+            Error::Postgres(_) => ErrorCode::NotReady,
             Error::Store(_)
+            | Error::Stale { .. }
+            | Error::Migrate(_)
             | Error::Config(_)
             | Error::Secret(_)
             | Error::Schema(_)
@@ -174,13 +188,18 @@ pub(crate) fn rescue(err: &Error) -> Response {
             tracing::error!(error = %err, "internal error");
             ErrorBody::new(code, "internal error")
         }
+        // The database's own words may name hosts or users: logged, not sent.
+        Error::Postgres(_) => {
+            tracing::warn!(error = %err, "database unavailable");
+            ErrorBody::new(code, "the cell's database is unavailable; retry")
+        }
         other => ErrorBody::new(code, other.to_string()),
     };
     let retry_after = match err {
         Error::HandoffInProgress { retry_after_s } | Error::RateLimited { retry_after_s } => {
             Some(*retry_after_s)
         }
-        Error::NotReady(_) => Some(1),
+        Error::NotReady(_) | Error::Postgres(_) => Some(1),
         _ => None,
     };
     if let Some(s) = retry_after {

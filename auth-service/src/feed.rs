@@ -27,6 +27,9 @@ pub(crate) struct FeedAsk<'a> {
     pub(crate) wait_ms: u64,
     /// Comma-separated contractors in handoff with writes still in flight at the instance.
     pub(crate) busy: Option<&'a str>,
+    /// The epoch the instance holds (absent from older edges): when it is not this feed's,
+    /// the answer is a snapshot at once, without waiting.
+    pub(crate) epoch: Option<&'a str>,
 }
 
 /// Parses the feed's `busy` parameter: comma-separated contractor ids.
@@ -61,21 +64,33 @@ pub(crate) async fn serve(state: &AppState, ask: FeedAsk<'_>) -> Result<FeedResp
         )));
     }
     let busy = parse_busy(ask.busy)?;
-    state.instances.saw(id, ask.since, busy, state.now());
+    let seen = state.instances.saw(id, ask.since, busy, state.now());
+    if let Some(shared) = state.coordination.shared()
+        && let Err(e) = shared.saw_instance(&seen).await
+    {
+        // The drain then waits for this instance's next request: safe, only slower.
+        tracing::warn!(error = %e, instance = id, "could not record a feed request");
+    }
+    let other_epoch = |held: &str| ask.epoch.is_some_and(|e| !e.is_empty() && e != held);
+    if other_epoch(&state.read().epoch) {
+        return Ok(response(state, 0, None));
+    }
     let wait = Duration::from_millis(ask.wait_ms.min(MAX_WAIT_MS));
     let mut rx = state.head_tx.subscribe();
     if ask.since != 0 && *rx.borrow_and_update() == ask.since && !wait.is_zero() {
         let _ = tokio::time::timeout(wait, rx.wait_for(|h| *h != ask.since)).await;
     }
-    Ok(response(state, ask.since))
+    Ok(response(state, ask.since, ask.epoch))
 }
 
-/// The answer for an instance that has applied `since`.
-fn response(state: &AppState, since: u64) -> FeedResponse {
+/// The answer for an instance that has applied `since` in `epoch` (a snapshot when the epoch
+/// is not this feed's: a restore happened while it waited).
+fn response(state: &AppState, since: u64, epoch: Option<&str>) -> FeedResponse {
     let inner = state.read();
     let head = inner.head;
     let oldest = inner.log.front().map_or(head + 1, |e| e.seq);
-    let body = if since == 0 || since > head || since + 1 < oldest {
+    let restored = epoch.is_some_and(|e| !e.is_empty() && e != inner.epoch);
+    let body = if restored || since == 0 || since > head || since + 1 < oldest {
         FeedBody::Snapshot {
             snapshot: Box::new(Snapshot {
                 keys: inner.ring.feed_keys(),
@@ -100,6 +115,7 @@ fn response(state: &AppState, since: u64) -> FeedResponse {
         cell: state.config.cell_id.clone(),
         head,
         issued_at: state.now(),
+        epoch: inner.epoch.clone(),
         body,
     }
 }

@@ -1,6 +1,7 @@
 //! The edge instances of this cell as the feed last saw them: which sequence each has applied
 //! and which contractors in handoff it still has writes in flight for. The status page lists
-//! them; the migration drain decides from them.
+//! them; the migration drain decides from them. With several replicas an instance may ask any
+//! of them, so the list the drain reads is the database's ([`seen`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,8 +20,14 @@ pub(crate) struct Instances(Mutex<HashMap<String, InstanceSeen>>);
 
 impl Instances {
     /// Records that instance `id` asked for the feed with `since` at `now`, reporting writes
-    /// in flight for the contractors in `busy`.
-    pub(crate) fn saw(&self, id: &str, since: u64, busy: Vec<ContractorId>, now: UnixSeconds) {
+    /// in flight for the contractors in `busy`; answers the record.
+    pub(crate) fn saw(
+        &self,
+        id: &str,
+        since: u64,
+        busy: Vec<ContractorId>,
+        now: UnixSeconds,
+    ) -> InstanceSeen {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_TRACKED_INSTANCES
             && !map.contains_key(id)
@@ -31,15 +38,14 @@ impl Instances {
         {
             map.remove(&oldest);
         }
-        map.insert(
-            id.to_owned(),
-            InstanceSeen {
-                id: id.to_owned(),
-                applied_seq: since,
-                last_seen: now,
-                busy,
-            },
-        );
+        let seen = InstanceSeen {
+            id: id.to_owned(),
+            applied_seq: since,
+            last_seen: now,
+            busy,
+        };
+        map.insert(id.to_owned(), seen.clone());
+        seen
     }
 
     /// Every instance seen, sorted by id.
@@ -53,5 +59,16 @@ impl Instances {
             .collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
+    }
+}
+
+/// Every instance seen by any replica of the cell, sorted by id: the shared table with several
+/// replicas, this replica's memory with one.
+pub(crate) async fn seen(
+    state: &crate::state::AppState,
+) -> crate::error::Result<Vec<InstanceSeen>> {
+    match state.coordination.shared() {
+        Some(shared) => shared.instances().await,
+        None => Ok(state.instances.sorted()),
     }
 }

@@ -71,7 +71,7 @@ async fn try_accept(state: &AppState, bytes: &[u8]) -> Result<Result<(u64, u64),
             if let Err(e) = signed.newer_than(inner.map.as_ref()) {
                 return Ok(Err(Refusal::Refused(e)));
             }
-            batch.map(signed);
+            batch.map(signed.clone());
             Ok(Ok(()))
         })
         .await?;

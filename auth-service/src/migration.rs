@@ -95,7 +95,7 @@ pub(crate) async fn import(
     let (_, added) = state
         .commit_with(|inner, batch| {
             let mut added = 0u64;
-            for r in doc.revocations {
+            for r in &doc.revocations {
                 if inner.revocations.iter().any(|held| held.kind == r.kind) {
                     continue;
                 }
@@ -103,7 +103,7 @@ pub(crate) async fn import(
                     .chars()
                     .take(MAX_AUDIT_TEXT_BYTES / 4)
                     .collect();
-                batch.revocation(r.kind, r.at, by, r.reason);
+                batch.revocation(r.kind.clone(), r.at, by, r.reason.clone());
                 added += 1;
             }
             Ok(added)
@@ -117,14 +117,17 @@ pub(crate) async fn import(
 }
 
 /// The drain verdict from what the feed recorded.
-pub(crate) fn drain_status(state: &AppState, ctr: &ContractorId, seq: u64) -> DrainStatus {
+pub(crate) async fn drain_status(
+    state: &AppState,
+    ctr: &ContractorId,
+    seq: u64,
+) -> Result<DrainStatus> {
     let now = state.now();
     // An instance records `last_seen` when its feed request starts; the answer (which renews
     // its lease) may come up to the longest long-poll later, and the lease runs from there.
     let live_s = (state.config.edge_write_lease_ms + MAX_WAIT_MS).div_ceil(1000) + LIVE_SLACK_S;
-    let instances: Vec<DrainInstance> = state
-        .instances
-        .sorted()
+    let instances: Vec<DrainInstance> = crate::instances::seen(state)
+        .await?
         .into_iter()
         .map(|i| DrainInstance {
             live: now.saturating_sub(i.last_seen) <= live_s,
@@ -138,10 +141,10 @@ pub(crate) fn drain_status(state: &AppState, ctr: &ContractorId, seq: u64) -> Dr
         .iter()
         .filter(|i| i.live)
         .all(|i| i.applied_seq >= seq && !i.busy);
-    DrainStatus {
+    Ok(DrainStatus {
         contractor_id: ctr.clone(),
         seq,
         drained,
         instances,
-    }
+    })
 }

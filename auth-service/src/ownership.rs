@@ -73,12 +73,12 @@ pub(crate) async fn set(
     let (seq, changed) = state
         .commit_with(|inner, batch| {
             let mut changed = 0usize;
-            for (ctr, record) in records {
-                let held = inner.ownership.get(&ctr);
-                check_transition(held, &record)
+            for (ctr, record) in &records {
+                let held = inner.ownership.get(ctr);
+                check_transition(held, record)
                     .map_err(|e| Error::BadRequest(format!("ownership of {ctr} refused: {e}")))?;
-                if held != Some(&record) {
-                    batch.ownership(ctr, record);
+                if held != Some(record) {
+                    batch.ownership(ctr.clone(), record.clone());
                     changed += 1;
                 }
             }

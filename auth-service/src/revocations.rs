@@ -27,6 +27,7 @@ use std::collections::HashSet;
 use protocol::admin::cell::{
     ListedSession, RevokeAnswer, RevokeOutcome, SessionRecordAnswer, SubjectSessions,
 };
+use protocol::feed::{MAX_REAPPLY_REVOCATIONS, Reapplied, Reapply};
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::UnixSeconds;
 use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
@@ -196,7 +197,7 @@ pub(crate) async fn revoke(
                 if held_seq(inner, &k).is_some() {
                     return Ok(RevokeOutcome::Already);
                 }
-                batch.revocation(k, now, by.clone(), reason.clone());
+                batch.revocation(k.clone(), now, by.clone(), reason.clone());
                 Ok(RevokeOutcome::Applied)
             })
             .await?;
@@ -279,4 +280,80 @@ pub(crate) async fn audit_page(
 ) -> Result<Vec<Revocation>> {
     let store = state.store.clone();
     blocking(move || store.revocation_audit(after, limit)).await
+}
+
+/// Records again the revocations an edge held from an epoch this database was restored over
+/// and the restored state lacks (DECISIONS "Backup and restore"): every one that can still match
+/// a session and whose kind is not in force here, with its original time and reason, `by`
+/// marked `reapplied:`. Key revocations revoke the key again. Refused, changing nothing, when
+/// `from_epoch` is the current epoch or one this database never had.
+pub(crate) async fn reapply(state: &AppState, req: Reapply) -> Result<Reapplied> {
+    if req.revocations.len() > MAX_REAPPLY_REVOCATIONS {
+        return Err(Error::BadRequest(format!(
+            "at most {MAX_REAPPLY_REVOCATIONS} revocations per request"
+        )));
+    }
+    checked_text("instance", &req.instance)?;
+    for r in &req.revocations {
+        checked_text("reason", &r.reason)?;
+        checked_text("by", &r.by)?;
+    }
+    let store = state.store.clone();
+    let epochs = blocking(move || store.epochs()).await?;
+    let current = state.read().epoch.clone();
+    if req.from_epoch == current || !epochs.contains(&req.from_epoch) {
+        return Err(Error::BadRequest(
+            "from_epoch is not an epoch this database was restored over".into(),
+        ));
+    }
+    let now = state.now();
+    let lifetime = state.config.session_lifetime_s;
+    let marked = |by: &str| -> String {
+        format!("reapplied:{by}")
+            .chars()
+            .take(MAX_AUDIT_TEXT_BYTES / 4)
+            .collect()
+    };
+    let mut recorded = 0u64;
+    let mut skipped = 0u64;
+    let mut others = Vec::new();
+    for r in req.revocations {
+        if !r.can_match(lifetime, now) {
+            skipped += 1;
+            continue;
+        }
+        match &r.kind {
+            RevocationKind::Key { kid } => {
+                let known = state.read().ring.get(kid).is_some();
+                if known && revoke_key(state, kid, marked(&r.by), r.reason.clone()).await? {
+                    recorded += 1;
+                } else {
+                    skipped += 1;
+                }
+            }
+            _ => others.push(r),
+        }
+    }
+    let (_, added) = state
+        .commit_with(|inner, batch| {
+            let mut added = 0u64;
+            for r in &others {
+                if held_seq(inner, &r.kind).is_none() {
+                    batch.revocation(r.kind.clone(), r.at, marked(&r.by), r.reason.clone());
+                    added += 1;
+                }
+            }
+            Ok(added)
+        })
+        .await?;
+    recorded += added;
+    skipped += others.len() as u64 - added;
+    tracing::warn!(
+        instance = %req.instance,
+        from_epoch = %req.from_epoch,
+        recorded,
+        skipped,
+        "re-applied revocations an edge held from before a restore"
+    );
+    Ok(Reapplied { recorded, skipped })
 }

@@ -10,7 +10,8 @@ use protocol::jwks::PublicKey;
 use runtime::IoContext as _;
 use runtime::access::Listener;
 
-use crate::config::{Config, DB_FILE};
+use crate::config::{Config, DB_FILE, StoreKind};
+use crate::coordination::{Coordination, LEADER_CHECK_MAX_S, follow};
 use crate::error::{Error, Result};
 use crate::keys::kek::{Kek, random};
 use crate::keys::lifecycle::{ensure_keys, tick_keys};
@@ -18,19 +19,53 @@ use crate::keys::ring::KeyRing;
 use crate::revocations::{prune_minted, prune_revocations};
 use crate::routes::{internal_router, public_router};
 use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, Tokens, blocking};
+use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
 use crate::{map, tls};
 
 /// How often the key schedule is checked, at most, in seconds.
 pub(crate) const KEY_TICK_MAX_S: u64 = 60;
-/// How often idle throttle buckets are dropped, in seconds.
-pub(crate) const THROTTLE_HOUSEKEEPING_S: u64 = 60;
 /// How long in-flight requests may finish after a shutdown signal.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// Opens everything a config names: the data directory (0700) and SQLite store (0600), the
-/// key-encryption key (created 0600 if missing), the admin, feed and edge tokens, and the
-/// control-plane client.
+/// Opens the store a config names: the SQLite file in the data directory (0700, the file
+/// 0600), or the PostgreSQL database of `database_url_file` with its cross-replica services.
+pub(crate) async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Coordination)> {
+    match config.store {
+        StoreKind::Sqlite => {
+            // ATTACKS A30: the data folder and the database (with its -wal and -shm) are
+            // owner-only.
+            let dir = config.data_dir.clone();
+            let store = blocking(move || SqliteStore::open_in(&dir, DB_FILE)).await?;
+            Ok((Arc::new(store), Coordination::Local))
+        }
+        StoreKind::Postgres => {
+            // Nothing of the store lives there, but other files may (the key-encryption key
+            // often does): the folder exists and is owner-only either way (ATTACKS A30).
+            let dir = config.data_dir.clone();
+            runtime::files::private_dir(&dir)
+                .with_context(|| format!("create {}", dir.display()))?;
+            let file = config.database_url_file.as_deref().ok_or_else(|| {
+                Error::Config("store = \"postgres\" needs database_url_file".into())
+            })?;
+            let url = runtime::Secret::from_file(file)?;
+            let (store, coordination) = crate::store::postgres::open(
+                &url,
+                config.database_ca_cert.as_deref(),
+                config.database_max_connections,
+                &config.replica(),
+            )
+            .await?;
+            Ok((
+                Arc::new(store),
+                Coordination::Postgres(Arc::new(coordination)),
+            ))
+        }
+    }
+}
+
+/// Opens everything a config names: the store ([`open_store`]), the key-encryption key
+/// (created 0600 if missing), the admin, feed and edge tokens, and the control-plane client.
 pub async fn open(config: Config) -> Result<AppState> {
     open_with_clock(config, protocol::time::system_clock()).await
 }
@@ -40,9 +75,7 @@ pub async fn open_with_clock(
     config: Config,
     clock: protocol::time::SharedClock,
 ) -> Result<AppState> {
-    // ATTACKS A30: the data folder and the database (with its -wal and -shm) are owner-only.
-    let dir = config.data_dir.clone();
-    let store = blocking(move || SqliteStore::open_in(&dir, DB_FILE)).await?;
+    let (store, coordination) = open_store(&config).await?;
     let rng = ring::rand::SystemRandom::new();
     let kek = Kek::load_or_create(&config.kek_file, &rng)?;
     let http = match (&config.control_plane_url, &config.ca_cert) {
@@ -53,7 +86,8 @@ pub async fn open_with_clock(
         _ => None,
     };
     let parts = Parts {
-        store: Arc::new(store),
+        store,
+        coordination,
         kek,
         tokens: Tokens::load(&config)?,
         clock,
@@ -93,39 +127,46 @@ pub async fn open_with_clock(
     Ok(state)
 }
 
-/// Starts the background tasks: the key schedule, the placement-map poller (when a control
-/// plane is configured) and throttle housekeeping. Abort the handles to stop them.
+/// Starts the background tasks: following the store (other replicas' commits, restores), the
+/// scheduled work (key rotation and expiry, dropping expired session records: on the cell's
+/// leader only), dropping revocations that match nothing (every replica, in memory and
+/// store), the placement-map poller (when a control plane is configured) and throttle
+/// housekeeping. Abort the handles to stop them.
 pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
+    let mut tasks = vec![tokio::spawn(follow(state.clone()))];
     let s = state.clone();
     tasks.push(tokio::spawn(async move {
-        let every = s.config.key_rotation_interval_s.clamp(1, KEY_TICK_MAX_S);
+        let every = s
+            .config
+            .key_rotation_interval_s
+            .clamp(1, KEY_TICK_MAX_S.min(LEADER_CHECK_MAX_S));
         let mut tick = tokio::time::interval(Duration::from_secs(every));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut leading = false;
         loop {
             tick.tick().await;
-            if let Err(e) = tick_keys(&s).await {
-                tracing::error!(error = %e, "key schedule failed");
+            let lead = s.coordination.lead().await;
+            if lead != leading {
+                tracing::info!(replica = %s.replica, leader = lead, "scheduled-work leadership changed");
+                leading = lead;
+            }
+            if lead {
+                if let Err(e) = tick_keys(&s).await {
+                    tracing::error!(error = %e, "key schedule failed");
+                }
+                if let Err(e) = prune_minted(&s).await {
+                    tracing::error!(error = %e, "dropping expired session records failed");
+                }
+                s.throttle.shrink().await;
             }
             if let Err(e) = prune_revocations(&s).await {
                 tracing::error!(error = %e, "dropping expired revocations failed");
-            }
-            if let Err(e) = prune_minted(&s).await {
-                tracing::error!(error = %e, "dropping expired session records failed");
             }
         }
     }));
     if state.config.control_plane_url.is_some() {
         tasks.push(tokio::spawn(map::poll_forever(state.clone())));
     }
-    let s = state.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(THROTTLE_HOUSEKEEPING_S));
-        loop {
-            tick.tick().await;
-            s.throttle.shrink();
-        }
-    }));
     tasks
 }
 

@@ -32,11 +32,12 @@ pub(crate) struct Minted {
 /// The sign-in order: the client IP's bucket, ownership, the account's buckets, then one
 /// argon2id verification (against a dummy hash for an unknown user), then the session.
 pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
-    state.throttle.check_ip(ip)?;
+    state.throttle.check_ip(ip).await?;
     let generation = sign_in_generation(state, &req.contractor_id)?;
     state
         .throttle
-        .check_account(&req.contractor_id, &req.login, ip)?;
+        .check_account(&req.contractor_id, &req.login, ip)
+        .await?;
 
     let store = state.store.clone();
     let (ctr, login) = (req.contractor_id.clone(), req.login);
@@ -178,7 +179,10 @@ pub(crate) async fn sign_out(state: &AppState, claims: &SessionClaims) -> Result
     state
         .commit_with(|_, batch| {
             batch.revocation(
-                RevocationKind::Session { jti, exp },
+                RevocationKind::Session {
+                    jti: jti.clone(),
+                    exp,
+                },
                 now,
                 "self".into(),
                 "sign-out".into(),

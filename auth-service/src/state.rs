@@ -3,25 +3,33 @@
 //! the store in one transaction together with its feed entries, then applies it in memory and
 //! wakes the feed's long-polls. What a change means (keys, ownership, revocations, the map)
 //! is decided by the domain modules that fill the batch.
+//!
+//! Several replicas may share the store (PostgreSQL). A commit is conditional on the feed head
+//! it was built on: when another replica committed first, the store refuses it
+//! (`Error::Stale`), this replica catches up ([`AppState::catch_up`]: the entries it missed, or
+//! a whole reload after a restore) and the batch is built again on the new state — so a
+//! decision (a rotation being due, a revocation already in force) is always taken on the
+//! newest state, and the feed is one gap-free sequence whichever replica serves it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use protocol::feed::FeedEntry;
+use protocol::feed::{Change, FeedEntry};
 use protocol::jwks::{KeySet, PublicKey};
 use protocol::map::SignedMap;
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::{Revocation, RevocationSet};
 use protocol::time::{SharedClock, UnixSeconds};
 use protocol::token::SigningKey;
-use protocol::{CellId, ContractorId, Endpoint};
+use protocol::{CellId, ContractorId, Endpoint, Kid};
 use ring::rand::SystemRandom;
 use runtime::Secret;
 use tokio::sync::{Semaphore, watch};
 
 use crate::batch::Batch;
 use crate::config::Config;
+use crate::coordination::Coordination;
 use crate::error::{Error, Result};
 use crate::instances::Instances;
 use crate::keys::kek::Kek;
@@ -29,11 +37,15 @@ use crate::keys::ring::KeyRing;
 use crate::metrics::Metrics;
 use crate::peers::PeerKeys;
 use crate::store::Store;
-use crate::store::records::{Loaded, Write};
+use crate::store::records::{Commit, Loaded, Write};
 use crate::throttle::Throttle;
 
 /// Feed entries kept for deltas; older `since` values get a snapshot.
 pub(crate) const FEED_RETAIN_ENTRIES: u64 = 10_000;
+/// Most times one change is built again because other replicas kept committing first.
+pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = 16;
+/// Most feed entries read from the store in one catch-up step.
+pub(crate) const CATCH_UP_BATCH_ENTRIES: usize = 1_000;
 
 /// What the cell holds in memory.
 #[derive(Debug, Default)]
@@ -43,8 +55,27 @@ pub(crate) struct Inner {
     pub(crate) revocations: Vec<Revocation>,
     pub(crate) revoked: RevocationSet,
     pub(crate) map: Option<SignedMap>,
+    /// The feed's epoch (a new one after each restore).
+    pub(crate) epoch: String,
     pub(crate) head: u64,
     pub(crate) log: VecDeque<FeedEntry>,
+}
+
+impl Inner {
+    /// The state a store load describes.
+    fn from_loaded(loaded: Loaded, ring: KeyRing) -> Inner {
+        let revoked: RevocationSet = loaded.revocations.iter().map(|r| &r.kind).collect();
+        Inner {
+            ring,
+            ownership: loaded.ownership,
+            revocations: loaded.revocations,
+            revoked,
+            map: loaded.map,
+            epoch: loaded.epoch,
+            head: loaded.head,
+            log: loaded.log.into(),
+        }
+    }
 }
 
 /// Everything a request handler needs. Cheap to clone.
@@ -57,6 +88,10 @@ pub struct Shared {
     pub(crate) config: Config,
     pub(crate) clock: SharedClock,
     pub(crate) store: Arc<dyn Store>,
+    /// What this replica shares with the others of its cell.
+    pub(crate) coordination: Coordination,
+    /// This replica's name (logs, the database's `application_name`).
+    pub(crate) replica: String,
     pub(crate) kek: Kek,
     pub(crate) rng: SystemRandom,
     inner: RwLock<Inner>,
@@ -119,6 +154,7 @@ impl Tokens {
 #[derive(Debug)]
 pub(crate) struct Parts {
     pub(crate) store: Arc<dyn Store>,
+    pub(crate) coordination: Coordination,
     pub(crate) kek: Kek,
     pub(crate) tokens: Tokens,
     pub(crate) clock: SharedClock,
@@ -146,7 +182,6 @@ impl AppState {
             dummy_hash,
             rng,
         } = start;
-        let revoked: RevocationSet = loaded.revocations.iter().map(|r| &r.kind).collect();
         let metrics = Metrics::default();
         metrics.feed_head(loaded.head);
         if let Some(m) = &loaded.map {
@@ -154,21 +189,16 @@ impl AppState {
         }
         let (head_tx, _) = watch::channel(loaded.head);
         let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let users = loaded.users;
         AppState(Arc::new(Shared {
-            throttle: Throttle::new(&config),
+            throttle: Throttle::new(&config, parts.coordination.clone()),
             clock: parts.clock,
             store: parts.store,
+            replica: config.replica(),
+            coordination: parts.coordination,
             kek: parts.kek,
             rng,
-            inner: RwLock::new(Inner {
-                ring,
-                ownership: loaded.ownership,
-                revocations: loaded.revocations,
-                revoked,
-                map: loaded.map,
-                head: loaded.head,
-                log: loaded.log.into(),
-            }),
+            inner: RwLock::new(Inner::from_loaded(loaded, ring)),
             writer: tokio::sync::Mutex::new(()),
             head_tx,
             instances: Instances::default(),
@@ -177,7 +207,7 @@ impl AppState {
             metrics,
             dummy_hash,
             hashing: Semaphore::new(parallel * 2),
-            users: AtomicU64::new(loaded.users),
+            users: AtomicU64::new(users),
             http: parts.http,
             peers: PeerKeys::default(),
             config,
@@ -194,25 +224,51 @@ impl AppState {
     }
 
     /// The one way to change feed-visible state. `build` sees the current state and fills a
-    /// batch (or fails, changing nothing). Answers the feed head after the commit.
+    /// batch (or fails, changing nothing); it runs again on the newer state when another
+    /// replica committed first. Answers the feed head after the commit.
     pub(crate) async fn commit_with<T>(
         &self,
-        build: impl FnOnce(&Inner, &mut Batch) -> Result<T>,
+        mut build: impl FnMut(&Inner, &mut Batch) -> Result<T>,
     ) -> Result<(u64, T)> {
         let _writer = self.writer.lock().await;
-        let (batch, out) = {
-            let inner = self.read();
-            let mut batch = Batch::new(inner.head);
-            let out = build(&inner, &mut batch)?;
-            (batch, out)
-        };
-        if batch.is_empty() {
-            return Ok((self.read().head, out));
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let (batch, out) = {
+                let inner = self.read();
+                let mut batch = Batch::new(inner.head, inner.epoch.clone());
+                let out = build(&inner, &mut batch)?;
+                (batch, out)
+            };
+            if batch.is_empty() {
+                return Ok((self.read().head, out));
+            }
+            let (commit, signers) = batch.into_parts();
+            let store = self.store.clone();
+            let written =
+                blocking(move || store.commit(&commit, FEED_RETAIN_ENTRIES).map(|()| commit)).await;
+            match written {
+                Ok(commit) => {
+                    let head = commit.head;
+                    self.apply_commit(commit, &signers);
+                    return Ok((head, out));
+                }
+                Err(Error::Stale { stored, base }) => {
+                    tracing::debug!(
+                        stored,
+                        base,
+                        "another replica committed first; building again"
+                    );
+                    self.catch_up_locked().await?;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let (commit, signers) = batch.into_parts();
-        let store = self.store.clone();
-        let commit =
-            blocking(move || store.commit(&commit, FEED_RETAIN_ENTRIES).map(|()| commit)).await?;
+        Err(Error::Internal(format!(
+            "other replicas committed first {MAX_COMMIT_ATTEMPTS} times in a row"
+        )))
+    }
+
+    /// Applies a written commit in memory and wakes the feed's long-polls.
+    fn apply_commit(&self, commit: Commit, signers: &HashMap<Kid, Arc<SigningKey>>) {
         let head = commit.head;
         {
             let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
@@ -243,7 +299,116 @@ impl AppState {
         }
         self.metrics.feed_head(head);
         self.head_tx.send_replace(head);
-        Ok((head, out))
+    }
+
+    /// Brings this replica's memory up to the store: the feed entries other replicas wrote
+    /// since its head, or, after a restore (another epoch, an older head) or when the entries
+    /// were already dropped, a whole reload. Answers whether anything changed. The background
+    /// task `coordination::follow` calls it; embedders and tests may too.
+    pub async fn catch_up(&self) -> Result<bool> {
+        let _writer = self.writer.lock().await;
+        self.catch_up_locked().await
+    }
+
+    /// [`AppState::catch_up`] with the writer lock held.
+    async fn catch_up_locked(&self) -> Result<bool> {
+        let store = self.store.clone();
+        let stored = blocking(move || store.position()).await?;
+        let (epoch, mut head) = {
+            let inner = self.read();
+            (inner.epoch.clone(), inner.head)
+        };
+        if stored.epoch == epoch && stored.head == head {
+            return Ok(false);
+        }
+        if stored.epoch != epoch || stored.head < head {
+            tracing::warn!(
+                held_epoch = %epoch, held_head = head,
+                stored_epoch = %stored.epoch, stored_head = stored.head,
+                "the store was restored; reloading the whole state"
+            );
+            self.reload().await?;
+            return Ok(true);
+        }
+        while head < stored.head {
+            let store = self.store.clone();
+            let entries =
+                blocking(move || store.entries_after(head, CATCH_UP_BATCH_ENTRIES)).await?;
+            if entries.first().map(|e| e.seq) != Some(head + 1) {
+                // Dropped already (far behind), or the store moved under us: start over.
+                self.reload().await?;
+                return Ok(true);
+            }
+            head = self.apply_entries(entries).await?;
+        }
+        Ok(true)
+    }
+
+    /// Applies feed entries another replica wrote (consecutive, after the held head) and
+    /// answers the new head. A key change reloads the ring from the store (the feed carries
+    /// public keys only; the sealed seeds are in the store).
+    async fn apply_entries(&self, entries: Vec<FeedEntry>) -> Result<u64> {
+        let keys_changed = entries
+            .iter()
+            .any(|e| matches!(e.change, Change::Key(_) | Change::KeyRemoved { .. }));
+        let ring = if keys_changed {
+            let store = self.store.clone();
+            let rows = blocking(move || store.keys()).await?;
+            Some(KeyRing::from_rows(&rows, &self.kek)?)
+        } else {
+            None
+        };
+        let head = {
+            let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(ring) = ring {
+                inner.ring = ring;
+            }
+            for e in &entries {
+                match &e.change {
+                    Change::Key(_) | Change::KeyRemoved { .. } => {}
+                    Change::Ownership { contractor, record } => {
+                        inner.ownership.insert(contractor.clone(), record.clone());
+                    }
+                    Change::Revocation(r) => {
+                        if !inner.revocations.iter().any(|h| h.seq == r.seq) {
+                            inner.revoked.insert(&r.kind);
+                            inner.revocations.push(r.clone());
+                        }
+                    }
+                    Change::Map(m) => {
+                        self.metrics.map_version(m.map.version);
+                        inner.map = Some((**m).clone());
+                    }
+                }
+            }
+            let head = entries.last().map_or(inner.head, |e| e.seq);
+            inner.log.extend(entries);
+            while inner.log.len() as u64 > FEED_RETAIN_ENTRIES {
+                inner.log.pop_front();
+            }
+            inner.head = head;
+            head
+        };
+        self.metrics.feed_head(head);
+        self.head_tx.send_replace(head);
+        Ok(head)
+    }
+
+    /// Replaces the whole in-memory state with the store's.
+    async fn reload(&self) -> Result<()> {
+        let store = self.store.clone();
+        let loaded = blocking(move || store.load(FEED_RETAIN_ENTRIES)).await?;
+        let ring = KeyRing::from_rows(&loaded.keys, &self.kek)?;
+        let head = loaded.head;
+        if let Some(m) = &loaded.map {
+            self.metrics.map_version(m.map.version);
+        }
+        self.users
+            .store(loaded.users, std::sync::atomic::Ordering::Relaxed);
+        *self.inner.write().unwrap_or_else(|p| p.into_inner()) = Inner::from_loaded(loaded, ring);
+        self.metrics.feed_head(head);
+        self.head_tx.send_replace(head);
+        Ok(())
     }
 
     /// Changes the in-memory revocations outside the feed, under the writer lock: `change`

@@ -16,6 +16,11 @@
 //!
 //! The client IP is the socket peer, or the edge's `X-Cellbind-Client-Ip` from an
 //! authenticated edge only (`routes::extract::client_ip`).
+//!
+//! With several replicas (PostgreSQL) the buckets are shared: each attempt takes its tokens
+//! from one table in the database (the same GCRA as governor's, one statement per bucket), so
+//! a brute force spread over the replicas is throttled exactly like one on a single replica.
+//! With one replica they are governor's in memory.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -25,7 +30,25 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::{ContractorId, Login};
 
 use crate::config::Config;
+use crate::coordination::Coordination;
 use crate::error::{Error, Result};
+
+/// One bucket's shape for the shared table: capacity and the time one token takes to come
+/// back, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    burst: u32,
+    interval_ms: u64,
+}
+
+impl Shape {
+    fn new(burst: u32, per: u32, period_ms: u64) -> Shape {
+        Shape {
+            burst: burst.max(1),
+            interval_ms: (period_ms / u64::from(per.max(1))).max(1),
+        }
+    }
+}
 
 /// The sign-in throttles.
 #[derive(Debug)]
@@ -33,6 +56,15 @@ pub(crate) struct Throttle {
     ip: DefaultKeyedRateLimiter<IpAddr>,
     account_ip: DefaultKeyedRateLimiter<(ContractorId, Login, IpAddr)>,
     account: DefaultKeyedRateLimiter<(ContractorId, Login)>,
+    shapes: [Shape; 3],
+    coordination: Coordination,
+}
+
+/// Milliseconds since the unix epoch (the shared buckets' clock).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn nonzero(n: u32) -> NonZeroU32 {
@@ -49,7 +81,26 @@ fn refuse(not_until: governor::NotUntil<governor::clock::QuantaInstant>) -> Erro
 }
 
 impl Throttle {
-    pub(crate) fn new(config: &Config) -> Throttle {
+    pub(crate) fn new(config: &Config, coordination: Coordination) -> Throttle {
+        const MINUTE_MS: u64 = 60_000;
+        const HOUR_MS: u64 = 3_600_000;
+        let shapes = [
+            Shape::new(
+                config.signin_ip_burst,
+                config.signin_ip_per_minute,
+                MINUTE_MS,
+            ),
+            Shape::new(
+                config.signin_account_ip_burst,
+                config.signin_account_ip_per_minute,
+                MINUTE_MS,
+            ),
+            Shape::new(
+                config.signin_account_burst,
+                config.signin_account_per_hour,
+                HOUR_MS,
+            ),
+        ];
         let per_minute = |rate, burst| Quota::per_minute(nonzero(rate)).allow_burst(nonzero(burst));
         Throttle {
             ip: RateLimiter::keyed(per_minute(
@@ -64,22 +115,62 @@ impl Throttle {
                 Quota::per_hour(nonzero(config.signin_account_per_hour))
                     .allow_burst(nonzero(config.signin_account_burst)),
             ),
+            shapes,
+            coordination,
         }
     }
 
+    /// Takes one token from a shared bucket.
+    async fn take_shared(&self, key: String, shape: Shape) -> Option<Result<()>> {
+        let shared = self.coordination.shared()?;
+        Some(
+            match shared
+                .take(&key, shape.burst, shape.interval_ms, now_ms())
+                .await
+            {
+                Ok(None) => Ok(()),
+                Ok(Some(retry_after_s)) => Err(Error::RateLimited {
+                    retry_after_s: retry_after_s.max(1),
+                }),
+                Err(e) => Err(e),
+            },
+        )
+    }
+
     /// Takes one attempt from the client IP's bucket.
-    pub(crate) fn check_ip(&self, ip: IpAddr) -> Result<()> {
+    pub(crate) async fn check_ip(&self, ip: IpAddr) -> Result<()> {
+        if let Some(r) = self.take_shared(format!("ip/{ip}"), self.shapes[0]).await {
+            return r;
+        }
         self.ip.check_key(&ip).map_err(refuse)
     }
 
     /// Takes one attempt from the (account, client IP) bucket, then, only when that one let it
     /// through, one from the account's ceiling.
-    pub(crate) fn check_account(
+    pub(crate) async fn check_account(
         &self,
         contractor: &ContractorId,
         login: &Login,
         ip: IpAddr,
     ) -> Result<()> {
+        if self.coordination.shared().is_some() {
+            // Neither an IP nor a contractor id holds a `/` and the login comes last, so two
+            // different buckets never share a key.
+            let account = format!("{contractor}/{login}");
+            if let Some(r) = self
+                .take_shared(format!("account-ip/{ip}/{account}"), self.shapes[1])
+                .await
+            {
+                r?;
+            }
+            if let Some(r) = self
+                .take_shared(format!("account/{account}"), self.shapes[2])
+                .await
+            {
+                r?;
+            }
+            return Ok(());
+        }
         self.account_ip
             .check_key(&(contractor.clone(), login.clone(), ip))
             .map_err(refuse)?;
@@ -88,8 +179,13 @@ impl Throttle {
             .map_err(refuse)
     }
 
-    /// Forgets buckets that are full again (bounds memory).
-    pub(crate) fn shrink(&self) {
+    /// Forgets buckets that are full again (bounds memory; with shared buckets, the table).
+    pub(crate) async fn shrink(&self) {
+        if let Some(shared) = self.coordination.shared()
+            && let Err(e) = shared.shrink_buckets(now_ms()).await
+        {
+            tracing::warn!(error = %e, "could not drop full sign-in throttle buckets");
+        }
         self.ip.retain_recent();
         self.account_ip.retain_recent();
         self.account.retain_recent();

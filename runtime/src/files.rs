@@ -55,7 +55,7 @@ pub fn private_sqlite(db: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// The file beside `path` whose name is `path`'s followed by `suffix` (`x.db` → `x.db-wal`).
-pub(crate) fn beside(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+pub fn beside(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(suffix);
     s.into()

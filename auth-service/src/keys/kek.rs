@@ -62,18 +62,34 @@ impl Kek {
                 Zeroizing::new(b)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Replicas of a cell starting at once may share the file: the key is written
+                // whole beside it, then published with a link that fails if another replica
+                // published first — whose key is then the one read back.
                 let fresh = random::<KEK_BYTES>(rng)?;
-                let mut f = std::fs::OpenOptions::new()
+                let tmp = runtime::files::beside(path, &format!(".new-{}", std::process::id()));
+                let _ = std::fs::remove_file(&tmp);
+                let written = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(0o600)
-                    .open(path)
-                    .with_context(|| format!("create {}", path.display()))?;
-                f.write_all(fresh.as_ref())
-                    .and_then(|_| f.sync_all())
-                    .with_context(|| format!("write {}", path.display()))?;
-                tracing::info!(path = %path.display(), "created a new key-encryption key");
-                Zeroizing::new(fresh.to_vec())
+                    .open(&tmp)
+                    .and_then(|mut f| f.write_all(fresh.as_ref()).and_then(|()| f.sync_all()));
+                let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "created a new key-encryption key");
+                        Zeroizing::new(fresh.to_vec())
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Zeroizing::new(
+                        std::fs::read(path).with_context(|| format!("read {}", path.display()))?,
+                    ),
+                    Err(e) => {
+                        return Err(
+                            runtime::IoError::new(format!("create {}", path.display()), e).into(),
+                        );
+                    }
+                }
             }
             Err(e) => {
                 return Err(runtime::IoError::new(format!("read {}", path.display()), e).into());

@@ -205,7 +205,12 @@ pub(crate) async fn revoke_key(
                 _ => {}
             }
             batch.key(moved(&key.row, KeyEvent::Revoke, now)?, None);
-            batch.revocation(RevocationKind::Key { kid: kid.clone() }, now, by, reason);
+            batch.revocation(
+                RevocationKind::Key { kid: kid.clone() },
+                now,
+                by.clone(),
+                reason.clone(),
+            );
             Ok(true)
         })
         .await?;

@@ -199,7 +199,7 @@ pub(crate) async fn put_map(
 }
 
 /// `GET /admin/v1/status` → [`Status`].
-pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Json<Status> {
+pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Result<Json<Status>> {
     let (seq, kids, map_version, contractors) = {
         let inner = state.read();
         let kids = inner
@@ -218,15 +218,15 @@ pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Json<Stat
             inner.ownership.len() as u64,
         )
     };
-    Json(Status {
+    Ok(Json(Status {
         cell_id: state.config.cell_id.clone(),
         seq,
         kids,
         map_version,
         users: state.user_count(),
         contractors,
-        instances: state.instances.sorted(),
-    })
+        instances: crate::instances::seen(&state).await?,
+    }))
 }
 
 // ---- migration ------------------------------------------------------------------------------
@@ -257,5 +257,5 @@ pub(crate) async fn drain(
     PathId(ctr): PathId<ContractorId>,
     QueryOf(q): QueryOf<DrainQuery>,
 ) -> Result<Response> {
-    Ok(Json(migration::drain_status(&state, &ctr, q.seq)).into_response())
+    Ok(Json(migration::drain_status(&state, &ctr, q.seq).await?).into_response())
 }

@@ -48,6 +48,10 @@ fn internal_only_routes() -> Router<AppState> {
     Router::new()
         .route("/metrics", get(service::metrics))
         .route(protocol::feed::FEED_PATH, get(service::feed))
+        .route(
+            protocol::feed::REAPPLY_PATH,
+            post(service::reapply).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+        )
         .route(cell::USERS_PATH, post(admin::create_user))
         .route(
             cell::USERS_IMPORT_PATH,

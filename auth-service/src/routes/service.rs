@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::feed::{self, FeedAsk};
-use crate::routes::extract::{FeedReader, QueryOf};
+use crate::routes::extract::{FeedReader, QueryOf, RawBody};
 use crate::state::AppState;
 
 /// `Cache-Control` of the JWKS.
@@ -25,6 +25,9 @@ pub(crate) struct FeedQuery {
     /// Comma-separated contractors in handoff with writes still in flight at the instance.
     #[serde(default)]
     busy: Option<String>,
+    /// The epoch the instance holds: a different one gets a snapshot.
+    #[serde(default)]
+    epoch: Option<String>,
 }
 
 /// `GET /internal/v1/feed` (bearer feed token): a delta after `since` or a snapshot, after a
@@ -39,8 +42,21 @@ pub(crate) async fn feed(
         instance: &q.instance,
         wait_ms: q.wait_ms,
         busy: q.busy.as_deref(),
+        epoch: q.epoch.as_deref(),
     };
     Ok(axum::Json(feed::serve(&state, ask).await?).into_response())
+}
+
+/// `POST /internal/v1/feed/reapply` (bearer feed token): an edge hands back revocations it held
+/// from before a restore.
+pub(crate) async fn reapply(
+    _: FeedReader,
+    State(state): State<AppState>,
+    RawBody(body): RawBody,
+) -> Result<Response> {
+    let req: protocol::feed::Reapply =
+        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("body: {e}")))?;
+    Ok(axum::Json(crate::revocations::reapply(&state, req).await?).into_response())
 }
 
 pub(crate) async fn not_found() -> Error {

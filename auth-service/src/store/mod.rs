@@ -1,19 +1,33 @@
-//! The durable store behind one trait, so another database can follow the SQLite one. Its
-//! records live beside it (`records.rs`); the SQLite backend is in the `sqlite*` files below.
+//! The durable store behind one trait, with two backends: SQLite (`sqlite*`, one process, the
+//! embedded default) and PostgreSQL (`postgres*`, several replicas of a cell on one database).
+//! Its records live beside it (`records.rs`).
 //!
 //! Every state change that edges must learn about is written together with its feed entries
 //! and the new feed head in one transaction ([`Store::commit`]); users are not part of the feed.
-//! Calls block: callers run them on the blocking thread pool.
+//! A commit is conditional: it names the head it was built on ([`Commit::base`]) and fails with
+//! [`Error::Stale`](crate::error::Error::Stale), writing nothing, when another replica
+//! committed first; the caller catches up ([`Store::entries_after`]) and builds again. So the
+//! feed stays gap-free and every replica sees one order of changes.
+//!
+//! Calls block: callers run them on the blocking thread pool (the PostgreSQL backend drives its
+//! async driver from there).
 
 use protocol::revocation::Revocation;
 use protocol::time::UnixSeconds;
 use protocol::{ContractorId, Login, SessionId, SubjectId};
 
+use protocol::feed::FeedEntry;
+
 use crate::error::Result;
 use crate::store::records::{
-    Commit, Loaded, MintedSession, TicketBurn, TransferRecord, UserRecord,
+    Commit, Dump, KeyRow, Loaded, MintedSession, Position, TicketBurn, TransferRecord, UserRecord,
 };
 
+pub(crate) mod postgres;
+mod postgres_coordination;
+mod postgres_rows;
+#[cfg(test)]
+mod postgres_tests;
 pub(crate) mod records;
 pub(crate) mod sqlite;
 mod sqlite_migration;
@@ -25,7 +39,24 @@ pub(crate) trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Loads the state, keeping the newest `retain` feed entries.
     fn load(&self, retain: u64) -> Result<Loaded>;
     /// Writes a commit atomically and drops feed entries older than the newest `retain`.
+    /// `Error::Stale`, and nothing written, when the stored head is not `commit.base` (or the
+    /// stored epoch is not `commit.epoch`).
     fn commit(&self, commit: &Commit, retain: u64) -> Result<()>;
+    /// The stored feed position (epoch and head): cheap, polled to notice other replicas'
+    /// commits and restores.
+    fn position(&self) -> Result<Position>;
+    /// Up to `limit` retained feed entries after `after`, oldest first. An answer that does not
+    /// start at `after + 1` means the entries were dropped: reload instead.
+    fn entries_after(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>>;
+    /// Every stored key row, oldest first (a replica reloads its ring after a key change).
+    fn keys(&self) -> Result<Vec<KeyRow>>;
+    /// Everything the store holds, for a backup.
+    fn dump(&self) -> Result<Dump>;
+    /// Replaces everything the store holds with `dump`, under the new `epoch`, in one
+    /// transaction; the epochs it replaces stay listed in [`Store::epochs`].
+    fn restore(&self, dump: &Dump, epoch: &str) -> Result<()>;
+    /// Every epoch this database has had, the current one last.
+    fn epochs(&self) -> Result<Vec<String>>;
     /// Deletes revocations (by feed sequence) that can no longer match an unexpired session.
     fn delete_revocations(&self, seqs: &[u64]) -> Result<()>;
     /// Inserts or replaces users in one transaction; answers the total number of users.

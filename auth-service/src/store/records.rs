@@ -107,12 +107,94 @@ pub(crate) enum Write {
     Map(Box<SignedMap>),
 }
 
-/// State changes, their feed entries and the new feed head, written atomically.
+/// State changes, their feed entries and the new feed head, written atomically on top of
+/// `base` in `epoch` (see [`Store::commit`](super::Store::commit)).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Commit {
     pub(crate) writes: Vec<Write>,
     pub(crate) entries: Vec<FeedEntry>,
+    /// The feed head this commit was built on.
+    pub(crate) base: u64,
+    /// The new feed head.
     pub(crate) head: u64,
+    /// The epoch the commit was built in.
+    pub(crate) epoch: String,
+}
+
+/// Where the stored feed is: its epoch and head.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Position {
+    pub(crate) epoch: String,
+    pub(crate) head: u64,
+}
+
+/// Schema version of a backup file ([`Dump`]).
+pub(crate) const BACKUP_SCHEMA: u32 = 1;
+
+/// A stored user as a backup writes it (the password hash included: backups are 0600).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DumpUser {
+    pub(crate) contractor_id: ContractorId,
+    pub(crate) login: Login,
+    pub(crate) subject: SubjectId,
+    pub(crate) role: Role,
+    pub(crate) password_hash: PasswordHash,
+    pub(crate) status: UserStatus,
+}
+
+/// A stored key as a backup writes it (the seed sealed under the key-encryption key, which is
+/// NOT in the backup: restore needs the same `kek_file`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DumpKey {
+    pub(crate) kid: Kid,
+    pub(crate) state: KeyState,
+    /// base64url of the public key.
+    pub(crate) public: String,
+    /// base64url of the sealed seed.
+    pub(crate) sealed_seed: Option<String>,
+    pub(crate) created_at: UnixSeconds,
+    pub(crate) state_at: UnixSeconds,
+}
+
+/// A single-use record kept until `until` (burned tickets and session ids).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DumpBurn {
+    pub(crate) id: SessionId,
+    pub(crate) until: UnixSeconds,
+}
+
+/// A recorded transfer of a session (at a source cell).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DumpTransfer {
+    pub(crate) sid: SessionId,
+    pub(crate) ticket_jti: SessionId,
+    pub(crate) iat: UnixSeconds,
+    pub(crate) exp: UnixSeconds,
+    pub(crate) sexp: UnixSeconds,
+}
+
+/// Everything a store holds: the backup file's content, the same for both backends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Dump {
+    pub(crate) schema: u32,
+    pub(crate) cell: Option<CellId>,
+    /// When the backup was taken.
+    pub(crate) taken_at: UnixSeconds,
+    pub(crate) epoch: String,
+    pub(crate) epochs: Vec<String>,
+    pub(crate) head: u64,
+    pub(crate) feed: Vec<FeedEntry>,
+    pub(crate) users: Vec<DumpUser>,
+    pub(crate) keys: Vec<DumpKey>,
+    pub(crate) ownership: BTreeMap<ContractorId, OwnershipRecord>,
+    pub(crate) revocations: Vec<Revocation>,
+    pub(crate) revocation_audit: Vec<Revocation>,
+    pub(crate) map: Option<SignedMap>,
+    pub(crate) minted_sessions: Vec<MintedSession>,
+    pub(crate) burned_tickets: Vec<DumpBurn>,
+    pub(crate) burned_sessions: Vec<DumpBurn>,
+    pub(crate) transferred_sessions: Vec<DumpTransfer>,
 }
 
 /// Everything loaded at start-up.
@@ -122,6 +204,7 @@ pub(crate) struct Loaded {
     pub(crate) ownership: BTreeMap<ContractorId, OwnershipRecord>,
     pub(crate) revocations: Vec<Revocation>,
     pub(crate) map: Option<SignedMap>,
+    pub(crate) epoch: String,
     pub(crate) head: u64,
     /// The retained feed log, oldest first.
     pub(crate) log: Vec<FeedEntry>,

@@ -1,5 +1,8 @@
 //! The SQLite backend of [`Store`]: one file, WAL, `synchronous=FULL` (an acknowledged
-//! change survives a crash), schema version in `PRAGMA user_version`.
+//! change survives a crash), schema version in `PRAGMA user_version`. One process writes it:
+//! a commit is still conditional on the stored head and epoch (the same contract as the
+//! PostgreSQL backend), and a restore replaces every table in one transaction under a new
+//! epoch.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -15,16 +18,20 @@ use rusqlite::{Connection, params};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::records::{
-    Commit, KeyRow, KeyState, Loaded, MintedSession, TicketBurn, TransferRecord, UserRecord, Write,
+    BACKUP_SCHEMA, Commit, Dump, DumpBurn, DumpTransfer, KeyRow, KeyState, Loaded, MintedSession,
+    Position, TicketBurn, TransferRecord, UserRecord, Write,
 };
 use crate::store::sqlite_rows::{
-    USER_COLUMNS, i, json, json_row, json_rows, u, unjson, users_where,
+    USER_COLUMNS, dump_key, dump_user, fresh_epoch, i, i_usize, json, json_row, json_rows, u,
+    undump_key, unjson, users_where,
 };
 use crate::store::{sqlite_migration, sqlite_revocations};
 
 /// Schema version written to `PRAGMA user_version`. Version 1 is [`SCHEMA`]; each later
 /// version is reached from the one before by its entry in [`MIGRATIONS`].
-pub(crate) const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 3;
+/// The version that brought feed epochs: a database reaching it gets its first epoch.
+const EPOCHS_SINCE: u32 = 3;
 /// How long a writer waits for a lock held by another connection, in milliseconds.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 
@@ -92,9 +99,10 @@ CREATE TABLE burned_tickets (
 
 /// `(version reached, SQL)`: the steps from version 1 to [`SCHEMA_VERSION`], applied in order
 /// in one transaction with the version bump.
-const MIGRATIONS: &[(u32, &str)] = &[(
-    2,
-    "
+const MIGRATIONS: &[(u32, &str)] = &[
+    (
+        2,
+        "
 -- A session id is transferred at most once (ATTACKS A28). At a target: the session ids
 -- already rebound here, burned with the ticket, kept until the session's expiry.
 CREATE TABLE burned_sessions (
@@ -111,7 +119,20 @@ CREATE TABLE transferred_sessions (
     sexp INTEGER NOT NULL
 ) WITHOUT ROWID;
 ",
-)];
+    ),
+    (
+        3,
+        "
+-- Feed epochs: the database's id, new at each restore from a backup. The current one is in
+-- `feed_head`; `epochs` lists every one the database has had, in order (the current last).
+CREATE TABLE epochs (
+    n INTEGER PRIMARY KEY,
+    epoch TEXT NOT NULL UNIQUE
+);
+ALTER TABLE feed_head ADD COLUMN epoch TEXT NOT NULL DEFAULT '';
+",
+    ),
+];
 
 /// How the database file is opened: WAL, `synchronous=FULL`, a busy timeout.
 const PRAGMAS: Pragmas = Pragmas::wal(BUSY_TIMEOUT_MS).synchronous("FULL");
@@ -136,19 +157,27 @@ impl SqliteStore {
         Self::init(Connection::open_in_memory()?)
     }
 
-    fn init(conn: Connection) -> Result<SqliteStore> {
+    fn init(mut conn: Connection) -> Result<SqliteStore> {
         conn.execute_batch("PRAGMA foreign_keys=ON;")?;
         let version = runtime::check_sqlite_user_version(&conn, SCHEMA_VERSION)?;
         if version < SCHEMA_VERSION {
-            let mut sql = String::from("BEGIN IMMEDIATE;");
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let mut sql = String::new();
             if version == 0 {
                 sql.push_str(SCHEMA);
             }
             for (_, step) in MIGRATIONS.iter().filter(|(v, _)| *v > version.max(1)) {
                 sql.push_str(step);
             }
-            sql.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"));
-            conn.execute_batch(&sql)?;
+            sql.push_str(&format!(" PRAGMA user_version = {SCHEMA_VERSION};"));
+            tx.execute_batch(&sql)?;
+            if version < EPOCHS_SINCE {
+                // A fresh database, or one from before epochs: its first epoch.
+                let epoch = fresh_epoch()?;
+                tx.execute("UPDATE feed_head SET epoch = ?1 WHERE id = 1", [&epoch])?;
+                tx.execute("INSERT INTO epochs (epoch) VALUES (?1)", [&epoch])?;
+            }
+            tx.commit()?;
             if version > 0 {
                 tracing::info!(
                     from = version,
@@ -170,45 +199,11 @@ impl SqliteStore {
 impl Store for SqliteStore {
     fn load(&self, retain: u64) -> Result<Loaded> {
         let conn = self.conn();
-        let mut out = Loaded::default();
-        {
-            let mut st = conn.prepare(
-                "SELECT kid, state, public_key, sealed_seed, created_at, state_at FROM keys ORDER BY created_at, kid",
-            )?;
-            let rows = st.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                    r.get::<_, Option<Vec<u8>>>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, i64>(5)?,
-                ))
-            })?;
-            for row in rows {
-                let (kid, state, public, sealed, created, at) = row?;
-                let bad = || Error::Internal(format!("stored key {kid:?} is corrupt"));
-                out.keys.push(KeyRow {
-                    kid: Kid::new(kid.clone()).map_err(|_| bad())?,
-                    state: KeyState::parse(&state).ok_or_else(bad)?,
-                    public: public.as_slice().try_into().map_err(|_| bad())?,
-                    sealed_seed: sealed,
-                    created_at: u(created),
-                    state_at: u(at),
-                });
-            }
-        }
-        {
-            let mut st = conn.prepare("SELECT contractor_id, record FROM ownership")?;
-            let rows =
-                st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-            for row in rows {
-                let (ctr, rec) = row?;
-                let ctr = ContractorId::new(ctr)
-                    .map_err(|_| Error::Internal("stored contractor id is corrupt".into()))?;
-                out.ownership.insert(ctr, unjson(&rec, "ownership record")?);
-            }
-        }
+        let mut out = Loaded {
+            keys: read_keys(&conn)?,
+            ownership: read_ownership(&conn)?,
+            ..Loaded::default()
+        };
         out.revocations = json_rows::<Revocation>(
             &conn,
             "SELECT body FROM revocations ORDER BY seq",
@@ -221,21 +216,10 @@ impl Store for SqliteStore {
             [],
             "placement map",
         )?;
-        out.head = u(conn.query_row("SELECT head FROM feed_head WHERE id = 1", [], |r| r.get(0))?);
-        {
-            let mut st =
-                conn.prepare("SELECT seq, change FROM feed WHERE seq > ?1 ORDER BY seq")?;
-            let rows = st.query_map([i(out.head.saturating_sub(retain))], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-            })?;
-            for row in rows {
-                let (seq, change) = row?;
-                out.log.push(FeedEntry {
-                    seq: u(seq),
-                    change: unjson(&change, "feed entry")?,
-                });
-            }
-        }
+        let Position { epoch, head } = read_position(&conn)?;
+        out.epoch = epoch;
+        out.head = head;
+        out.log = read_feed(&conn, out.head.saturating_sub(retain), usize::MAX)?;
         out.users = u(conn.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?);
         Ok(out)
     }
@@ -243,6 +227,14 @@ impl Store for SqliteStore {
     fn commit(&self, commit: &Commit, retain: u64) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let stored = read_position(&tx)?;
+        if stored.head != commit.base || stored.epoch != commit.epoch {
+            // Dropping the transaction rolls it back: nothing written.
+            return Err(Error::Stale {
+                stored: stored.head,
+                base: commit.base,
+            });
+        }
         for w in &commit.writes {
             match w {
                 Write::Key(k) => {
@@ -301,6 +293,221 @@ impl Store for SqliteStore {
         )?;
         tx.commit()?;
         Ok(())
+    }
+
+    fn position(&self) -> Result<Position> {
+        read_position(&self.conn())
+    }
+
+    fn entries_after(&self, after: u64, limit: usize) -> Result<Vec<FeedEntry>> {
+        read_feed(&self.conn(), after, limit)
+    }
+
+    fn keys(&self) -> Result<Vec<KeyRow>> {
+        read_keys(&self.conn())
+    }
+
+    fn dump(&self) -> Result<Dump> {
+        let mut conn = self.conn();
+        // One read transaction: every table from the same moment.
+        let tx = conn.transaction()?;
+        let Position { epoch, head } = read_position(&tx)?;
+        let burns = |sql: &str| -> Result<Vec<DumpBurn>> {
+            let mut st = tx.prepare(sql)?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, until) = row?;
+                out.push(DumpBurn {
+                    id: stored_id(id)?,
+                    until: u(until),
+                });
+            }
+            Ok(out)
+        };
+        let burned_tickets = burns("SELECT jti, exp FROM burned_tickets ORDER BY jti")?;
+        let burned_sessions = burns("SELECT sid, sexp FROM burned_sessions ORDER BY sid")?;
+        let mut transferred_sessions = Vec::new();
+        {
+            let mut st = tx.prepare(
+                "SELECT sid, ticket_jti, iat, exp, sexp FROM transferred_sessions ORDER BY sid",
+            )?;
+            let rows = st.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })?;
+            for row in rows {
+                let (sid, ticket, iat, exp, sexp) = row?;
+                transferred_sessions.push(DumpTransfer {
+                    sid: stored_id(sid)?,
+                    ticket_jti: stored_id(ticket)?,
+                    iat: u(iat),
+                    exp: u(exp),
+                    sexp: u(sexp),
+                });
+            }
+        }
+        Ok(Dump {
+            schema: BACKUP_SCHEMA,
+            cell: None,
+            taken_at: 0,
+            epochs: read_epochs(&tx)?,
+            epoch,
+            head,
+            feed: read_feed(&tx, 0, usize::MAX)?,
+            users: users_where(&tx, "1 = 1 ORDER BY contractor_id, login", [])?
+                .into_iter()
+                .map(dump_user)
+                .collect(),
+            keys: read_keys(&tx)?.iter().map(dump_key).collect(),
+            ownership: read_ownership(&tx)?,
+            revocations: json_rows(
+                &tx,
+                "SELECT body FROM revocations ORDER BY seq",
+                [],
+                "revocation",
+            )?,
+            revocation_audit: json_rows(
+                &tx,
+                "SELECT body FROM revocation_audit ORDER BY seq",
+                [],
+                "audit entry",
+            )?,
+            map: json_row(
+                &tx,
+                "SELECT body FROM placement_map WHERE id = 1",
+                [],
+                "placement map",
+            )?,
+            minted_sessions: json_rows(
+                &tx,
+                "SELECT body FROM minted_sessions ORDER BY jti",
+                [],
+                "minted session",
+            )?,
+            burned_tickets,
+            burned_sessions,
+            transferred_sessions,
+        })
+    }
+
+    fn restore(&self, dump: &Dump, epoch: &str) -> Result<()> {
+        check_restorable(dump, epoch)?;
+        let keys = dump
+            .keys
+            .iter()
+            .map(undump_key)
+            .collect::<Result<Vec<_>>>()?;
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for table in RESTORED_TABLES {
+            tx.execute(&format!("DELETE FROM {table}"), [])?;
+        }
+        for user in &dump.users {
+            tx.execute(
+                &format!("INSERT INTO users ({USER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                params![
+                    user.contractor_id.as_str(),
+                    user.login.as_str(),
+                    user.subject.as_str(),
+                    user.role.as_str(),
+                    user.password_hash.expose(),
+                    user.status.as_str(),
+                ],
+            )?;
+        }
+        for k in &keys {
+            tx.execute(
+                "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    k.kid.as_str(),
+                    k.state.as_str(),
+                    &k.public[..],
+                    k.sealed_seed,
+                    i(k.created_at),
+                    i(k.state_at)
+                ],
+            )?;
+        }
+        for (contractor, record) in &dump.ownership {
+            tx.execute(
+                "INSERT INTO ownership (contractor_id, record) VALUES (?1, ?2)",
+                params![contractor.as_str(), json(record)?],
+            )?;
+        }
+        for r in &dump.revocations {
+            tx.execute(
+                "INSERT INTO revocations (seq, body) VALUES (?1, ?2)",
+                params![i(r.seq), json(r)?],
+            )?;
+        }
+        for r in &dump.revocation_audit {
+            sqlite_revocations::audit(&tx, r)?;
+        }
+        if let Some(m) = &dump.map {
+            tx.execute(
+                "INSERT INTO placement_map (id, version, body) VALUES (1, ?1, ?2)",
+                params![i(m.map.version), json(m)?],
+            )?;
+        }
+        for e in &dump.feed {
+            tx.execute(
+                "INSERT INTO feed (seq, change) VALUES (?1, ?2)",
+                params![i(e.seq), json(&e.change)?],
+            )?;
+        }
+        for s in &dump.minted_sessions {
+            sqlite_revocations::record_session(&tx, s)?;
+        }
+        for b in &dump.burned_tickets {
+            tx.execute(
+                "INSERT INTO burned_tickets (jti, exp) VALUES (?1, ?2)",
+                params![b.id.as_str(), i(b.until)],
+            )?;
+        }
+        for b in &dump.burned_sessions {
+            tx.execute(
+                "INSERT INTO burned_sessions (sid, sexp) VALUES (?1, ?2)",
+                params![b.id.as_str(), i(b.until)],
+            )?;
+        }
+        for t in &dump.transferred_sessions {
+            tx.execute(
+                "INSERT INTO transferred_sessions (sid, ticket_jti, iat, exp, sexp)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    t.sid.as_str(),
+                    t.ticket_jti.as_str(),
+                    i(t.iat),
+                    i(t.exp),
+                    i(t.sexp)
+                ],
+            )?;
+        }
+        tx.execute(
+            "UPDATE feed_head SET head = ?1, epoch = ?2 WHERE id = 1",
+            params![i(dump.head), epoch],
+        )?;
+        for old in history(dump) {
+            tx.execute(
+                "INSERT INTO epochs (epoch) VALUES (?1) ON CONFLICT (epoch) DO NOTHING",
+                [old],
+            )?;
+        }
+        tx.execute("DELETE FROM epochs WHERE epoch = ?1", [epoch])?;
+        tx.execute("INSERT INTO epochs (epoch) VALUES (?1)", [epoch])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn epochs(&self) -> Result<Vec<String>> {
+        read_epochs(&self.conn())
     }
 
     fn delete_revocations(&self, seqs: &[u64]) -> Result<()> {
@@ -403,6 +610,135 @@ impl Store for SqliteStore {
     }
 }
 
+/// The tables a restore empties and refills (`feed_head` is updated; `epochs` is kept), in
+/// both backends.
+pub(super) const RESTORED_TABLES: [&str; 11] = [
+    "users",
+    "keys",
+    "ownership",
+    "revocations",
+    "placement_map",
+    "feed",
+    "revocation_audit",
+    "minted_sessions",
+    "burned_tickets",
+    "burned_sessions",
+    "transferred_sessions",
+];
+
+/// Refuses a backup this binary cannot restore, or an empty new epoch (both backends).
+pub(super) fn check_restorable(dump: &Dump, epoch: &str) -> Result<()> {
+    if dump.schema != BACKUP_SCHEMA {
+        return Err(Error::BadRequest(format!(
+            "backup schema {} is not {BACKUP_SCHEMA}",
+            dump.schema
+        )));
+    }
+    if epoch.is_empty() {
+        return Err(Error::Internal("a restore needs a new epoch".into()));
+    }
+    Ok(())
+}
+
+/// The epochs a backup's data went through (its list, then its own), listed by a restore
+/// before the new one (both backends).
+pub(super) fn history(dump: &Dump) -> impl Iterator<Item = &str> {
+    dump.epochs
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once(dump.epoch.as_str()))
+        .filter(|e| !e.is_empty())
+}
+
+/// A stored session or ticket id.
+fn stored_id(id: String) -> Result<SessionId> {
+    SessionId::new(id).map_err(|_| Error::Internal("a stored session id is corrupt".into()))
+}
+
+/// The stored feed position.
+fn read_position(conn: &Connection) -> Result<Position> {
+    let (head, epoch) =
+        conn.query_row("SELECT head, epoch FROM feed_head WHERE id = 1", [], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })?;
+    Ok(Position {
+        epoch,
+        head: u(head),
+    })
+}
+
+/// Every epoch, the current one last.
+fn read_epochs(conn: &Connection) -> Result<Vec<String>> {
+    let mut st = conn.prepare("SELECT epoch FROM epochs ORDER BY n")?;
+    let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<rusqlite::Result<Vec<String>>>()?)
+}
+
+/// Up to `limit` feed entries after `after`, oldest first.
+fn read_feed(conn: &Connection, after: u64, limit: usize) -> Result<Vec<FeedEntry>> {
+    let mut st =
+        conn.prepare("SELECT seq, change FROM feed WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+    let rows = st.query_map(params![i(after), i_usize(limit)], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, change) = row?;
+        out.push(FeedEntry {
+            seq: u(seq),
+            change: unjson(&change, "feed entry")?,
+        });
+    }
+    Ok(out)
+}
+
+/// Every stored key, oldest first.
+fn read_keys(conn: &Connection) -> Result<Vec<KeyRow>> {
+    let mut st = conn.prepare(
+        "SELECT kid, state, public_key, sealed_seed, created_at, state_at FROM keys ORDER BY created_at, kid",
+    )?;
+    let rows = st.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Vec<u8>>(2)?,
+            r.get::<_, Option<Vec<u8>>>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, i64>(5)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (kid, state, public, sealed, created, at) = row?;
+        let bad = || Error::Internal(format!("stored key {kid:?} is corrupt"));
+        out.push(KeyRow {
+            kid: Kid::new(kid.clone()).map_err(|_| bad())?,
+            state: KeyState::parse(&state).ok_or_else(bad)?,
+            public: public.as_slice().try_into().map_err(|_| bad())?,
+            sealed_seed: sealed,
+            created_at: u(created),
+            state_at: u(at),
+        });
+    }
+    Ok(out)
+}
+
+/// Every ownership record.
+fn read_ownership(
+    conn: &Connection,
+) -> Result<std::collections::BTreeMap<ContractorId, protocol::ownership::OwnershipRecord>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut st = conn.prepare("SELECT contractor_id, record FROM ownership")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    for row in rows {
+        let (ctr, rec) = row?;
+        let ctr = ContractorId::new(ctr)
+            .map_err(|_| Error::Internal("stored contractor id is corrupt".into()))?;
+        out.insert(ctr, unjson(&rec, "ownership record")?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +790,49 @@ mod tests {
             let n: i64 = one(&conn, &format!("SELECT COUNT(*) FROM {table}"));
             assert_eq!(n, 0, "{table}");
         }
+        // Version 3 gave it its first epoch.
+        let epoch: String = one(&conn, "SELECT epoch FROM feed_head WHERE id = 1");
+        assert_eq!(epoch.len(), 22);
+        assert_eq!(read_epochs(&conn).unwrap(), vec![epoch]);
+    }
+
+    #[test]
+    fn every_fresh_database_gets_its_own_epoch() {
+        let a = SqliteStore::in_memory().unwrap().position().unwrap();
+        let b = SqliteStore::in_memory().unwrap().position().unwrap();
+        assert_eq!((a.head, b.head), (0, 0));
+        assert_eq!(a.epoch.len(), 22);
+        assert_ne!(a.epoch, b.epoch);
+    }
+
+    #[test]
+    fn a_stale_commit_writes_nothing() {
+        contract::a_stale_commit_writes_nothing(&SqliteStore::in_memory().unwrap());
+    }
+
+    #[test]
+    fn a_dump_restores_everything_under_a_new_epoch() {
+        let store = SqliteStore::in_memory().unwrap();
+        contract::a_dump_restores_everything_under_a_new_epoch(&store);
+    }
+
+    #[test]
+    fn a_restore_survives_reopening_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_in(dir.path(), DB_FILE).unwrap();
+        contract::fill(&store);
+        let dump = store.dump().unwrap();
+        let other = SqliteStore::in_memory().unwrap();
+        let epoch = fresh_epoch().unwrap();
+        other.restore(&dump, &epoch).unwrap();
+        let restored = other.dump().unwrap();
+        assert_eq!(restored.epoch, epoch);
+        assert_eq!(restored.epochs.last(), Some(&epoch));
+        assert!(restored.epochs.contains(&dump.epoch));
+        assert_eq!(restored.users, dump.users);
+        drop(store);
+        let reopened = SqliteStore::open_in(dir.path(), DB_FILE).unwrap();
+        assert_eq!(reopened.dump().unwrap(), dump);
     }
 
     #[test]
@@ -467,10 +846,13 @@ mod tests {
             created_at: 1,
             state_at: 1,
         };
+        let epoch = store.position().unwrap().epoch;
         let commit = |rows: Vec<KeyRow>, head| Commit {
             writes: rows.into_iter().map(Write::Key).collect(),
             entries: vec![],
+            base: head - 1,
             head,
+            epoch: epoch.clone(),
         };
         store.commit(&commit(vec![row.clone()], 1), 10).unwrap();
         let promoted = KeyRow {
@@ -488,5 +870,334 @@ mod tests {
         };
         store.commit(&commit(vec![revoked], 3), 10).unwrap();
         assert_eq!(store.load(10).unwrap().keys[0].sealed_seed, None);
+    }
+}
+
+/// The store contract both backends must keep, as test bodies over `&dyn Store` (the
+/// PostgreSQL tests run the same ones).
+#[cfg(test)]
+pub(super) mod contract {
+    use protocol::feed::Change;
+    use protocol::ownership::OwnershipRecord;
+    use protocol::revocation::RevocationKind;
+    use protocol::{ClientKind, Generation};
+
+    use super::*;
+    use crate::store::records::TicketBurn;
+
+    fn ctr(n: u8) -> ContractorId {
+        ContractorId::new(format!("c-{n}")).unwrap()
+    }
+
+    fn sid(n: u8) -> SessionId {
+        SessionId::from_random([n; 16])
+    }
+
+    /// A commit on top of the stored position setting contractor `n` active at `gen`.
+    pub(in crate::store) fn ownership(store: &dyn Store, n: u8, g: u64) -> Commit {
+        let Position { epoch, head } = store.position().unwrap();
+        let record = OwnershipRecord::Active {
+            r#gen: Generation(g),
+        };
+        Commit {
+            writes: vec![Write::Ownership {
+                contractor: ctr(n),
+                record: record.clone(),
+            }],
+            entries: vec![FeedEntry {
+                seq: head + 1,
+                change: Change::Ownership {
+                    contractor: ctr(n),
+                    record,
+                },
+            }],
+            base: head,
+            head: head + 1,
+            epoch,
+        }
+    }
+
+    /// The write setting contractor `n` active at `g`.
+    pub(in crate::store) fn ownership_write(n: u8, g: u64) -> Vec<Write> {
+        vec![Write::Ownership {
+            contractor: ctr(n),
+            record: OwnershipRecord::Active {
+                r#gen: Generation(g),
+            },
+        }]
+    }
+
+    /// Puts something in every table.
+    pub(in crate::store) fn fill(store: &dyn Store) {
+        let Position { epoch, head } = store.position().unwrap();
+        let key = KeyRow {
+            kid: Kid::new("k-1").unwrap(),
+            state: KeyState::Current,
+            public: [3; 32],
+            sealed_seed: Some(vec![9; 61]),
+            created_at: 10,
+            state_at: 11,
+        };
+        let revocation = Revocation {
+            seq: head + 2,
+            kind: RevocationKind::Session {
+                jti: sid(1),
+                exp: 5_000,
+            },
+            at: 100,
+            by: "ops".into(),
+            reason: "lost phone".into(),
+        };
+        let record = OwnershipRecord::Handoff {
+            r#gen: Generation(2),
+        };
+        let commit = Commit {
+            writes: vec![
+                Write::Key(key),
+                Write::Ownership {
+                    contractor: ctr(1),
+                    record: record.clone(),
+                },
+                Write::Revocation(revocation.clone()),
+            ],
+            entries: vec![
+                FeedEntry {
+                    seq: head + 1,
+                    change: Change::Ownership {
+                        contractor: ctr(1),
+                        record,
+                    },
+                },
+                FeedEntry {
+                    seq: head + 2,
+                    change: Change::Revocation(revocation),
+                },
+            ],
+            base: head,
+            head: head + 2,
+            epoch,
+        };
+        store.commit(&commit, 100).unwrap();
+        let user = UserRecord {
+            contractor_id: ctr(1),
+            login: Login::new("ann").unwrap(),
+            subject: SubjectId::new("s-ann").unwrap(),
+            role: protocol::admin::cell::Role::Technician,
+            password_hash: protocol::PasswordHash::new("$argon2id$v=19$m=1,t=1,p=1$c2FsdA$aGFzaA"),
+            status: protocol::admin::cell::UserStatus::Active,
+        };
+        assert_eq!(store.upsert_users(&[user]).unwrap(), 1);
+        store
+            .record_session(&MintedSession {
+                session_id: sid(2),
+                subject: SubjectId::new("s-ann").unwrap(),
+                contractor: ctr(1),
+                client: ClientKind::Field,
+                kid: Kid::new("k-1").unwrap(),
+                generation: Generation(2),
+                issued_at: 100,
+                expires_at: 4_000,
+                auth_time: 100,
+            })
+            .unwrap();
+        let burn = TicketBurn {
+            jti: sid(3),
+            exp: 1_000,
+            sid: sid(4),
+            sexp: 4_000,
+        };
+        assert!(store.burn_ticket(&burn, 100).unwrap());
+        let rec = TransferRecord {
+            ticket_jti: sid(5),
+            iat: 100,
+            exp: 220,
+        };
+        assert_eq!(
+            store.record_transfer(&sid(6), 4_000, &rec, 100).unwrap(),
+            rec
+        );
+    }
+
+    pub(in crate::store) fn a_stale_commit_writes_nothing(store: &dyn Store) {
+        let start = store.position().unwrap();
+        assert_eq!(start.head, 0);
+        assert!(!start.epoch.is_empty());
+        let first = ownership(store, 1, 1);
+        store.commit(&first, 100).unwrap();
+        // Built on head 0 again (another replica committed first): refused.
+        let stale = Commit {
+            writes: vec![Write::Ownership {
+                contractor: ctr(1),
+                record: OwnershipRecord::Active {
+                    r#gen: Generation(7),
+                },
+            }],
+            ..first.clone()
+        };
+        assert!(matches!(
+            store.commit(&stale, 100),
+            Err(Error::Stale { stored: 1, base: 0 })
+        ));
+        // Built in another epoch (the database was restored): refused.
+        let other_epoch = Commit {
+            epoch: "another-epoch".into(),
+            ..ownership(store, 2, 1)
+        };
+        assert!(matches!(
+            store.commit(&other_epoch, 100),
+            Err(Error::Stale { stored: 1, base: 1 })
+        ));
+        assert_eq!(store.position().unwrap().head, 1);
+        assert_eq!(store.entries_after(0, 10).unwrap(), first.entries);
+        let loaded = store.load(100).unwrap();
+        assert_eq!(loaded.head, 1);
+        assert_eq!(loaded.epoch, start.epoch);
+        assert_eq!(loaded.ownership.len(), 1);
+        assert_eq!(
+            loaded.ownership[&ctr(1)],
+            OwnershipRecord::Active {
+                r#gen: Generation(1)
+            }
+        );
+        // Entries page, oldest first, and drop out of the retained window.
+        for g in 2..=4 {
+            store.commit(&ownership(store, 1, g), 2).unwrap();
+        }
+        let seqs = |v: Vec<FeedEntry>| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(store.entries_after(0, 10).unwrap()), vec![3, 4]);
+        assert_eq!(seqs(store.entries_after(2, 1).unwrap()), vec![3]);
+        assert!(store.entries_after(4, 10).unwrap().is_empty());
+    }
+
+    pub(in crate::store) fn a_dump_restores_everything_under_a_new_epoch(store: &dyn Store) {
+        let first_epoch = store.position().unwrap().epoch;
+        fill(store);
+        let dump = store.dump().unwrap();
+        assert_eq!(dump.schema, BACKUP_SCHEMA);
+        assert_eq!((dump.head, dump.feed.len()), (2, 2));
+        assert_eq!(dump.epochs, vec![first_epoch.clone()]);
+        assert_eq!(dump.epoch, first_epoch);
+        assert_eq!(dump.keys.len(), 1);
+        assert_eq!(dump.keys[0].sealed_seed.as_deref().map(str::len), Some(82));
+        assert_eq!((dump.users.len(), dump.ownership.len()), (1, 1));
+        assert_eq!(
+            (dump.revocations.len(), dump.revocation_audit.len()),
+            (1, 1)
+        );
+        assert_eq!(dump.minted_sessions.len(), 1);
+        assert_eq!(
+            (dump.burned_tickets.len(), dump.burned_sessions.len()),
+            (1, 1)
+        );
+        assert_eq!(dump.transferred_sessions.len(), 1);
+        assert_eq!(
+            store.keys().unwrap(),
+            vec![undump_key(&dump.keys[0]).unwrap()]
+        );
+        // Life goes on after the backup ...
+        store.commit(&ownership(store, 2, 1), 100).unwrap();
+        store.delete_revocations(&[2]).unwrap();
+        // ... and the backup is restored.
+        let epoch = fresh_epoch().unwrap();
+        store.restore(&dump, &epoch).unwrap();
+        let again = store.dump().unwrap();
+        assert_eq!(
+            again,
+            Dump {
+                epoch: epoch.clone(),
+                epochs: vec![first_epoch.clone(), epoch.clone()],
+                ..dump.clone()
+            }
+        );
+        assert_eq!(
+            store.epochs().unwrap(),
+            vec![first_epoch.clone(), epoch.clone()]
+        );
+        assert_eq!(
+            store.position().unwrap(),
+            Position {
+                epoch: epoch.clone(),
+                head: 2
+            }
+        );
+        let loaded = store.load(100).unwrap();
+        assert_eq!((loaded.epoch.as_str(), loaded.head), (epoch.as_str(), 2));
+        assert_eq!(loaded.log, dump.feed);
+        // A commit built before the restore is refused; one built after it is taken.
+        let before = Commit {
+            epoch: first_epoch,
+            ..ownership(store, 3, 1)
+        };
+        assert!(matches!(
+            store.commit(&before, 100),
+            Err(Error::Stale { .. })
+        ));
+        store.commit(&ownership(store, 3, 1), 100).unwrap();
+        // The single-use records came back: a burned ticket stays burned.
+        let burn = TicketBurn {
+            jti: sid(3),
+            exp: 1_000,
+            sid: sid(9),
+            sexp: 4_000,
+        };
+        assert!(!store.burn_ticket(&burn, 100).unwrap());
+        // A backup of another schema is refused, and nothing changes.
+        let newer = Dump {
+            schema: BACKUP_SCHEMA + 1,
+            ..dump
+        };
+        assert!(store.restore(&newer, "e-3").is_err());
+        assert_eq!(store.position().unwrap().head, 3);
+    }
+
+    pub(in crate::store) fn a_session_id_is_burned_once(store: &dyn Store) {
+        let burn = |jti: u8, sid_n: u8| TicketBurn {
+            jti: sid(jti),
+            exp: 1_000,
+            sid: sid(sid_n),
+            sexp: 5_000,
+        };
+        assert!(store.burn_ticket(&burn(1, 9), 900).unwrap());
+        assert!(!store.burn_ticket(&burn(1, 9), 900).unwrap(), "same ticket");
+        assert!(
+            !store.burn_ticket(&burn(2, 9), 900).unwrap(),
+            "same session"
+        );
+        // The refused ticket was not burned: with another session it would pass.
+        assert!(store.burn_ticket(&burn(2, 8), 900).unwrap());
+        // The session id is kept past the ticket's expiry, until the session's.
+        assert!(!store.burn_ticket(&burn(3, 9), 4_000).unwrap());
+        let after = 5_000 + protocol::token::LEEWAY_S + 1;
+        assert!(store.burn_ticket(&burn(3, 9), after).unwrap());
+    }
+
+    pub(in crate::store) fn a_session_keeps_its_first_transfer_record(store: &dyn Store) {
+        let rec = |jti: u8, iat: u64| TransferRecord {
+            ticket_jti: sid(jti),
+            iat,
+            exp: iat + 120,
+        };
+        let sexp = 10_000;
+        let first = store
+            .record_transfer(&sid(7), sexp, &rec(1, 100), 100)
+            .unwrap();
+        assert_eq!(first, rec(1, 100));
+        let again = store
+            .record_transfer(&sid(7), sexp, &rec(2, 500), 500)
+            .unwrap();
+        assert_eq!(again, rec(1, 100), "the first ticket is answered again");
+        let other = store
+            .record_transfer(&sid(8), sexp, &rec(3, 500), 500)
+            .unwrap();
+        assert_eq!(other, rec(3, 500));
+        let later = sexp + protocol::token::LEEWAY_S + 1;
+        let forgotten = store
+            .record_transfer(&sid(7), sexp, &rec(4, later), later)
+            .unwrap();
+        assert_eq!(
+            forgotten,
+            rec(4, later),
+            "forgotten after the session's expiry"
+        );
     }
 }

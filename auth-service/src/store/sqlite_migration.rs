@@ -91,66 +91,15 @@ pub(super) fn record_transfer(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::store::Store as _;
-    use crate::store::sqlite::SqliteStore;
-
-    fn id(n: u8) -> SessionId {
-        SessionId::from_random([n; 16])
-    }
+    use crate::store::sqlite::{SqliteStore, contract};
 
     #[test]
     fn a_session_id_is_burned_once_whatever_ticket_carries_it() {
-        let store = SqliteStore::in_memory().unwrap();
-        let burn = |jti: u8, sid: u8| TicketBurn {
-            jti: id(jti),
-            exp: 1_000,
-            sid: id(sid),
-            sexp: 5_000,
-        };
-        assert!(store.burn_ticket(&burn(1, 9), 900).unwrap());
-        assert!(!store.burn_ticket(&burn(1, 9), 900).unwrap(), "same ticket");
-        assert!(
-            !store.burn_ticket(&burn(2, 9), 900).unwrap(),
-            "same session"
-        );
-        // The refused ticket was not burned: with another session it would pass.
-        assert!(store.burn_ticket(&burn(2, 8), 900).unwrap());
-        // The session id is kept past the ticket's expiry, until the session's.
-        assert!(!store.burn_ticket(&burn(3, 9), 4_000).unwrap());
-        let after = 5_000 + protocol::token::LEEWAY_S + 1;
-        assert!(store.burn_ticket(&burn(3, 9), after).unwrap());
+        contract::a_session_id_is_burned_once(&SqliteStore::in_memory().unwrap());
     }
 
     #[test]
     fn a_session_keeps_its_first_transfer_record_until_it_expires() {
-        let store = SqliteStore::in_memory().unwrap();
-        let rec = |jti: u8, iat: u64| TransferRecord {
-            ticket_jti: id(jti),
-            iat,
-            exp: iat + 120,
-        };
-        let sexp = 10_000;
-        let first = store
-            .record_transfer(&id(7), sexp, &rec(1, 100), 100)
-            .unwrap();
-        assert_eq!(first, rec(1, 100));
-        let again = store
-            .record_transfer(&id(7), sexp, &rec(2, 500), 500)
-            .unwrap();
-        assert_eq!(again, rec(1, 100), "the first ticket is answered again");
-        let other = store
-            .record_transfer(&id(8), sexp, &rec(3, 500), 500)
-            .unwrap();
-        assert_eq!(other, rec(3, 500));
-        let later = sexp + protocol::token::LEEWAY_S + 1;
-        let forgotten = store
-            .record_transfer(&id(7), sexp, &rec(4, later), later)
-            .unwrap();
-        assert_eq!(
-            forgotten,
-            rec(4, later),
-            "forgotten after the session's expiry"
-        );
+        contract::a_session_keeps_its_first_transfer_record(&SqliteStore::in_memory().unwrap());
     }
 }

@@ -585,8 +585,10 @@ async fn feed_delta_snapshot_long_poll_and_status() {
     assert_eq!(delta["body"]["kind"], "delta");
     assert_eq!(delta["body"]["entries"].as_array().unwrap().len(), 2);
     let parsed: protocol::feed::FeedResponse = serde_json::from_value(delta).unwrap();
+    assert!(!parsed.epoch.is_empty(), "the feed names its epoch");
+    let epoch = parsed.epoch.clone();
     parsed
-        .check_applicable(&CellId::new(CELL).unwrap(), head)
+        .check_applicable(&CellId::new(CELL).unwrap(), head, &epoch)
         .unwrap();
     // a long-poll at the head wakes up on the next change
     let head = head + 2;

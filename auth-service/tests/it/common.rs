@@ -107,7 +107,44 @@ pub fn write_tokens(dir: &Path) {
     std::fs::write(dir.join("edge.token"), EDGE).unwrap();
 }
 
+/// The suite's store: SQLite, or with `CELLBIND_TEST_STORE=postgres` a fresh database per
+/// fixture on one private PostgreSQL server for the whole test binary.
+pub fn store_toml(dir: &Path) -> String {
+    static SERVER: std::sync::OnceLock<(devfleet::PgServer, tempfile::TempDir)> =
+        std::sync::OnceLock::new();
+    static NEXT_DB: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    match std::env::var(devfleet::TEST_STORE_ENV).as_deref() {
+        Ok("postgres") => {
+            let (server, _) = SERVER.get_or_init(|| {
+                let dir = tempfile::tempdir().unwrap();
+                let server = devfleet::PgServer::start_for_process(dir.path(), 400)
+                    .unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"));
+                (server, dir)
+            });
+            let db = format!(
+                "it_{}",
+                NEXT_DB.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            server.create_database(&db).unwrap();
+            let url_file = dir.join(format!("postgres-{db}.url"));
+            std::fs::write(&url_file, server.url(&db)).unwrap();
+            format!(
+                "store = \"postgres\"\ndatabase_url_file = \"{}\"\ndatabase_max_connections = 4\n",
+                url_file.display()
+            )
+        }
+        Ok("sqlite") | Err(_) => String::new(),
+        Ok(other) => panic!("{}={other}: sqlite or postgres", devfleet::TEST_STORE_ENV),
+    }
+}
+
+/// Whether the suite runs on PostgreSQL (see [`store_toml`]).
+pub fn config_toml_uses_postgres() -> bool {
+    std::env::var(devfleet::TEST_STORE_ENV).as_deref() == Ok("postgres")
+}
+
 pub fn config_toml(dir: &Path, tls: &Tls, listen: &str, internal: &str, extra: &str) -> String {
+    let store = store_toml(dir);
     format!(
         r#"
 cell_id = "{CELL}"
@@ -123,6 +160,7 @@ tls_cert = "{cert}"
 tls_key = "{key}"
 ca_cert = "{ca}"
 map_public_key = "{mk}"
+{store}
 {extra}
 "#,
         data = dir.join("data").display(),
@@ -161,6 +199,20 @@ impl Fixture {
             tls,
             config,
             clock,
+            state,
+        }
+    }
+
+    /// Another replica of `other`'s cell: a second state over the same store and clock.
+    pub async fn replica_of(other: &Fixture) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = make_tls(dir.path());
+        let state = other.reopen().await;
+        Fixture {
+            dir,
+            tls,
+            config: other.config.clone(),
+            clock: other.clock.clone(),
             state,
         }
     }

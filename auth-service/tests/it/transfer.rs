@@ -17,17 +17,26 @@ use serde_json::{Value, json};
 const CTR: &str = "c-77";
 const PW: &str = "correct horse battery";
 
-/// Another cell sharing the fixture's clock, CA and tokens.
+/// Another cell sharing the fixture's clock, CA and tokens; called again for the same `n`, the
+/// same cell restarted (its configuration, and so its store, is kept beside the fixture).
 async fn peer(f: &Fixture, n: u8) -> AppState {
     let dir = f.dir.path().join(format!("cell-0{n}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "127.0.0.1:0", "")
-        .replace(CELL, &format!("cell-0{n}"))
-        .replace(ISSUER, &format!("https://127.0.0.{n}:8443"))
-        .replace(
-            &f.dir.path().join("data").display().to_string(),
-            &dir.display().to_string(),
-        );
+    let saved = f.dir.path().join(format!("cell-0{n}.toml"));
+    let toml = match std::fs::read_to_string(&saved) {
+        Ok(toml) => toml,
+        Err(_) => {
+            std::fs::create_dir_all(&dir).unwrap();
+            let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "127.0.0.1:0", "")
+                .replace(CELL, &format!("cell-0{n}"))
+                .replace(ISSUER, &format!("https://127.0.0.{n}:8443"))
+                .replace(
+                    &f.dir.path().join("data").display().to_string(),
+                    &dir.display().to_string(),
+                );
+            std::fs::write(&saved, &toml).unwrap();
+            toml
+        }
+    };
     let config = Config::from_toml(&toml).unwrap();
     cellbind_auth_service::open_with_clock(config, Arc::new(f.clock.clone()))
         .await
