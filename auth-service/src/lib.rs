@@ -29,8 +29,10 @@
 
 #![warn(unreachable_pub)]
 
+mod backup;
 mod batch;
 pub mod config;
+mod coordination;
 pub mod error;
 mod feed;
 mod instances;
@@ -52,6 +54,9 @@ mod tls;
 mod transfer;
 mod users;
 
+pub use backup::{
+    BackupSummary, MAX_BACKUP_BYTES, RestoreSummary, backup, restore, restore_with_clock,
+};
 pub use config::Config;
 pub use error::{Error, Result, TicketRefusal};
 pub use keys::lifecycle::tick_keys;

@@ -41,6 +41,18 @@ macro_rules! binary {
     };
 }
 
+/// The command line of a server binary with subcommands (`backup`, `restore`): `--config`
+/// and, optionally, one command `C`.
+#[derive(Debug, Parser)]
+pub struct ServerArgsWith<C: clap::Subcommand> {
+    /// TOML configuration file (fields may be overridden by CELLBIND_<FIELD>); given before
+    /// the command.
+    #[arg(long)]
+    pub config: PathBuf,
+    #[command(subcommand)]
+    pub command: Option<C>,
+}
+
 /// Parses the command line (clap prints help, version and usage errors and exits), installs
 /// logging (`info` unless `RUST_LOG` says otherwise), then runs `run` with the configuration
 /// path on a multi-threaded tokio runtime. A failure is logged and printed as
@@ -59,9 +71,38 @@ where
         Ok(args) => args,
         Err(e) => e.exit(),
     };
+    run_main(binary, run(args.config))
+}
+
+/// [`main`] for a binary with subcommands `C`: `run` gets the configuration path and the
+/// command given, if any.
+pub fn main_with<C, F, Fut, E>(binary: Binary, run: F) -> ExitCode
+where
+    C: clap::Subcommand,
+    F: FnOnce(PathBuf, Option<C>) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let command = ServerArgsWith::<C>::command()
+        .name(binary.name)
+        .version(binary.version)
+        .about(binary.about);
+    let args = match ServerArgsWith::<C>::from_arg_matches(&command.get_matches()) {
+        Ok(args) => args,
+        Err(e) => e.exit(),
+    };
+    run_main(binary, run(args.config, args.command))
+}
+
+/// Logging, a runtime, `fut` on it, and the exit code.
+fn run_main<Fut, E>(binary: Binary, fut: Fut) -> ExitCode
+where
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
     crate::logging::init("info");
     let result = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt.block_on(run(args.config)).map_err(|e| e.to_string()),
+        Ok(rt) => rt.block_on(fut).map_err(|e| e.to_string()),
         Err(e) => Err(format!("cannot start the async runtime: {e}")),
     };
     match result {

@@ -9,5 +9,6 @@ mod bad_input;
 mod drain;
 mod hostile_client;
 mod process;
+mod restore;
 mod revocations;
 mod transfer;
