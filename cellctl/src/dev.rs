@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use devfleet::{DEFAULT_DIR, DEFAULT_PORT_BASE, Fleet, FleetOptions};
+use devfleet::{DEFAULT_DIR, DEFAULT_PORT_BASE, Fleet, FleetOptions, StoreKind};
 use runtime::IoContext as _;
 
 use crate::error::{CtlError, Result};
@@ -17,6 +17,14 @@ pub struct DevArgs {
     /// and B+6 (internal), app B+5 (public) and B+7 (internal).
     #[arg(long, default_value_t = DEFAULT_PORT_BASE)]
     pub port_base: u16,
+    /// Where the auth-services keep their state: sqlite (one file per auth-service) or
+    /// postgres (a private PostgreSQL server in DIR/postgres, one database per cell).
+    #[arg(long, default_value_t = StoreKind::Sqlite)]
+    pub store: StoreKind,
+    /// Auth-service replicas per cell (1..=4; more than one needs --store postgres). Replica r
+    /// of cell n listens on 127.0.r.n with the ports of replica 0.
+    #[arg(long, default_value_t = 1)]
+    pub auth_replicas: u8,
 }
 
 /// `cellctl dev`: starts a fleet beside this binary's siblings, prints where everything is, and
@@ -27,7 +35,10 @@ pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
         .parent()
         .ok_or_else(|| CtlError::Config("cellctl has no parent directory".into()))?
         .to_path_buf();
-    let opts = FleetOptions::new(&args.dir, bin_dir).port_base(args.port_base);
+    let opts = FleetOptions::new(&args.dir, bin_dir)
+        .port_base(args.port_base)
+        .store(args.store)
+        .auth_replicas(args.auth_replicas);
     let fleet = Fleet::start(opts).await?;
     let f = fleet.file();
     let fleet_path = fleet.fleet_file_path();
@@ -37,6 +48,8 @@ pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
             serde_json::json!({
                 "fleet_file": fleet_path,
                 "started_in_ms": fleet.started_in().as_millis(),
+                "store": f.store,
+                "postgres": f.postgres,
                 "control_plane": f.control_plane,
                 "cells": f.cells,
             })
@@ -65,6 +78,19 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
         fleet.started_in().as_secs_f64()
     );
     println!("  fleet file     {}", fleet_path.display());
+    let replicas = f.cells.first().map_or(1, |c| c.replicas().len());
+    match &f.postgres {
+        Some(pg) => println!(
+            "  store          postgres (socket {}, data {}), {replicas} auth-service replica{} per cell",
+            pg.socket_dir.display(),
+            pg.data_dir.display(),
+            if replicas == 1 { "" } else { "s" }
+        ),
+        None => println!(
+            "  store          {}, {replicas} auth-service per cell",
+            f.store
+        ),
+    }
     println!("  CA certificate {ca}");
     println!(
         "  control plane  {} (pid {})",
@@ -83,11 +109,29 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
             c.app_internal_url,
             c.app_pid
         );
+        for (r, (s, public)) in c
+            .replicas()
+            .iter()
+            .zip(&c.auth_public_urls)
+            .enumerate()
+            .skip(1)
+        {
+            println!(
+                "                 auth-service replica {r} {public} (internal {}) pid {}",
+                s.url, s.pid
+            );
+        }
     }
     println!(
         "  secrets        {}/secrets/<cell>/{{admin,feed,app,edge}}.token, control-plane.token",
         fleet.dir().display()
     );
+    if f.postgres.is_some() {
+        println!(
+            "                 {}/secrets/<cell>/{{database.url,kek}}",
+            fleet.dir().display()
+        );
+    }
     println!("  logs           {}/<component>.log", fleet.dir().display());
     if let Some(u) = f.demo.technicians.first()
         && let Some(cell) = f.cell(&u.cell_id)
@@ -105,5 +149,9 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
         println!("  cellctl status --fleet {}", fleet_path.display());
     }
     println!();
-    println!("Press Ctrl-C to stop every process of the fleet.");
+    if f.postgres.is_some() {
+        println!("Press Ctrl-C to stop every process of the fleet and its PostgreSQL server.");
+    } else {
+        println!("Press Ctrl-C to stop every process of the fleet.");
+    }
 }

@@ -79,6 +79,25 @@ pub(crate) async fn stop_children(sup: &Supervision, children: &mut Vec<ChildPro
     children.clear();
 }
 
+/// SIGKILLs one child (unless it has been reaped already: then its pid may be another
+/// process's).
+pub(crate) fn kill_child(c: &ChildProc) -> Result<()> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if c.task.is_finished() {
+        return Ok(());
+    }
+    let pid = i32::try_from(c.pid)
+        .map_err(|_| FleetError::Internal(format!("pid {} of {} is out of range", c.pid, c.id)))?;
+    match kill(Pid::from_raw(pid), Signal::SIGKILL) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(FleetError::Fleet(format!(
+            "killing {} (pid {}): {e}",
+            c.id, c.pid
+        ))),
+    }
+}
+
 /// Starts `bin --config DIR/config/<id>.toml`, its output to `DIR/<id>.log`.
 pub(crate) fn spawn_child(
     bin: &Path,

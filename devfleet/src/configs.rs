@@ -43,6 +43,41 @@ pub(crate) struct AuthServiceConfig<'a> {
     pub(crate) map_poll_interval_ms: u64,
     pub(crate) session_lifetime_s: u64,
     pub(crate) key_rotation_interval_s: u64,
+    /// The PostgreSQL keys; absent with SQLite (the auth-service's default store).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) postgres: Option<AuthPostgres>,
+}
+
+/// The keys of an auth-service replica on PostgreSQL.
+#[derive(Debug, Serialize)]
+pub(crate) struct AuthPostgres {
+    /// Always `"postgres"`.
+    pub(crate) store: &'static str,
+    /// The cell's database URL file (0600).
+    pub(crate) database_url_file: PathBuf,
+    pub(crate) database_max_connections: u32,
+    /// `<cell>-r<r>`.
+    pub(crate) replica_id: String,
+}
+
+/// A URL key that takes one URL or a list of them (replicas, tried in order).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Urls {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Urls {
+    /// One URL as a string, several as a list.
+    pub(crate) fn of(mut urls: Vec<String>) -> Urls {
+        if urls.len() == 1
+            && let Some(one) = urls.pop()
+        {
+            return Urls::One(one);
+        }
+        Urls::Many(urls)
+    }
 }
 
 /// A cell's edge.
@@ -52,8 +87,8 @@ pub(crate) struct EdgeConfig<'a> {
     pub(crate) instance_id: &'a str,
     pub(crate) listen: SocketAddr,
     pub(crate) public_url: &'a str,
-    pub(crate) auth_service_url: &'a str,
-    pub(crate) feed_url: &'a str,
+    pub(crate) auth_service_url: Urls,
+    pub(crate) feed_url: Urls,
     pub(crate) app_url: &'a str,
     pub(crate) feed_token_file: PathBuf,
     pub(crate) app_token_file: PathBuf,

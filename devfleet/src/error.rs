@@ -25,6 +25,18 @@ pub enum FleetError {
     Secret(#[from] runtime::secret::SecretError),
     #[error("control plane: {0}")]
     ControlPlane(#[from] control_plane::CpError),
+    #[error(
+        "PostgreSQL's {tool} was not found in PATH nor in /usr/lib/postgresql/*/bin (install the postgresql package)"
+    )]
+    PostgresNotFound { tool: &'static str },
+    #[error("PostgreSQL must run as the system user {user}, which does not exist")]
+    PostgresNoSystemUser { user: &'static str },
+    #[error("PostgreSQL: {command} failed ({status}): {output}")]
+    PostgresCommand {
+        command: String,
+        status: String,
+        output: String,
+    },
     #[error("internal: {0}")]
     Internal(String),
 }

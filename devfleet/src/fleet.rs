@@ -15,17 +15,18 @@ use runtime::secret::{random_token, write_atomic, write_private};
 use runtime::{IoContext as _, Secret};
 
 use crate::certs::{self, LocalCa, client_trusting};
-use crate::children::{ChildProc, Supervision, probe, spawn_child, stop_children};
-use crate::configs::{AppConfig, AuthServiceConfig, EdgeConfig, write_toml};
+use crate::children::{ChildProc, Supervision, kill_child, probe, spawn_child, stop_children};
+use crate::configs::{AppConfig, AuthPostgres, AuthServiceConfig, EdgeConfig, Urls, write_toml};
 use crate::error::{FleetError, Result};
 use crate::fleet_file::{
-    self, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE,
-    Service,
+    self, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
+    SESSION_FILE, Service, StoreKind,
 };
-use crate::layout::{CellPlan, CellToken, Layout, SECRETS_DIR, lock_dir, mkdir};
+use crate::layout::{CellPlan, CellToken, Layout, ReplicaPlan, SECRETS_DIR, lock_dir, mkdir};
 use crate::ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free, https};
+use crate::postgres::{self, PgServer};
 use crate::seed::{self, DISPATCHERS, SeedPlan, TECHNICIANS};
-use crate::seeding::{fetch_map, seed_cell};
+use crate::seeding::{fetch_map, push_map, seed_cell};
 
 /// Cells of a dev fleet.
 pub const DEFAULT_CELLS: u8 = 5;
@@ -45,6 +46,27 @@ pub const STALLED_MAP_POLL_INTERVAL_MS: u64 = 24 * 3600 * 1000;
 pub const WRITE_LEASE_MS: u64 = 30_000;
 /// Edge feed long-poll, in milliseconds.
 pub const FEED_WAIT_MS: u64 = 20_000;
+
+/// Most auth-service replicas per cell.
+pub const MAX_AUTH_REPLICAS: u8 = 4;
+/// Connections each auth-service replica of a PostgreSQL fleet may hold
+/// (`database_max_connections`); the private server allows every replica this many and a few
+/// more (its `LISTEN` connection, `psql`).
+pub const DEV_DB_MAX_CONNECTIONS: u32 = 10;
+/// Environment variable of [`FleetOptions::with_test_env`]: the store of a test's fleet
+/// (`sqlite` or `postgres`).
+pub const TEST_STORE_ENV: &str = "CELLBIND_TEST_STORE";
+/// Environment variable of [`FleetOptions::with_test_env`]: auth-service replicas per cell of
+/// a test's fleet.
+pub const TEST_AUTH_REPLICAS_ENV: &str = "CELLBIND_TEST_AUTH_REPLICAS";
+/// Folder of the fleet directory that holds the private PostgreSQL server (its log always; its
+/// data and socket unless the fleet runs as root).
+pub const POSTGRES_DIR: &str = "postgres";
+/// File name of a cell's database URL in its secrets folder.
+pub const DATABASE_URL_FILE: &str = "database.url";
+/// File name of a cell's key-encryption key in its secrets folder (PostgreSQL fleets: every
+/// replica of the cell unseals the same keys).
+pub const KEK_FILE: &str = "kek";
 
 /// Binary of the control plane.
 pub const CONTROL_PLANE_BIN: &str = "cellbind-control-plane";
@@ -70,6 +92,14 @@ pub struct FleetOptions {
     /// Tests: this cell's auth-service (by number, 1-based) polls the control plane's map only
     /// every [`STALLED_MAP_POLL_INTERVAL_MS`], so its map stays at the first one it took.
     pub stalled_map_cell: Option<u8>,
+    /// Where the auth-services keep their state (default SQLite).
+    pub store: StoreKind,
+    /// Auth-service replicas per cell, `1..=`[`MAX_AUTH_REPLICAS`] (default 1; more than one
+    /// needs [`StoreKind::Postgres`]).
+    pub auth_replicas: u8,
+    /// Every auth-service's signing-key rotation interval, in seconds (default
+    /// [`KEY_ROTATION_INTERVAL_S`]; game days shorten it to see a scheduled rotation).
+    pub key_rotation_interval_s: u64,
 }
 
 impl FleetOptions {
@@ -84,12 +114,69 @@ impl FleetOptions {
             bucket_count: DEFAULT_BUCKET_COUNT,
             startup_timeout: Duration::from_millis(DEFAULT_STARTUP_TIMEOUT_MS),
             stalled_map_cell: None,
+            store: StoreKind::Sqlite,
+            auth_replicas: 1,
+            key_rotation_interval_s: KEY_ROTATION_INTERVAL_S,
         }
     }
 
     pub fn port_base(mut self, b: u16) -> Self {
         self.port_base = b;
         self
+    }
+
+    /// Where the auth-services keep their state.
+    pub fn store(mut self, store: StoreKind) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Auth-service replicas per cell.
+    pub fn auth_replicas(mut self, n: u8) -> Self {
+        self.auth_replicas = n;
+        self
+    }
+
+    /// Every auth-service's signing-key rotation interval, in seconds.
+    pub fn key_rotation_interval_s(mut self, secs: u64) -> Self {
+        self.key_rotation_interval_s = secs;
+        self
+    }
+
+    /// These options with the store and the replica count of the environment variables
+    /// [`TEST_STORE_ENV`] (`sqlite` or `postgres`) and [`TEST_AUTH_REPLICAS_ENV`] when set (the
+    /// end-to-end tests run once on each store). A value that does not parse is an error, not
+    /// the default.
+    pub fn with_test_env(mut self) -> Result<Self> {
+        if let Some(v) = env_var(TEST_STORE_ENV)? {
+            self.store = v.parse()?;
+        }
+        if let Some(v) = env_var(TEST_AUTH_REPLICAS_ENV)? {
+            self.auth_replicas = v.parse().map_err(|_| {
+                FleetError::Config(format!(
+                    "{TEST_AUTH_REPLICAS_ENV}={v:?} is not a replica count (1..={MAX_AUTH_REPLICAS})"
+                ))
+            })?;
+        }
+        Ok(self)
+    }
+
+    /// Refuses options no fleet can run.
+    fn check(&self) -> Result<()> {
+        if self.cells == 0 || self.cells > 250 {
+            return Err(FleetError::Config("a fleet has 1..=250 cells".into()));
+        }
+        if self.auth_replicas == 0 || self.auth_replicas > MAX_AUTH_REPLICAS {
+            return Err(FleetError::Config(format!(
+                "a cell has 1..={MAX_AUTH_REPLICAS} auth-service replicas"
+            )));
+        }
+        if self.store == StoreKind::Sqlite && self.auth_replicas > 1 {
+            return Err(FleetError::Config(
+                "SQLite serves one replica; use --store postgres".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The options of a fleet that an integration test starts in `dir`: the binaries of the
@@ -106,8 +193,47 @@ impl FleetOptions {
             .ok()
             .and_then(|p| p.parse().ok())
             .unwrap_or(default_port_base);
-        Ok(FleetOptions::new(dir, bin_dir).port_base(port_base))
+        FleetOptions::new(dir, bin_dir)
+            .port_base(port_base)
+            .with_test_env()
     }
+}
+
+/// An environment variable's value; unset or empty is `None`.
+fn env_var(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(FleetError::Config(format!("{name} is not UTF-8")))
+        }
+    }
+}
+
+/// The child id of cell `cell`'s auth-service replica `r`: `<cell>-auth-service` for replica 0
+/// (the only one of most fleets), `<cell>-auth-service-r<r>` for the others. Its configuration
+/// is `DIR/config/<id>.toml`, its log `DIR/<id>.log`.
+pub fn auth_service_id(cell: &CellId, r: u8) -> String {
+    if r == 0 {
+        format!("{cell}-auth-service")
+    } else {
+        format!("{cell}-auth-service-r{r}")
+    }
+}
+
+/// The data directory (relative to `DIR/data`) of cell `cell`'s auth-service replica `r`.
+fn auth_service_data(cell: &CellId, r: u8) -> String {
+    if r == 0 {
+        format!("{cell}/auth-service")
+    } else {
+        format!("{cell}/auth-service-r{r}")
+    }
+}
+
+/// The database of cell `cell` on a PostgreSQL fleet's server (`cell-01` → `cell_01`).
+pub fn database_name(cell: &CellId) -> String {
+    cell.as_str().replace('-', "_")
 }
 
 /// The directory holding the workspace's binaries, seen from a test binary
@@ -120,13 +246,15 @@ pub fn test_bin_dir() -> Result<PathBuf> {
         .ok_or_else(|| FleetError::Config(format!("{} has no target directory", exe.display())))
 }
 
-/// A running fleet. Dropping it closes the children's stdin (so they exit); call
-/// [`Fleet::stop`] to also wait for them.
+/// A running fleet. Dropping it closes the children's stdin (so they exit) and stops its
+/// PostgreSQL server, if any; call [`Fleet::stop`] to also wait for the children.
 #[derive(Debug)]
 pub struct Fleet {
     dir: PathBuf,
     file: FleetFile,
     children: Vec<ChildProc>,
+    /// Declared after `children`: dropped (stopped) after them.
+    postgres: Option<PgServer>,
     sup: Arc<Supervision>,
     started_in: Duration,
     _lock: File,
@@ -138,6 +266,7 @@ impl Fleet {
     pub async fn start(opts: FleetOptions) -> Result<Fleet> {
         let t0 = Instant::now();
         let deadline = t0 + opts.startup_timeout;
+        opts.check()?;
         for bin in [
             CONTROL_PLANE_BIN,
             AUTH_SERVICE_BIN,
@@ -152,9 +281,6 @@ impl Fleet {
                 )));
             }
         }
-        if opts.cells == 0 || opts.cells > 250 {
-            return Err(FleetError::Config("a fleet has 1..=250 cells".into()));
-        }
         mkdir(&opts.dir)?;
         let dir = std::fs::canonicalize(&opts.dir)
             .with_context(|| format!("resolving {}", opts.dir.display()))?;
@@ -162,10 +288,23 @@ impl Fleet {
         let ports = Ports {
             base: opts.port_base,
         };
-        check_ports_free(&ports.all(opts.cells)?)?;
+        check_ports_free(&ports.all_with_replicas(opts.cells, opts.auth_replicas)?)?;
         let layout = Layout { dir: dir.clone() };
+        // A PostgreSQL server an earlier run left behind (it was killed) goes first.
+        if let Ok(old) = FleetFile::load(&layout.p(FLEET_FILE))
+            && let Some(pg) = &old.postgres
+        {
+            postgres::stop_leftover(&pg.data_dir, &pg.socket_dir);
+        }
         // A fresh fleet every time: remove what a previous run generated.
-        for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
+        for sub in [
+            "tls",
+            "config",
+            "data",
+            "publish",
+            POSTGRES_DIR,
+            SECRETS_DIR,
+        ] {
             let p = layout.p(sub);
             if p.exists() {
                 std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
@@ -196,19 +335,51 @@ impl Fleet {
         for sub in ["tls", "config", "data", "publish", SECRETS_DIR] {
             mkdir(&layout.p(sub))?;
         }
+        // The private PostgreSQL server, before anything else starts: the start-up deadline
+        // counts from when it is up.
+        let (postgres, deadline) = match opts.store {
+            StoreKind::Sqlite => (None, deadline),
+            StoreKind::Postgres => {
+                let pg_dir = layout.p(POSTGRES_DIR);
+                let connections = u32::from(opts.cells)
+                    * u32::from(opts.auth_replicas)
+                    * (DEV_DB_MAX_CONNECTIONS + 2)
+                    + 10;
+                // Owned by this process, like the children: it stops even if this process is
+                // killed.
+                let pg = tokio::task::spawn_blocking(move || {
+                    PgServer::start_for_process(&pg_dir, connections)
+                })
+                .await
+                .map_err(|e| FleetError::Internal(format!("PostgreSQL start task: {e}")))??;
+                (Some(pg), Instant::now() + opts.startup_timeout)
+            }
+        };
         let sup = Arc::new(Supervision::default());
         let mut children = Vec::new();
-        match Self::start_inner(&opts, &layout, ports, &sup, &mut children, deadline).await {
+        let started = Self::start_inner(
+            &opts,
+            &layout,
+            ports,
+            postgres.as_ref(),
+            &sup,
+            &mut children,
+            deadline,
+        )
+        .await;
+        match started {
             Ok(file) => Ok(Fleet {
                 dir,
                 file,
                 children,
+                postgres,
                 sup,
                 started_in: t0.elapsed(),
                 _lock: lock,
             }),
             Err(e) => {
                 stop_children(&sup, &mut children).await;
+                stop_postgres(postgres).await;
                 Err(e)
             }
         }
@@ -218,6 +389,7 @@ impl Fleet {
         opts: &FleetOptions,
         layout: &Layout,
         ports: Ports,
+        postgres: Option<&PgServer>,
         sup: &Arc<Supervision>,
         children: &mut Vec<ChildProc>,
         deadline: Instant,
@@ -239,9 +411,13 @@ impl Fleet {
         let mut cells = Vec::new();
         for n in 1..=opts.cells {
             let id = cell_id(n)?;
+            // One certificate per cell, for every replica's address.
+            let ips: Vec<_> = (0..opts.auth_replicas)
+                .map(|r| Ports::replica_ip(n, r))
+                .collect();
             ca.issue_to(
                 id.as_str(),
-                &[Ports::cell_ip(n)],
+                &ips,
                 &layout.cert(id.as_str()),
                 &layout.key(id.as_str()),
             )?;
@@ -257,11 +433,21 @@ impl Fleet {
             }
             let admin =
                 admin.ok_or_else(|| FleetError::Internal("no admin token was made".into()))?;
+            let mut replicas = Vec::new();
+            for r in 0..opts.auth_replicas {
+                let l = ports.replica_listeners(n, r)?;
+                replicas.push(ReplicaPlan {
+                    id: auth_service_id(&id, r),
+                    url: https(l.internal_listen),
+                    public_url: https(l.listen),
+                });
+            }
             cells.push(CellPlan {
                 n,
                 endpoint: https(ports.edge(n)?),
                 auth_url: https(ports.auth_internal(n)?),
                 auth_public_url: https(ports.auth(n)?),
+                replicas,
                 app_url: https(ports.app(n)?),
                 app_internal_url: https(ports.app_internal(n)?),
                 admin,
@@ -320,31 +506,56 @@ impl Fleet {
         write_toml(&layout.config("control-plane"), &cp_cfg)?;
         for c in &cells {
             let id = c.id.as_str();
-            write_toml(
-                &layout.config(&format!("{id}-auth-service")),
-                &AuthServiceConfig {
-                    cell_id: &c.id,
-                    listeners: ports.auth_listeners(c.n)?,
-                    issuer: &c.endpoint,
-                    data_dir: layout.data(&format!("{id}/auth-service")),
-                    kek_file: layout.data(&format!("{id}/auth-service/kek")),
-                    admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
-                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
-                    edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
-                    tls_cert: layout.cert(id),
-                    tls_key: layout.key(id),
-                    ca_cert: layout.ca(),
-                    control_plane_url: &cp_url,
-                    map_public_key: &map_public_key,
-                    map_poll_interval_ms: if opts.stalled_map_cell == Some(c.n) {
-                        STALLED_MAP_POLL_INTERVAL_MS
-                    } else {
-                        MAP_POLL_INTERVAL_MS
+            // SQLite: the auth-service makes its key-encryption key in its data directory.
+            // PostgreSQL: one key per cell, made here, so every replica unseals the same keys;
+            // and the cell's database with its URL file.
+            let (kek_file, database_url_file) = match postgres {
+                None => (layout.data(&format!("{id}/auth-service/kek")), None),
+                Some(pg) => {
+                    let kek = layout.secrets().join(id).join(KEK_FILE);
+                    let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
+                    rand::RngCore::fill_bytes(&mut rand::rng(), bytes.as_mut());
+                    write_private(&kek, bytes.as_ref())?;
+                    let db = database_name(&c.id);
+                    pg.create_database(&db)?;
+                    let url_file = layout.secrets().join(id).join(DATABASE_URL_FILE);
+                    write_private(&url_file, pg.url(&db).as_bytes())?;
+                    (kek, Some(url_file))
+                }
+            };
+            for (r, replica) in (0u8..).zip(&c.replicas) {
+                write_toml(
+                    &layout.config(&replica.id),
+                    &AuthServiceConfig {
+                        cell_id: &c.id,
+                        listeners: ports.replica_listeners(c.n, r)?,
+                        issuer: &c.endpoint,
+                        data_dir: layout.data(&auth_service_data(&c.id, r)),
+                        kek_file: kek_file.clone(),
+                        admin_token_file: layout.cell_token(&c.id, CellToken::Admin),
+                        feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                        edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
+                        tls_cert: layout.cert(id),
+                        tls_key: layout.key(id),
+                        ca_cert: layout.ca(),
+                        control_plane_url: &cp_url,
+                        map_public_key: &map_public_key,
+                        map_poll_interval_ms: if opts.stalled_map_cell == Some(c.n) {
+                            STALLED_MAP_POLL_INTERVAL_MS
+                        } else {
+                            MAP_POLL_INTERVAL_MS
+                        },
+                        session_lifetime_s: SESSION_LIFETIME_S,
+                        key_rotation_interval_s: opts.key_rotation_interval_s,
+                        postgres: database_url_file.as_ref().map(|f| AuthPostgres {
+                            store: StoreKind::Postgres.as_str(),
+                            database_url_file: f.clone(),
+                            database_max_connections: DEV_DB_MAX_CONNECTIONS,
+                            replica_id: format!("{id}-r{r}"),
+                        }),
                     },
-                    session_lifetime_s: SESSION_LIFETIME_S,
-                    key_rotation_interval_s: KEY_ROTATION_INTERVAL_S,
-                },
-            )?;
+                )?;
+            }
             write_toml(
                 &layout.config(&format!("{id}-endpoint")),
                 &EdgeConfig {
@@ -352,8 +563,10 @@ impl Fleet {
                     instance_id: &format!("{id}-edge-1"),
                     listen: ports.edge(c.n)?,
                     public_url: &c.endpoint,
-                    auth_service_url: &c.auth_public_url,
-                    feed_url: &c.auth_url,
+                    auth_service_url: Urls::of(
+                        c.replicas.iter().map(|r| r.public_url.clone()).collect(),
+                    ),
+                    feed_url: Urls::of(c.replicas.iter().map(|r| r.url.clone()).collect()),
                     app_url: &c.app_url,
                     feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
                     app_token_file: layout.cell_token(&c.id, CellToken::App),
@@ -380,7 +593,9 @@ impl Fleet {
                 },
             )?;
             mkdir(&layout.data(id))?;
-            mkdir(&layout.data(&format!("{id}/auth-service")))?;
+            for r in 0..opts.auth_replicas {
+                mkdir(&layout.data(&auth_service_data(&c.id, r)))?;
+            }
             mkdir(&layout.data(&format!("{id}/endpoint")))?;
             mkdir(&layout.data(&format!("{id}/app")))?;
         }
@@ -394,7 +609,9 @@ impl Fleet {
         };
         spawn(children, "control-plane".into(), CONTROL_PLANE_BIN)?;
         for c in &cells {
-            spawn(children, format!("{}-auth-service", c.id), AUTH_SERVICE_BIN)?;
+            for r in &c.replicas {
+                spawn(children, r.id.clone(), AUTH_SERVICE_BIN)?;
+            }
             spawn(children, format!("{}-app", c.id), DEMO_APP_BIN)?;
         }
         let mut probes = vec![probe(
@@ -407,12 +624,14 @@ impl Fleet {
         )];
         for c in &cells {
             // Both listeners of each: the edge needs the public ones, seeding the internal.
-            for (url, id) in [
-                (&c.auth_url, format!("{}-auth-service", c.id)),
-                (&c.auth_public_url, format!("{}-auth-service", c.id)),
-                (&c.app_internal_url, format!("{}-app", c.id)),
-                (&c.app_url, format!("{}-app", c.id)),
-            ] {
+            let mut listeners = Vec::new();
+            for r in &c.replicas {
+                listeners.push((&r.url, r.id.clone()));
+                listeners.push((&r.public_url, r.id.clone()));
+            }
+            listeners.push((&c.app_internal_url, format!("{}-app", c.id)));
+            listeners.push((&c.app_url, format!("{}-app", c.id)));
+            for (url, id) in listeners {
                 probes.push(probe(
                     &client,
                     format!("{url}/healthz"),
@@ -439,6 +658,15 @@ impl Fleet {
             .iter()
             .map(|c| seed_cell(&client, c, &plan, &hash, &map_bytes));
         futures::future::try_join_all(seeds).await?;
+        // Seeding went through replica 0; the map goes to every other replica too, so none
+        // waits for its first poll.
+        let pushes = cells.iter().flat_map(|c| {
+            c.replicas
+                .iter()
+                .skip(1)
+                .map(|r| push_map(&client, &r.url, &c.admin, &map_bytes))
+        });
+        futures::future::try_join_all(pushes).await?;
 
         let probes = cells.iter().map(|c| {
             probe(
@@ -482,6 +710,11 @@ impl Fleet {
             admin_token: cp_token.to_string(),
             admin_token_file: layout.control_plane_token(),
             map_public_key,
+            store: opts.store,
+            postgres: postgres.map(|pg| PostgresInfo {
+                socket_dir: pg.socket_dir().to_path_buf(),
+                data_dir: pg.data_dir().to_path_buf(),
+            }),
             cells: cells
                 .iter()
                 .map(|c| FleetCell {
@@ -493,6 +726,15 @@ impl Fleet {
                         pid: pid_of(&format!("{}-auth-service", c.id)),
                     },
                     auth_public_url: c.auth_public_url.clone(),
+                    auth_services: c
+                        .replicas
+                        .iter()
+                        .map(|r| Service {
+                            url: r.url.clone(),
+                            pid: pid_of(&r.id),
+                        })
+                        .collect(),
+                    auth_public_urls: c.replicas.iter().map(|r| r.public_url.clone()).collect(),
                     app_url: c.app_url.clone(),
                     app_internal_url: c.app_internal_url.clone(),
                     app_pid: pid_of(&format!("{}-app", c.id)),
@@ -544,10 +786,50 @@ impl Fleet {
             .map(|c| c.log.as_path())
     }
 
+    /// The private PostgreSQL server, when the fleet's store is PostgreSQL (tests: `psql`, e.g.
+    /// to terminate one replica's connections).
+    pub fn postgres(&self) -> Option<&PgServer> {
+        self.postgres.as_ref()
+    }
+
+    /// The ids of the fleet's children (`control-plane`, `<cell>-auth-service`,
+    /// `<cell>-auth-service-r<r>`, `<cell>-app`, `<cell>-endpoint`), in start order.
+    pub fn child_ids(&self) -> Vec<String> {
+        self.children.iter().map(|c| c.id.clone()).collect()
+    }
+
+    /// The pid of a child, by its id.
+    pub fn pid_of(&self, id: &str) -> Option<u32> {
+        self.children.iter().find(|c| c.id == id).map(|c| c.pid)
+    }
+
+    /// SIGKILLs one child by its id (game days). Its death is reported like any other and it
+    /// is left dead; an unknown id is an error.
+    pub fn kill(&self, id: &str) -> Result<()> {
+        let child = self
+            .children
+            .iter()
+            .find(|c| c.id == id)
+            .ok_or_else(|| FleetError::Fleet(format!("the fleet has no child {id:?}")))?;
+        kill_child(child)
+    }
+
     /// Stops every child: closes its stdin, sends SIGTERM, and SIGKILLs what is left after
-    /// [`STOP_GRACE_MS`]. Returns once every child has been reaped.
+    /// [`STOP_GRACE_MS`]. Returns once every child has been reaped; then stops the PostgreSQL
+    /// server, if any.
     pub async fn stop(mut self) {
         stop_children(&self.sup, &mut self.children).await;
+        stop_postgres(self.postgres.take()).await;
+    }
+}
+
+/// Stops a PostgreSQL server off the async threads; a failure is reported on stderr.
+async fn stop_postgres(pg: Option<PgServer>) {
+    let Some(pg) = pg else { return };
+    match tokio::task::spawn_blocking(move || pg.stop()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("cellctl dev: stopping PostgreSQL: {e}"),
+        Err(e) => eprintln!("cellctl dev: stopping PostgreSQL: {e}"),
     }
 }
 

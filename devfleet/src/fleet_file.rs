@@ -22,6 +22,55 @@ pub const MAP_FILE: &str = "client-map.json";
 /// File name of `cellctl migrate`'s journal, beside `fleet.json`.
 pub const JOURNAL_FILE: &str = "migrations.db";
 
+/// Where the cells' auth-services keep their state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// One SQLite file per auth-service (one replica per cell).
+    #[default]
+    Sqlite,
+    /// One PostgreSQL database per cell on the fleet's private server, shared by the cell's
+    /// replicas.
+    Postgres,
+}
+
+impl StoreKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::Sqlite => "sqlite",
+            StoreKind::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for StoreKind {
+    type Err = FleetError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sqlite" => Ok(StoreKind::Sqlite),
+            "postgres" => Ok(StoreKind::Postgres),
+            other => Err(FleetError::Config(format!(
+                "unknown store {other:?} (sqlite or postgres)"
+            ))),
+        }
+    }
+}
+
+/// The fleet's private PostgreSQL server (when the store is PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostgresInfo {
+    /// The folder of its unix socket (the `host` of the cells' database URLs).
+    pub socket_dir: PathBuf,
+    /// Its data directory (outside the fleet directory when the fleet runs as root).
+    pub data_dir: PathBuf,
+}
+
 /// A process reached over HTTPS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Service {
@@ -38,11 +87,18 @@ pub struct FleetCell {
     pub endpoint: String,
     pub endpoint_pid: u32,
     /// The auth-service: `url` is its INTERNAL listener, which serves every route (the admin
-    /// API, the feed and `/metrics` as well as the public ones); `pid` its process.
+    /// API, the feed and `/metrics` as well as the public ones); `pid` its process. With
+    /// several replicas: replica 0 (the first of `auth_services`).
     pub auth_service: Service,
     /// The auth-service's PUBLIC listener (the sessions API, JWKS, the map, health): what the
-    /// edge forwards `/v1/sessions*` to.
+    /// edge forwards `/v1/sessions*` to. With several replicas: replica 0's.
     pub auth_public_url: String,
+    /// Every auth-service replica, replica 0 first: its INTERNAL listener and its pid.
+    #[serde(default)]
+    pub auth_services: Vec<Service>,
+    /// Every auth-service replica's PUBLIC listener, in the order of `auth_services`.
+    #[serde(default)]
+    pub auth_public_urls: Vec<String>,
     /// The demo app's PUBLIC listener (`/api/*` with the edge key): what the edge forwards to.
     pub app_url: String,
     /// The demo app's INTERNAL listener (`/internal/v1/*`, the migration interface, with this
@@ -88,6 +144,12 @@ pub struct FleetFile {
     pub admin_token_file: PathBuf,
     /// The control plane's map key, base64url Ed25519 public key.
     pub map_public_key: String,
+    /// Where the auth-services keep their state.
+    #[serde(default)]
+    pub store: StoreKind,
+    /// The private PostgreSQL server, when `store` is `postgres`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<PostgresInfo>,
     pub cells: Vec<FleetCell>,
     pub demo: Demo,
 }
@@ -116,6 +178,16 @@ impl FleetCell {
     /// The cell's public endpoint (its edge), parsed.
     pub fn public_endpoint(&self) -> Result<Endpoint> {
         endpoint("cells[].endpoint", &self.endpoint)
+    }
+
+    /// Every auth-service replica, replica 0 first (a fleet file without `auth_services`: the
+    /// one `auth_service`).
+    pub fn replicas(&self) -> &[Service] {
+        if self.auth_services.is_empty() {
+            std::slice::from_ref(&self.auth_service)
+        } else {
+            &self.auth_services
+        }
     }
 }
 
@@ -156,11 +228,13 @@ impl FleetFile {
         self.cells.iter().find(|c| &c.id == id)
     }
 
-    /// Every pid of the fleet (control plane, then per cell: auth-service, edge, app).
+    /// Every pid of the fleet (control plane, then per cell: its auth-service replicas, edge,
+    /// app).
     pub fn pids(&self) -> Vec<u32> {
         let mut v = vec![self.control_plane.pid];
         for c in &self.cells {
-            v.extend([c.auth_service.pid, c.endpoint_pid, c.app_pid]);
+            v.extend(c.replicas().iter().map(|s| s.pid));
+            v.extend([c.endpoint_pid, c.app_pid]);
         }
         v
     }

@@ -124,6 +124,17 @@ pub(crate) fn mkdir(p: &Path) -> Result<()> {
     Ok(runtime::private_dir(p).with_context(|| format!("creating {}", p.display()))?)
 }
 
+/// One auth-service replica's listeners.
+#[derive(Debug, Clone)]
+pub(crate) struct ReplicaPlan {
+    /// Its child id (`<cell>-auth-service`, `<cell>-auth-service-r<r>`).
+    pub(crate) id: String,
+    /// Its internal listener.
+    pub(crate) url: String,
+    /// Its public listener.
+    pub(crate) public_url: String,
+}
+
 /// One cell's planned addresses and admin token.
 #[derive(Debug, Clone)]
 pub(crate) struct CellPlan {
@@ -134,6 +145,9 @@ pub(crate) struct CellPlan {
     pub(crate) auth_url: String,
     /// The auth-service's public listener (what the edge forwards sessions to).
     pub(crate) auth_public_url: String,
+    /// Every auth-service replica (replica 0 first, the same as `auth_url` and
+    /// `auth_public_url`).
+    pub(crate) replicas: Vec<ReplicaPlan>,
     /// The app's public listener (what the edge forwards `/api/*` to).
     pub(crate) app_url: String,
     /// The app's internal listener (the migration interface).

@@ -14,6 +14,13 @@
 //! own `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every folder
 //! the fleet makes is 0700 (`DIR` itself included) and every secret and data file 0600.
 //!
+//! With `store = postgres` ([`FleetOptions::store`]) the fleet also runs a private PostgreSQL
+//! server ([`PgServer`], `DIR/postgres/`), one database per cell (`cell_01` …, its URL in
+//! `DIR/secrets/<cell>/database.url`), and each cell may run up to four auth-service replicas
+//! ([`FleetOptions::auth_replicas`]): replica `r` on `127.0.r.n` with replica 0's ports, each
+//! with its own configuration and data directory but the cell's one key-encryption key
+//! (`DIR/secrets/<cell>/kek`) and tokens. The edge is given every replica's URLs.
+//!
 //! Children get a piped stdin and `CELLBIND_EXIT_ON_STDIN_EOF=1`, so they exit when this
 //! process goes away, however it goes. A child that dies is reported on stderr and left dead.
 
@@ -29,6 +36,7 @@
 //! - [`ports`], [`layout`]: where the fleet listens and where its files are.
 //! - [`seed`], [`seeding`]: the seed data and how it reaches the cells.
 //! - [`children`], [`configs`]: the child processes and their configuration files.
+//! - [`postgres`]: [`PgServer`], the private PostgreSQL server of a fleet or a test.
 
 pub mod certs;
 pub mod children;
@@ -38,16 +46,22 @@ pub mod fleet;
 pub mod fleet_file;
 pub mod layout;
 pub mod ports;
+pub mod postgres;
 pub mod seed;
 pub mod seeding;
 
 pub use certs::{LocalCa, client_trusting, client_trusting_file};
 pub use error::{FleetError, Result};
-pub use fleet::{DEFAULT_DIR, Fleet, FleetOptions, test_bin_dir};
+pub use fleet::{
+    DEFAULT_DIR, Fleet, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV, TEST_STORE_ENV,
+    auth_service_id, database_name, test_bin_dir,
+};
 pub use fleet_file::{
-    Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, SESSION_FILE, Service,
+    Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
+    SESSION_FILE, Service, StoreKind,
 };
 pub use layout::{
     CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file, lock_dir,
 };
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
+pub use postgres::PgServer;

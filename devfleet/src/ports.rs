@@ -1,6 +1,7 @@
 //! Where a dev fleet listens: one port base `B`; the control plane on `127.0.0.1:B`, cell `n`
 //! on `127.0.0.n` (edge `B+3`, auth-service public `B+4` and internal `B+6`, app public `B+5`
-//! and internal `B+7`).
+//! and internal `B+7`). A cell with several auth-service replicas runs replica `r` (0-based)
+//! on `127.0.r.n` with the same ports as replica 0, so replicas never collide.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -41,15 +42,24 @@ pub struct Ports {
 impl Ports {
     /// The address of cell `n`'s listener at `offset` from the base.
     fn at(self, n: u8, offset: u16) -> Result<SocketAddr> {
+        self.replica_at(n, 0, offset)
+    }
+    /// The address of the listener at `offset` of cell `n`'s replica `r`.
+    fn replica_at(self, n: u8, r: u8, offset: u16) -> Result<SocketAddr> {
         let port = self
             .base
             .checked_add(offset)
             .ok_or_else(|| FleetError::Config(format!("--port-base {} is too high", self.base)))?;
-        Ok(SocketAddr::new(Self::cell_ip(n), port))
+        Ok(SocketAddr::new(Self::replica_ip(n, r), port))
     }
     /// The loopback address of cell `n` (`127.0.0.n`).
     pub fn cell_ip(n: u8) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(127, 0, 0, n))
+        Self::replica_ip(n, 0)
+    }
+    /// The loopback address of cell `n`'s auth-service replica `r` (`127.0.r.n`; replica 0 is
+    /// on the cell's own address).
+    pub fn replica_ip(n: u8, r: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(127, 0, r, n))
     }
     /// The control plane (on `127.0.0.1`).
     pub fn control_plane(self) -> Result<SocketAddr> {
@@ -77,9 +87,13 @@ impl Ports {
     }
     /// Cell `n`'s auth-service: its public and internal listeners.
     pub fn auth_listeners(self, n: u8) -> Result<Listeners> {
+        self.replica_listeners(n, 0)
+    }
+    /// Cell `n`'s auth-service replica `r`: its public and internal listeners.
+    pub fn replica_listeners(self, n: u8, r: u8) -> Result<Listeners> {
         Ok(Listeners {
-            listen: self.auth(n)?,
-            internal_listen: self.auth_internal(n)?,
+            listen: self.replica_at(n, r, AUTH_PORT_OFFSET)?,
+            internal_listen: self.replica_at(n, r, AUTH_INTERNAL_PORT_OFFSET)?,
         })
     }
     /// Cell `n`'s app: its public and internal listeners.
@@ -89,8 +103,12 @@ impl Ports {
             internal_listen: self.app_internal(n)?,
         })
     }
-    /// Every address the fleet listens on.
+    /// Every address the fleet listens on (one auth-service per cell).
     pub fn all(self, cells: u8) -> Result<Vec<SocketAddr>> {
+        self.all_with_replicas(cells, 1)
+    }
+    /// Every address the fleet listens on with `replicas` auth-services per cell.
+    pub fn all_with_replicas(self, cells: u8, replicas: u8) -> Result<Vec<SocketAddr>> {
         let mut v = vec![self.control_plane()?];
         for n in 1..=cells {
             v.extend([
@@ -100,6 +118,10 @@ impl Ports {
                 self.auth_internal(n)?,
                 self.app_internal(n)?,
             ]);
+            for r in 1..replicas {
+                let l = self.replica_listeners(n, r)?;
+                v.extend([l.listen, l.internal_listen]);
+            }
         }
         Ok(v)
     }

@@ -121,9 +121,14 @@ impl TestFleet {
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::tempdir().expect("temp dir");
-            let opts = tweak(
-                FleetOptions::new(dir.path().join("fleet"), &bins).port_base(random_port_base()),
-            );
+            // The store and the replicas per cell from `CELLBIND_TEST_STORE` and
+            // `CELLBIND_TEST_AUTH_REPLICAS` (the suite runs once on SQLite, once on PostgreSQL
+            // with two replicas per cell).
+            let opts = FleetOptions::new(dir.path().join("fleet"), &bins)
+                .port_base(random_port_base())
+                .with_test_env()
+                .expect("the test fleet's environment");
+            let opts = tweak(opts);
             match Fleet::start(opts).await {
                 Ok(fleet) => {
                     let client = client_trusting_file(&fleet.file().ca_cert).expect("CA client");
