@@ -16,6 +16,8 @@ mod map_safety;
 mod migration_crash;
 mod migration_game_day;
 mod per_cell_secrets;
+mod replica_game_day;
+mod restore_game_day;
 mod revocation_crash;
 mod revocation_migration;
 mod revocation_propagation;
