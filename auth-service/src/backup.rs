@@ -28,11 +28,12 @@ use runtime::IoContext as _;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::keys::kek::{Kek, random};
+use crate::keys::kek::Kek;
 use crate::keys::ring::KeyRing;
 use crate::server::open_store;
 use crate::state::blocking;
-use crate::store::records::{BACKUP_SCHEMA, Dump, KeyRow};
+use crate::store::portable::{fresh_epoch, undump_key};
+use crate::store::records::{BACKUP_SCHEMA, Dump};
 
 /// Largest backup file read, in bytes.
 pub const MAX_BACKUP_BYTES: u64 = 4 * 1024 * 1024 * 1024;
@@ -122,7 +123,7 @@ fn read_backup(config: &Config, from: &Path) -> Result<Dump> {
     let rows = dump
         .keys
         .iter()
-        .map(KeyRow::try_from)
+        .map(undump_key)
         .collect::<Result<Vec<_>>>()?;
     KeyRing::from_rows(&rows, &kek).map_err(|e| {
         Error::Config(format!(
@@ -186,7 +187,7 @@ pub async fn restore_with_clock(
         }
     };
     let carried_over = carry_over(&mut dump, &live, config.session_lifetime_s, clock.now());
-    let epoch = new_epoch()?;
+    let epoch = fresh_epoch()?;
     let summary = RestoreSummary {
         from_epoch,
         epoch: epoch.clone(),
@@ -197,57 +198,6 @@ pub async fn restore_with_clock(
     };
     blocking(move || store.restore(&dump, &epoch)).await?;
     Ok(summary)
-}
-
-/// A fresh epoch id: 16 random bytes, base64url.
-pub(crate) fn new_epoch() -> Result<String> {
-    let bytes = random::<16>(&SystemRandom::new())?;
-    Ok(base64::Engine::encode(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-        bytes.as_ref(),
-    ))
-}
-
-impl TryFrom<&crate::store::records::DumpKey> for KeyRow {
-    type Error = Error;
-    fn try_from(k: &crate::store::records::DumpKey) -> Result<KeyRow> {
-        use base64::Engine as _;
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let bad = || Error::BadRequest(format!("backup key {} is corrupt", k.kid));
-        let public: [u8; 32] = b64
-            .decode(&k.public)
-            .map_err(|_| bad())?
-            .try_into()
-            .map_err(|_| bad())?;
-        let sealed_seed = k
-            .sealed_seed
-            .as_deref()
-            .map(|s| b64.decode(s).map_err(|_| bad()))
-            .transpose()?;
-        Ok(KeyRow {
-            kid: k.kid.clone(),
-            state: k.state,
-            public,
-            sealed_seed,
-            created_at: k.created_at,
-            state_at: k.state_at,
-        })
-    }
-}
-
-impl From<&KeyRow> for crate::store::records::DumpKey {
-    fn from(k: &KeyRow) -> Self {
-        use base64::Engine as _;
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        crate::store::records::DumpKey {
-            kid: k.kid.clone(),
-            state: k.state,
-            public: b64.encode(k.public),
-            sealed_seed: k.sealed_seed.as_ref().map(|s| b64.encode(s)),
-            created_at: k.created_at,
-            state_at: k.state_at,
-        }
-    }
 }
 
 #[cfg(test)]

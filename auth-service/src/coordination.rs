@@ -4,14 +4,13 @@
 //! PostgreSQL they live in the database (`store::postgres`): LISTEN/NOTIFY, a session-level
 //! advisory lock, a GCRA table and an instances table.
 //!
-//! Every replica also runs [`follow`]: on a wake-up, or every [`FOLLOW_POLL_MS`] without one, it
-//! catches its in-memory state up with the store (`AppState::catch_up`). The poll bounds how late
-//! a replica can be when a notification is lost (a listener reconnecting), and notices a restore.
+//! Every replica also follows the store (`server::follow`): on a wake-up, or every
+//! [`FOLLOW_POLL_MS`] without one, it catches its in-memory state up (`AppState::catch_up`). The
+//! poll bounds how late a replica can be when a notification is lost (a listener reconnecting),
+//! and notices a restore.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::state::AppState;
 use crate::store::postgres::PgCoordination;
 
 /// How often a replica compares its feed head with the store's without a wake-up, in
@@ -52,20 +51,6 @@ impl Coordination {
         match self {
             Coordination::Local => None,
             Coordination::Postgres(c) => Some(c),
-        }
-    }
-}
-
-/// Keeps this replica's memory in step with the store. Never returns.
-pub(crate) async fn follow(state: AppState) {
-    let poll = Duration::from_millis(FOLLOW_POLL_MS);
-    loop {
-        tokio::select! {
-            () = state.coordination.changed() => {}
-            () = tokio::time::sleep(poll) => {}
-        }
-        if let Err(e) = state.catch_up().await {
-            tracing::warn!(error = %e, "could not catch up with the store; serving what is held");
         }
     }
 }

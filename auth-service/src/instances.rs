@@ -1,7 +1,7 @@
 //! The edge instances of this cell as the feed last saw them: which sequence each has applied
 //! and which contractors in handoff it still has writes in flight for. The status page lists
 //! them; the migration drain decides from them. With several replicas an instance may ask any
-//! of them, so the list the drain reads is the database's ([`seen`]).
+//! of them, so the list the drain reads is the database's (`AppState::instances_seen`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -59,16 +59,5 @@ impl Instances {
             .collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
-    }
-}
-
-/// Every instance seen by any replica of the cell, sorted by id: the shared table with several
-/// replicas, this replica's memory with one.
-pub(crate) async fn seen(
-    state: &crate::state::AppState,
-) -> crate::error::Result<Vec<InstanceSeen>> {
-    match state.coordination.shared() {
-        Some(shared) => shared.instances().await,
-        None => Ok(state.instances.sorted()),
     }
 }

@@ -126,7 +126,8 @@ pub(crate) async fn drain_status(
     // An instance records `last_seen` when its feed request starts; the answer (which renews
     // its lease) may come up to the longest long-poll later, and the lease runs from there.
     let live_s = (state.config.edge_write_lease_ms + MAX_WAIT_MS).div_ceil(1000) + LIVE_SLACK_S;
-    let instances: Vec<DrainInstance> = crate::instances::seen(state)
+    let instances: Vec<DrainInstance> = state
+        .instances_seen()
         .await?
         .into_iter()
         .map(|i| DrainInstance {

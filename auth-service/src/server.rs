@@ -11,7 +11,7 @@ use runtime::IoContext as _;
 use runtime::access::Listener;
 
 use crate::config::{Config, DB_FILE, StoreKind};
-use crate::coordination::{Coordination, LEADER_CHECK_MAX_S, follow};
+use crate::coordination::{Coordination, FOLLOW_POLL_MS, LEADER_CHECK_MAX_S};
 use crate::error::{Error, Result};
 use crate::keys::kek::{Kek, random};
 use crate::keys::lifecycle::{ensure_keys, tick_keys};
@@ -168,6 +168,20 @@ pub fn spawn_background(state: &AppState) -> Vec<tokio::task::JoinHandle<()>> {
         tasks.push(tokio::spawn(map::poll_forever(state.clone())));
     }
     tasks
+}
+
+/// Keeps this replica's memory in step with the store. Never returns.
+async fn follow(state: AppState) {
+    let poll = Duration::from_millis(FOLLOW_POLL_MS);
+    loop {
+        tokio::select! {
+            () = state.coordination.changed() => {}
+            () = tokio::time::sleep(poll) => {}
+        }
+        if let Err(e) = state.catch_up().await {
+            tracing::warn!(error = %e, "could not catch up with the store; serving what is held");
+        }
+    }
 }
 
 /// Serves [`public_router`] on `public` and [`internal_router`] on `internal`, both over the

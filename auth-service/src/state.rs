@@ -431,6 +431,15 @@ impl AppState {
         Ok(Some(selected))
     }
 
+    /// Every instance seen by any replica of the cell, sorted by id: the shared table with
+    /// several replicas, this replica's memory with one.
+    pub(crate) async fn instances_seen(&self) -> Result<Vec<protocol::admin::cell::InstanceSeen>> {
+        match self.coordination.shared() {
+            Some(shared) => shared.instances().await,
+            None => Ok(self.instances.sorted()),
+        }
+    }
+
     /// The endpoint the held placement map gives `cell`, as the map writes it.
     pub(crate) fn map_endpoint_of(&self, cell: &CellId) -> Option<String> {
         self.read()

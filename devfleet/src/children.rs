@@ -164,6 +164,12 @@ pub(crate) async fn probe(
 ) -> Result<()> {
     loop {
         if let Some(status) = sup.exit_of(&id) {
+            let log = layout.log(&id);
+            if std::fs::read_to_string(&log)
+                .is_ok_and(|l| l.contains("Address already in use") || l.contains("address in use"))
+            {
+                return Err(FleetError::ChildAddrInUse { id, log });
+            }
             let what = status.map_or_else(|| "unknown status".to_string(), |s| s.to_string());
             return Err(FleetError::Fleet(format!(
                 "{id} exited during start-up ({what}); see {}",

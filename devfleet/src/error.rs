@@ -13,6 +13,10 @@ pub enum FleetError {
     Io(#[from] runtime::IoError),
     #[error("address {0} is already in use")]
     AddrInUse(SocketAddr),
+    /// A child could not bind its address: taken between the fleet's check and the child's
+    /// bind (another process, or an outgoing connection's ephemeral port).
+    #[error("{id} could not bind its address (already in use); see {}", log.display())]
+    ChildAddrInUse { id: String, log: PathBuf },
     #[error("another `cellctl dev` is already running in {}", .0.display())]
     AlreadyRunning(PathBuf),
     #[error("certificates: {0}")]

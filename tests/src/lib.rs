@@ -51,8 +51,9 @@ pub async fn fleet_slot(slot: Slot) -> FleetSlot {
 
 /// Lowest random port base.
 pub const PORT_BASE_MIN: u16 = 20_000;
-/// Highest random port base.
-pub const PORT_BASE_MAX: u16 = 60_000;
+/// Highest random port base: below Linux's default ephemeral range (32768–60999), so an
+/// outgoing connection's local port is never a fleet's listening port.
+pub const PORT_BASE_MAX: u16 = 32_000;
 /// Attempts at finding free ports.
 pub const PORT_ATTEMPTS: usize = 8;
 
@@ -139,7 +140,8 @@ impl TestFleet {
                         slot,
                     };
                 }
-                Err(FleetError::AddrInUse(a)) => last = Some(a),
+                Err(FleetError::AddrInUse(a)) => last = Some(a.to_string()),
+                Err(FleetError::ChildAddrInUse { id, .. }) => last = Some(id),
                 Err(e) => panic!("the fleet did not start: {e}"),
             }
         }

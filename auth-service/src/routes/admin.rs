@@ -225,7 +225,7 @@ pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Result<Js
         map_version,
         users: state.user_count(),
         contractors,
-        instances: crate::instances::seen(&state).await?,
+        instances: state.instances_seen().await?,
     }))
 }
 

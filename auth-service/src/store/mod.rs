@@ -23,6 +23,9 @@ use crate::store::records::{
     Commit, Dump, KeyRow, Loaded, MintedSession, Position, TicketBurn, TransferRecord, UserRecord,
 };
 
+#[cfg(test)]
+mod contract;
+pub(crate) mod portable;
 pub(crate) mod postgres;
 mod postgres_coordination;
 mod postgres_rows;

@@ -49,22 +49,18 @@ use sqlx::{AssertSqlSafe, PgConnection};
 
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::store::portable::{RESTORED_TABLES, check_restorable, history};
+use crate::store::portable::{
+    UserColumns, dump_key, dump_user, fresh_epoch, i, i_usize, json, u, undump_key,
+};
 use crate::store::postgres_rows::{self as rows, USER_SELECT, stored_id};
 use crate::store::records::{
     BACKUP_SCHEMA, Commit, Dump, DumpBurn, DumpTransfer, KeyRow, Loaded, MintedSession, Position,
     TicketBurn, TransferRecord, UserRecord, Write,
 };
-use crate::store::sqlite::{RESTORED_TABLES, check_restorable, history};
-use crate::store::sqlite_rows::{
-    UserColumns, dump_key, dump_user, fresh_epoch, i, i_usize, json, u, undump_key,
-};
 
-pub(crate) use crate::store::postgres_coordination::PgCoordination;
+pub(crate) use crate::store::postgres_coordination::{FEED_CHANNEL, PgCoordination};
 
-/// The channel every commit and restore notifies (payload: the new feed head).
-pub(crate) const FEED_CHANNEL: &str = "cellbind_feed";
-/// The advisory lock the leading replica holds: the ASCII bytes of `cellbind`.
-pub(crate) const LEADER_LOCK_KEY: i64 = 0x6365_6c6c_6269_6e64;
 /// How long a request waits for a free pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `BEGIN` of the consistent reads ([`Store::load`], [`Store::dump`]).
@@ -755,7 +751,7 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?;
             rows.iter()
-                .map(|b| crate::store::sqlite_rows::unjson(b, "minted session"))
+                .map(|b| crate::store::portable::unjson(b, "minted session"))
                 .collect()
         })
     }
@@ -767,7 +763,7 @@ impl Store for PgStore {
                     .bind(jti.as_str())
                     .fetch_optional(&self.pool)
                     .await?;
-            body.map(|b| crate::store::sqlite_rows::unjson(&b, "minted session"))
+            body.map(|b| crate::store::portable::unjson(&b, "minted session"))
                 .transpose()
         })
     }
@@ -793,7 +789,7 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?;
             rows.iter()
-                .map(|b| crate::store::sqlite_rows::unjson(b, "audit entry"))
+                .map(|b| crate::store::portable::unjson(b, "audit entry"))
                 .collect()
         })
     }

@@ -1,5 +1,4 @@
-//! What the replicas of a cell share besides the store (see `postgres.rs` for the channel,
-//! the lock key and the tables): wake-ups when another replica commits, the leader lock, the
+//! What the replicas of a cell share besides the store (see `postgres.rs` for the tables): wake-ups when another replica commits, the leader lock, the
 //! sign-in throttle's buckets and the edge instances seen.
 
 use std::time::Duration;
@@ -11,9 +10,12 @@ use sqlx::{Connection as _, PgConnection};
 use tokio::sync::{Mutex, watch};
 
 use crate::error::Result;
-use crate::store::postgres::{FEED_CHANNEL, LEADER_LOCK_KEY};
-use crate::store::sqlite_rows::{i, json, u, unjson};
+use crate::store::portable::{i, json, u, unjson};
 
+/// The channel every commit and restore notifies (payload: the new feed head).
+pub(crate) const FEED_CHANNEL: &str = "cellbind_feed";
+/// The advisory lock the leading replica holds: the ASCII bytes of `cellbind`.
+pub(crate) const LEADER_LOCK_KEY: i64 = 0x6365_6c6c_6269_6e64;
 /// First and longest wait before the listener reconnects.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 /// How long the leader connection may take to answer before it counts as lost.

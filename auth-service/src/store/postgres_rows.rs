@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 use sqlx::PgConnection;
 
 use crate::error::{Error, Result};
+use crate::store::portable::{UserColumns, i, i_usize, u, unjson, user_parse};
 use crate::store::records::{KeyRow, KeyState, Position, UserRecord};
-use crate::store::sqlite_rows::{UserColumns, i, i_usize, u, unjson, user_parse};
 
 /// The columns of a user row, in [`UserColumns`] order.
 pub(super) const USER_SELECT: &str =

@@ -16,9 +16,10 @@ use protocol::{ContractorId, SessionId};
 
 use crate::error::Error;
 use crate::store::Store as _;
-use crate::store::postgres::{LEADER_LOCK_KEY, PgCoordination, PgStore, open};
+use crate::store::contract;
+use crate::store::postgres::{PgCoordination, PgStore, open};
+use crate::store::postgres_coordination::LEADER_LOCK_KEY;
 use crate::store::records::{Commit, TicketBurn};
-use crate::store::sqlite::contract;
 
 /// The private server, and the directory holding its files.
 static SERVER: OnceLock<(PgServer, tempfile::TempDir)> = OnceLock::new();

@@ -8,8 +8,8 @@ use protocol::time::UnixSeconds;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
 use crate::error::{Error, Result};
+use crate::store::portable::i;
 use crate::store::records::{TicketBurn, TransferRecord};
-use crate::store::sqlite_rows::i;
 
 /// Burns a ticket id until its `exp` and its session id until the session's `sexp`, in one
 /// transaction; `false` (and nothing written) when either was burned already. Expired entries
@@ -91,7 +91,8 @@ pub(super) fn record_transfer(
 
 #[cfg(test)]
 mod tests {
-    use crate::store::sqlite::{SqliteStore, contract};
+    use crate::store::contract;
+    use crate::store::sqlite::SqliteStore;
 
     #[test]
     fn a_session_id_is_burned_once_whatever_ticket_carries_it() {

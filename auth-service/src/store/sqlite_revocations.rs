@@ -8,8 +8,9 @@ use protocol::{SessionId, SubjectId};
 use rusqlite::{Connection, params};
 
 use crate::error::Result;
+use crate::store::portable::{i, i_usize, json};
 use crate::store::records::MintedSession;
-use crate::store::sqlite_rows::{i, i_usize, json, json_row, json_rows};
+use crate::store::sqlite_rows::{json_row, json_rows};
 
 /// Appends a revocation to the audit log (inside the caller's transaction). A revocation is
 /// audited once: its feed sequence number is the key.
