@@ -70,22 +70,37 @@ impl Default for RetryPolicy {
     }
 }
 
-/// One service's admin API: where it is and the token it accepts.
+/// One service's admin API: where it is (one URL, or its replicas' in order) and the token it
+/// accepts.
 #[derive(Debug, Clone)]
 pub struct Api {
-    base: Endpoint,
+    /// At least one; a retry goes to the next (a replica that died is skipped).
+    bases: Vec<Endpoint>,
     token: Secret,
 }
 
 impl Api {
     /// A service at `base` accepting `token`.
     pub fn new(base: Endpoint, token: Secret) -> Self {
-        Api { base, token }
+        Api {
+            bases: vec![base],
+            token,
+        }
     }
 
-    /// A cell's auth-service admin API (its internal listener, the cell's own admin token).
+    /// A cell's auth-service admin API (its replicas' internal listeners, replica 0 first, the
+    /// cell's own admin token): each retry of a call goes to the next replica.
     pub fn auth(cell: &FleetCell) -> devfleet::Result<Api> {
-        Ok(Api::new(cell.auth_admin_endpoint()?, cell.admin()))
+        let mut bases = vec![cell.auth_admin_endpoint()?];
+        for r in cell.replicas().iter().skip(1) {
+            bases.push(Endpoint::parse(&r.url).map_err(|e| {
+                devfleet::FleetError::Config(format!("cells[].auth_services[].url: {e}"))
+            })?);
+        }
+        Ok(Api {
+            bases,
+            token: cell.admin(),
+        })
     }
 
     /// A cell's app migration interface (its internal listener, the cell's own admin token).
@@ -101,9 +116,14 @@ impl Api {
         ))
     }
 
-    /// The service's base URL.
+    /// The service's (first) base URL.
     pub fn base(&self) -> &Endpoint {
-        &self.base
+        &self.bases[0]
+    }
+
+    /// The URL of `path` at the base of attempt `n` (1-based): attempts rotate over the bases.
+    fn url(&self, n: usize, path: &str) -> String {
+        self.bases[n.saturating_sub(1) % self.bases.len()].join(path)
     }
 }
 
@@ -287,14 +307,15 @@ impl AdminClient {
         body: Option<Vec<u8>>,
         repeat: Repeat,
     ) -> Attempted<Answer> {
-        let url = api.base.join(path);
         // Made once: every attempt sends the same bytes (a cheap clone each).
         let body = body.map(bytes::Bytes::from);
         let attempts = AtomicUsize::new(0);
         let deadline = self.deadline;
+        let (method, body) = (&method, body.as_ref());
         let result = (|| {
-            attempts.fetch_add(1, Ordering::Relaxed);
-            self.attempt(&method, &url, &api.token, body.as_ref(), repeat)
+            let n = attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            let url = api.url(n, path);
+            async move { self.attempt(method, &url, &api.token, body, repeat).await }
         })
         .retry(self.backoff())
         .sleep(tokio::time::sleep)
@@ -326,7 +347,7 @@ impl AdminClient {
         repeat: Repeat,
         absent: Option<u16>,
     ) -> Attempted<Option<T>> {
-        let call = || format!("{method} {}", api.base.join(path));
+        let call = || format!("{method} {}", api.base().join(path));
         let Attempted { result, attempts } =
             self.exchange(api, method.clone(), path, body, repeat).await;
         let result = result.and_then(|(status, bytes)| {
@@ -370,7 +391,7 @@ impl AdminClient {
         path: &str,
         body: Option<&B>,
     ) -> Attempted<T> {
-        let call = || format!("{method} {}", api.base.join(path));
+        let call = || format!("{method} {}", api.base().join(path));
         let body = match body.map(serde_json::to_vec).transpose() {
             Ok(b) => b,
             Err(e) => {

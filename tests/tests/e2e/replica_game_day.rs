@@ -509,5 +509,28 @@ async fn replica_game_day_a_replica_dies_and_the_other_loses_its_database_connec
         "replica game day: every cell rotated its key exactly once ({} cells, interval {ROTATION_S} s)",
         cells.len()
     );
+
+    // The operator's `cellctl revoke` still reaches cell-02, whose first replica is dead: its
+    // admin calls move on to the next replica.
+    let revoker = cellctl::revoke::Revoker::load(&t.fleet.fleet_file_path()).expect("fleet file");
+    let who = &to_revoke[0].user;
+    let report = revoker
+        .revoke(&cellctl::revoke::RevokeCommand::Subject {
+            sub: protocol::SubjectId::new(format!("{}.{}", who.contractor_id, who.login)).unwrap(),
+            audit: cellctl::revoke::AuditArgs {
+                reason: "game day, replica 0 dead".into(),
+                by: Some("replica-game-day".into()),
+                before: None,
+                wait_edges: false,
+            },
+        })
+        .await
+        .expect("cellctl revoke");
+    assert!(report.ok(), "every cell confirmed: {report:?}");
+    println!(
+        "replica game day: cellctl revoke confirmed by {} cells with {}'s first replica dead",
+        report.cells.len(),
+        victim.id
+    );
     t.fleet.stop().await;
 }
