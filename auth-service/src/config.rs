@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::Figment;
-use figment::providers::{Format as _, Toml};
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64};
-use serde::Deserialize;
+use runtime::logging::LogFormat;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
@@ -43,7 +43,7 @@ pub(crate) const DB_FILE: &str = "auth.db";
 pub const DEFAULT_DATABASE_MAX_CONNECTIONS: u32 = 16;
 
 /// Where the cell's state is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     /// One SQLite file in `data_dir`: one replica (the embedded default).
@@ -53,10 +53,11 @@ pub enum StoreKind {
     Postgres,
 }
 
-/// The auth-service configuration.
-#[derive(Debug, Clone, Deserialize)]
+/// The auth-service configuration. Unknown keys are refused (`runtime::config::load`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Config {
     /// This cell (`aud` and `cell` claims).
+    #[schemars(with = "String")]
     pub cell_id: CellId,
     /// The PUBLIC listener (HTTPS): only the client routes (sign-in, the session routes,
     /// transfer and rebind, the JWKS, the placement map, health). Reached through the edge.
@@ -66,6 +67,7 @@ pub struct Config {
     pub internal_listen: SocketAddr,
     /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers); a
     /// trailing `/` is accepted and dropped.
+    #[schemars(with = "String")]
     pub issuer: Endpoint,
     /// Directory of the SQLite file `auth.db` (and of nothing else with PostgreSQL).
     pub data_dir: PathBuf,
@@ -105,6 +107,7 @@ pub struct Config {
     pub ca_cert: Option<PathBuf>,
     /// Control plane base URL; the placement map is polled from it when set.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub control_plane_url: Option<Endpoint>,
     /// base64url Ed25519 public key that signs placement maps.
     #[serde(default)]
@@ -139,6 +142,21 @@ pub struct Config {
     /// The edges' write lease in milliseconds (at least their `write_lease_ms`).
     #[serde(default = "default_u64::<DEFAULT_EDGE_WRITE_LEASE_MS>")]
     pub edge_write_lease_ms: u64,
+    /// Log lines as `text` (default) or `json` (one object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+impl runtime::server::ServerConfig for Config {
+    type Error = Error;
+
+    fn load(path: &Path) -> Result<Config> {
+        Config::load(path)
+    }
+
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
 }
 
 impl Config {
@@ -161,12 +179,10 @@ impl Config {
             .and_then(Config::validated)
     }
 
-    /// Parses a TOML string (no environment), for tests and embedding.
+    /// Parses a TOML string (no environment; unknown keys refused), for tests and embedding.
     pub fn from_toml(text: &str) -> Result<Config> {
-        Figment::new()
-            .merge(Toml::string(text))
-            .extract::<Config>()
-            .map_err(|e| Error::Config(e.to_string()))
+        runtime::config::parse_str::<Config>(text, "the configuration")
+            .map_err(|e| Error::Config(e.0))
             .and_then(Config::validated)
     }
 

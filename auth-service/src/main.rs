@@ -1,5 +1,5 @@
-//! `cellbind-auth-service --config PATH.toml [backup --out FILE | restore --from FILE]`:
-//! wires the library together.
+//! `cellbind-auth-service --config PATH.toml [--check-config | backup --out FILE | restore
+//! --from FILE]`: wires the library together.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,10 +25,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    runtime::server::main_with::<Command, _, _, _>(
+    runtime::server::main_with::<Command, Config, _, _, _>(
         runtime::binary!(),
         |config, command| async move {
-            let config = Config::load(&config)?;
             match command {
                 None => cellbind_auth_service::run(config).await,
                 Some(Command::Backup { out }) => {

@@ -32,15 +32,28 @@ pub(crate) struct Minted {
 /// The sign-in order: the client IP's bucket, ownership, the account's buckets, then one
 /// argon2id verification (against a dummy hash for an unknown user), then the session.
 pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
-    state.throttle.check_ip(ip).await?;
-    let generation = sign_in_generation(state, &req.contractor_id)?;
-    state
+    // Every refusal is logged with the client address and a reason code (never the password);
+    // the three credential failures share one answer to the client.
+    let refused = |reason: &'static str| {
+        tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, login = %req.login, reason, "sign-in refused");
+    };
+    if let Err(e) = state.throttle.check_ip(ip).await {
+        refused("throttled");
+        return Err(e);
+    }
+    let generation =
+        sign_in_generation(state, &req.contractor_id).inspect_err(|_| refused("wrong_cell"))?;
+    if let Err(e) = state
         .throttle
         .check_account(&req.contractor_id, &req.login, ip)
-        .await?;
+        .await
+    {
+        refused("throttled");
+        return Err(e);
+    }
 
     let store = state.store.clone();
-    let (ctr, login) = (req.contractor_id.clone(), req.login);
+    let (ctr, login) = (req.contractor_id.clone(), req.login.clone());
     let user = blocking(move || store.user(&ctr, &login)).await?;
     let _permit = state
         .hashing
@@ -59,7 +72,14 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
     state.metrics.password_checked();
     let user = match user {
         Some(u) if verified && usable => u,
-        _ => return Err(Error::InvalidCredentials),
+        other => {
+            refused(match other {
+                None => "unknown_user",
+                Some(_) if !verified => "wrong_password",
+                Some(_) => "disabled",
+            });
+            return Err(Error::InvalidCredentials);
+        }
     };
     let now = state.now();
     let exp = now.saturating_add(state.config.session_lifetime_s);

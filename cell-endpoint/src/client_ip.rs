@@ -25,7 +25,9 @@ use crate::error::EdgeError;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The forwarding header trusted proxies set.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 pub enum ClientIpHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2`.
     #[default]

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64, default_usize};
-use serde::Deserialize;
+use runtime::logging::LogFormat;
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::EdgeError;
 
@@ -50,14 +52,21 @@ pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
 /// Trusted proxies are not counted, the clients behind them are when PROXY protocol names them.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
 
-/// The edge's configuration. Unknown keys are ignored so the shared `CELLBIND_*` environment
-/// (e.g. `CELLBIND_EXIT_ON_STDIN_EOF`) does not break loading.
-#[derive(Debug, Clone, Deserialize)]
+/// The edge's configuration. Unknown keys in the file are refused, naming the nearest valid
+/// key (`runtime::config::load`); only `CELLBIND_<KEY>` variables of known keys are read, so
+/// the shared `CELLBIND_*` environment (e.g. `CELLBIND_EXIT_ON_STDIN_EOF`) does not break
+/// loading.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Config {
+    /// This cell (sessions of other cells are refused).
+    #[schemars(with = "String")]
     pub cell_id: CellId,
+    /// This edge instance's name (in the feed's instance list and the logs).
     pub instance_id: String,
+    /// The public listener (HTTPS).
     pub listen: SocketAddr,
     /// This cell's public endpoint URL: the `iss` of its sessions.
+    #[schemars(with = "String")]
     pub public_url: Endpoint,
     /// The auth-service's public listener (or its replicas'): `/v1/sessions*` is forwarded
     /// there.
@@ -66,6 +75,7 @@ pub struct Config {
     /// there.
     pub feed_url: Replicas,
     /// The app's public listener: validated `/api/*` is forwarded there.
+    #[schemars(with = "String")]
     pub app_url: Endpoint,
     /// Bearer token of the feed (this cell's).
     pub feed_token_file: PathBuf,
@@ -74,34 +84,52 @@ pub struct Config {
     /// This cell's edge token, presented to the auth-service as `X-Cellbind-Edge-Key`: with it
     /// the auth-service believes `X-Cellbind-Client-Ip` and the session cookie.
     pub edge_token_file: PathBuf,
+    /// Directory of the edge's persisted state (the revocation view and feed position).
     pub state_dir: PathBuf,
+    /// PEM certificate chain served (reloaded when the file changes).
     pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
     pub tls_key: PathBuf,
+    /// The CA (PEM) the upstreams' certificates must chain to.
     pub ca_cert: PathBuf,
+    /// Writes are refused once the last feed sync is older than this, in milliseconds (0 =
+    /// off).
     #[serde(default = "default_u64::<DEFAULT_WRITE_LEASE_MS>")]
     pub write_lease_ms: u64,
+    /// Long-poll wait asked of the feed, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_FEED_WAIT_MS>")]
     pub feed_wait_ms: u64,
+    /// Session lifetime in seconds (as the auth-service's).
     #[serde(default = "default_u64::<{protocol::token::DEFAULT_SESSION_LIFETIME_S}>")]
     pub session_lifetime_s: u64,
+    /// Per-client-IP request rate, in requests per second.
     #[serde(default = "default_u32::<DEFAULT_RATE_PER_IP_PER_S>")]
     pub rate_per_ip_per_s: u32,
+    /// Per-client-IP burst, in requests.
     #[serde(default = "default_u32::<DEFAULT_BURST_PER_IP>")]
     pub burst_per_ip: u32,
+    /// Per-subject request rate, in requests per second.
     #[serde(default = "default_u32::<DEFAULT_RATE_PER_SUBJECT_PER_S>")]
     pub rate_per_subject_per_s: u32,
+    /// Per-subject burst, in requests.
     #[serde(default = "default_u32::<DEFAULT_BURST_PER_SUBJECT>")]
     pub burst_per_subject: u32,
+    /// Largest request body forwarded, in bytes.
     #[serde(default = "default_usize::<DEFAULT_MAX_BODY_BYTES>")]
     pub max_body_bytes: usize,
+    /// Cooldown between two key refetches caused by unknown kids, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_KID_REFETCH_COOLDOWN_MS>")]
     pub kid_refetch_cooldown_ms: u64,
+    /// Total timeout of a request forwarded to the auth-service, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_AUTH_TIMEOUT_MS>")]
     pub auth_timeout_ms: u64,
+    /// Total timeout of a request forwarded to the app, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_APP_TIMEOUT_MS>")]
     pub app_timeout_ms: u64,
+    /// Connect timeout to an upstream, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_CONNECT_TIMEOUT_MS>")]
     pub connect_timeout_ms: u64,
+    /// Interval of the certificate-file watcher, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_CERT_WATCH_MS>")]
     pub cert_watch_ms: u64,
     /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
@@ -132,6 +160,21 @@ pub struct Config {
     /// Most open connections from one client address.
     #[serde(default = "default_usize::<DEFAULT_MAX_CONNECTIONS_PER_IP>")]
     pub max_connections_per_ip: usize,
+    /// Log lines as `text` (default) or `json` (one object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+impl runtime::server::ServerConfig for Config {
+    type Error = EdgeError;
+
+    fn load(path: &Path) -> Result<Self, EdgeError> {
+        Config::load(path)
+    }
+
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
 }
 
 impl Config {
@@ -210,6 +253,35 @@ impl<'de> Deserialize<'de> for Replicas {
             }
         }
         d.deserialize_any(OneOrMany)
+    }
+}
+
+impl Serialize for Replicas {
+    /// One URL as a string, several as a list (the way they are written).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl JsonSchema for Replicas {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Replicas".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "anyOf": [
+                { "type": "string" },
+                { "type": "array", "items": { "type": "string" }, "minItems": 1 }
+            ]
+        })
     }
 }
 

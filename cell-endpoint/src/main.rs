@@ -1,4 +1,4 @@
-//! `cellbind-cell-endpoint --config PATH.toml`: wiring only.
+//! `cellbind-cell-endpoint --config PATH.toml [--check-config]`: wiring only.
 
 use std::process::ExitCode;
 
@@ -10,7 +10,7 @@ fn main() -> ExitCode {
         about: "The cell's public HTTPS edge",
         ..runtime::binary!()
     };
-    runtime::server::main(binary, |config| async move {
-        run(Config::load(&config)?, runtime::shutdown_signal()).await
+    runtime::server::main(binary, |config: Config| {
+        run(config, runtime::shutdown_signal())
     })
 }

@@ -28,7 +28,9 @@ use crate::error::EdgeError;
 pub const DEFAULT_REVOCATION_MAX_AGE_MS: u64 = 0;
 
 /// What an instance with a stale revocation view refuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FailClosed {
     /// Writes (unsafe methods) only; reads keep being served.

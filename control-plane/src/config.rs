@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use protocol::CellId;
 use runtime::config::{default_u64, default_usize};
+use runtime::logging::LogFormat;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CpError, Result};
@@ -14,9 +16,11 @@ pub const DEFAULT_BUCKET_COUNT: usize = 1024;
 /// Default interval between two publications of the map, in milliseconds.
 pub const DEFAULT_PUBLISH_INTERVAL_MS: u64 = 30_000;
 
-/// One cell as the control plane knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One cell as the control plane knows it (a `[[cells]]` table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CellConfig {
+    /// The cell's id (`cell-01`).
+    #[schemars(with = "String")]
     pub id: CellId,
     /// The cell's public endpoint (what clients address).
     pub endpoint: String,
@@ -24,9 +28,11 @@ pub struct CellConfig {
     pub auth_service_url: String,
 }
 
-/// `cellbind-control-plane --config` (see docs/INTERNALS.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `cellbind-control-plane --config` (see docs/INTERNALS.md). Unknown keys are refused
+/// (`runtime::config::load`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Config {
+    /// The listener (HTTPS) of the admin API and the placement map.
     pub listen: SocketAddr,
     /// Holds `placements.db`.
     pub data_dir: PathBuf,
@@ -34,14 +40,35 @@ pub struct Config {
     pub map_key_file: PathBuf,
     /// Where `placement-map.json` is written on every publication.
     pub publish_dir: PathBuf,
+    /// Bearer token of the admin API.
     pub admin_token_file: PathBuf,
+    /// PEM certificate chain served.
     pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
     pub tls_key: PathBuf,
+    /// The cells (at least one), as `[[cells]]` tables.
     pub cells: Vec<CellConfig>,
+    /// Number of buckets of the placement map.
     #[serde(default = "default_usize::<DEFAULT_BUCKET_COUNT>")]
     pub bucket_count: usize,
+    /// Interval between two publications of the map, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_PUBLISH_INTERVAL_MS>")]
     pub publish_interval_ms: u64,
+    /// Log lines as `text` (default) or `json` (one object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+impl runtime::server::ServerConfig for Config {
+    type Error = CpError;
+
+    fn load(path: &Path) -> Result<Config> {
+        Config::load(path)
+    }
+
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
 }
 
 impl Config {

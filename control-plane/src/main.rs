@@ -1,9 +1,10 @@
-//! `cellbind-control-plane --config PATH.toml`: the placement store and signed map publication.
+//! `cellbind-control-plane --config PATH.toml [--check-config]`: the placement store and signed map publication.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    runtime::server::main(runtime::binary!(), |config| async move {
-        control_plane::server::run(control_plane::config::Config::load(&config)?).await
-    })
+    runtime::server::main(
+        runtime::binary!(),
+        |config: control_plane::config::Config| control_plane::server::run(config),
+    )
 }

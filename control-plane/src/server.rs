@@ -74,6 +74,10 @@ impl FromRequestParts<CpState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &CpState) -> Result<Self> {
         if state.admin_token.authorizes(&parts.headers) {
+            // Admin actions are logged with the token's name, never its value.
+            if !parts.method.is_safe() {
+                tracing::info!(token = "admin", method = %parts.method, path = parts.uri.path(), "admin action");
+            }
             Ok(Admin)
         } else {
             Err(CpError::AdminToken)

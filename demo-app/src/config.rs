@@ -4,21 +4,28 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use runtime::logging::LogFormat;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, Result};
 use protocol::CellId;
 
-/// The demo app's settings (see docs/INTERNALS.md).
-#[derive(Debug, Clone, Deserialize)]
+/// The demo app's settings (see docs/INTERNALS.md). Unknown keys are refused
+/// (`runtime::config::load`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Config {
+    /// This cell (the app serves its users only).
+    #[schemars(with = "String")]
     pub cell_id: CellId,
     /// The public listener: `/api/*` (edge key required) and `/healthz`. The edge forwards to it.
     pub listen: SocketAddr,
     /// The internal listener: `/internal/v1/*` (admin token required) and `/healthz`. Never
     /// reachable through the edge; the control plane's migration orchestrator calls it.
     pub internal_listen: SocketAddr,
+    /// PEM certificate chain served.
     pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
     pub tls_key: PathBuf,
     /// Holds `app.db` (the folder is made 0700 and the database files 0600).
     pub data_dir: PathBuf,
@@ -26,6 +33,21 @@ pub struct Config {
     pub app_token_file: PathBuf,
     /// The cell's admin token: the bearer token of `/internal/*`.
     pub admin_token_file: PathBuf,
+    /// Log lines as `text` (default) or `json` (one object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+impl runtime::server::ServerConfig for Config {
+    type Error = AppError;
+
+    fn load(path: &Path) -> Result<Config> {
+        Config::load(path)
+    }
+
+    fn log_format(&self) -> LogFormat {
+        self.log_format
+    }
 }
 
 impl Config {

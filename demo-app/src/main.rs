@@ -1,9 +1,9 @@
-//! `cellbind-demo-app --config PATH.toml`: wiring only.
+//! `cellbind-demo-app --config PATH.toml [--check-config]`: wiring only.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    runtime::server::main(runtime::binary!(), |config| async move {
-        cellbind_demo_app::server::run(cellbind_demo_app::Config::load(&config)?).await
+    runtime::server::main(runtime::binary!(), |config: cellbind_demo_app::Config| {
+        cellbind_demo_app::server::run(config)
     })
 }

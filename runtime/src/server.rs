@@ -1,12 +1,28 @@
-//! The `main` of every Cellbind server binary: `--config PATH.toml` on the command line, logging
-//! to stderr, run until stopped, and one line on stderr (plus a log line) when it fails.
+//! The `main` of every Cellbind server binary: `--config PATH.toml` on the command line (read
+//! strictly, see [`crate::config`]), logging to stderr in the configured format, run until
+//! stopped, and one line on stderr (plus a log line) when it fails. `--check-config` validates
+//! the file exactly as a start would, prints the effective configuration (secrets redacted) as
+//! TOML on stdout and exits.
 
 use std::fmt::Display;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::logging::LogFormat;
+
 use clap::{CommandFactory as _, FromArgMatches as _, Parser};
+
+/// What [`main`] needs of a server's configuration type: how to load (and validate) it from
+/// its file, and the log format it asks for. It is printed by `--check-config`.
+pub trait ServerConfig: serde::Serialize + Sized {
+    /// Why a configuration could not be loaded.
+    type Error: Display;
+    /// Reads and validates the file (and the `CELLBIND_*` overrides), as a start does.
+    fn load(path: &Path) -> Result<Self, Self::Error>;
+    /// The `log_format` key.
+    fn log_format(&self) -> LogFormat;
+}
 
 /// The command line of a server binary.
 #[derive(Debug, Parser)]
@@ -14,6 +30,10 @@ pub struct ServerArgs {
     /// TOML configuration file (fields may be overridden by CELLBIND_<FIELD>).
     #[arg(long)]
     pub config: PathBuf,
+    /// Validate the configuration, print it (defaults filled in, environment overrides
+    /// applied, secrets redacted) as TOML and exit: 0 when valid, 1 otherwise.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 /// What a server binary says about itself in `--help` and `--version`; [`crate::binary!`]
@@ -49,17 +69,24 @@ pub struct ServerArgsWith<C: clap::Subcommand> {
     /// the command.
     #[arg(long)]
     pub config: PathBuf,
+    /// Validate the configuration, print it (defaults filled in, environment overrides
+    /// applied, secrets redacted) as TOML and exit: 0 when valid, 1 otherwise. Takes no
+    /// command.
+    #[arg(long)]
+    pub check_config: bool,
     #[command(subcommand)]
     pub command: Option<C>,
 }
 
-/// Parses the command line (clap prints help, version and usage errors and exits), installs
-/// logging (`info` unless `RUST_LOG` says otherwise), then runs `run` with the configuration
-/// path on a multi-threaded tokio runtime. A failure is logged and printed as
-/// `{name}: {error}` on stderr, and the exit code is 1.
-pub fn main<F, Fut, E>(binary: Binary, run: F) -> ExitCode
+/// Parses the command line (clap prints help, version and usage errors and exits), loads the
+/// configuration `C` (`--check-config`: prints it and exits), installs logging in its format
+/// (`info` unless `RUST_LOG` says otherwise), then runs `run` with it on a multi-threaded tokio
+/// runtime. A failure is logged and printed as `{name}: {error}` on stderr, and the exit code
+/// is 1.
+pub fn main<C, F, Fut, E>(binary: Binary, run: F) -> ExitCode
 where
-    F: FnOnce(PathBuf) -> Fut,
+    C: ServerConfig,
+    F: FnOnce(C) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
@@ -71,46 +98,83 @@ where
         Ok(args) => args,
         Err(e) => e.exit(),
     };
-    run_main(binary, run(args.config))
+    start(binary, &args.config, args.check_config, run)
 }
 
-/// [`main`] for a binary with subcommands `C`: `run` gets the configuration path and the
-/// command given, if any.
-pub fn main_with<C, F, Fut, E>(binary: Binary, run: F) -> ExitCode
+/// [`main`] for a binary with subcommands `Cmd`: `run` gets the configuration and the command
+/// given, if any. `--check-config` works without a command.
+pub fn main_with<Cmd, C, F, Fut, E>(binary: Binary, run: F) -> ExitCode
 where
-    C: clap::Subcommand,
-    F: FnOnce(PathBuf, Option<C>) -> Fut,
+    Cmd: clap::Subcommand,
+    C: ServerConfig,
+    F: FnOnce(C, Option<Cmd>) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    let command = ServerArgsWith::<C>::command()
+    let command = ServerArgsWith::<Cmd>::command()
         .name(binary.name)
         .version(binary.version)
         .about(binary.about);
-    let args = match ServerArgsWith::<C>::from_arg_matches(&command.get_matches()) {
+    let args = match ServerArgsWith::<Cmd>::from_arg_matches(&command.get_matches()) {
         Ok(args) => args,
         Err(e) => e.exit(),
     };
-    run_main(binary, run(args.config, args.command))
+    if args.check_config && args.command.is_some() {
+        eprintln!("{}: --check-config takes no command", binary.name);
+        return ExitCode::from(2);
+    }
+    let cmd = args.command;
+    start(binary, &args.config, args.check_config, move |c| {
+        run(c, cmd)
+    })
 }
 
-/// Logging, a runtime, `fut` on it, and the exit code.
-fn run_main<Fut, E>(binary: Binary, fut: Fut) -> ExitCode
+/// Loads the configuration; then either prints it (`check_config`) or installs logging and
+/// runs `run` with it.
+fn start<C, F, Fut, E>(binary: Binary, path: &Path, check_config: bool, run: F) -> ExitCode
 where
+    C: ServerConfig,
+    F: FnOnce(C) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    crate::logging::init("info");
+    let config = match C::load(path) {
+        Ok(config) => config,
+        Err(e) if check_config => {
+            eprintln!("{}: {e}", binary.name);
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            crate::logging::init("info");
+            return failed(binary, &e.to_string());
+        }
+    };
+    if check_config {
+        return match crate::config::effective_toml(&config) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", binary.name);
+                ExitCode::FAILURE
+            }
+        };
+    }
+    crate::logging::init_with("info", config.log_format());
     let result = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt.block_on(fut).map_err(|e| e.to_string()),
+        Ok(rt) => rt.block_on(run(config)).map_err(|e| e.to_string()),
         Err(e) => Err(format!("cannot start the async runtime: {e}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "{} stopped", binary.name);
-            eprintln!("{}: {e}", binary.name);
-            ExitCode::FAILURE
-        }
+        Err(e) => failed(binary, &e),
     }
+}
+
+/// Logs and prints the failure; exit code 1.
+fn failed(binary: Binary, e: &str) -> ExitCode {
+    tracing::error!(error = %e, "{} stopped", binary.name);
+    eprintln!("{}: {e}", binary.name);
+    ExitCode::FAILURE
 }

@@ -221,7 +221,12 @@ impl<const FEED: bool> FromRequestParts<AppState> for Bearer<FEED> {
         } else {
             (&state.tokens.admin, "admin")
         };
-        guard(&parts.headers, secret, api).map(|()| Bearer)
+        guard(&parts.headers, secret, api)?;
+        // Admin actions are logged with the token's name, never its value.
+        if !FEED && !parts.method.is_safe() {
+            tracing::info!(token = api, method = %parts.method, path = parts.uri.path(), "admin action");
+        }
+        Ok(Bearer)
     }
 }
 

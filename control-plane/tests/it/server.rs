@@ -35,6 +35,7 @@ fn config(dir: &std::path::Path, port: u16) -> Config {
             .collect(),
         bucket_count: 64,
         publish_interval_ms: 30_000,
+        log_format: Default::default(),
     }
 }
 

@@ -61,6 +61,7 @@ async fn serve() -> Served {
         data_dir: p("data"),
         app_token_file: p("app-token"),
         admin_token_file: p("admin-token"),
+        log_format: Default::default(),
     };
     let server = tokio::spawn(cellbind_demo_app::server::run(cfg));
     Served {

@@ -6,6 +6,7 @@
 //! module with a filter, e.g. `cargo test -p cellbind-tests layering`.
 
 mod cellctl_cli;
+mod configuration;
 mod credentials;
 mod desk_browser;
 mod fleet_basics;

@@ -1,0 +1,286 @@
+//! The servers' configuration as an operator meets it: strict files (a misspelt key stops the
+//! binary and names the key, the file and the nearest valid key), `--check-config`, JSON logs,
+//! and `docs/CONFIGURATION.md`, generated from the four configuration types (regenerate it
+//! with `scripts/gen-config-docs`).
+//!
+//! The binaries must be built first: `cargo build --workspace --bins`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use runtime::config::reference_markdown;
+
+/// Set to `1` to rewrite `docs/CONFIGURATION.md` instead of checking it.
+const BLESS_ENV: &str = "CELLBIND_BLESS";
+
+/// The generated configuration reference.
+fn reference() -> String {
+    let mut out = String::from(
+        "# Configuration reference\n\n\
+         <!-- Generated from the servers' configuration types by `scripts/gen-config-docs`; \
+         do not edit by hand. -->\n\n\
+         Every server reads one TOML file (`--config PATH.toml`), then `CELLBIND_<KEY>` \
+         environment variables that override top-level keys (e.g. `CELLBIND_LOG_FORMAT=json`). \
+         A key the server does not know is an error naming the key, the file and the nearest \
+         valid key. `--check-config` validates the file as a start would, prints the effective \
+         configuration (defaults filled in, overrides applied, secrets redacted) as TOML and \
+         exits: 0 when valid, 1 otherwise. Keys ending in `_file` name files holding secrets, \
+         never the secrets themselves.\n",
+    );
+    let sections = [
+        (
+            "cellbind-auth-service",
+            reference_markdown::<auth_service::Config>(),
+        ),
+        (
+            "cellbind-cell-endpoint (the edge)",
+            reference_markdown::<cell_endpoint::Config>(),
+        ),
+        (
+            "cellbind-control-plane",
+            reference_markdown::<control_plane::config::Config>(),
+        ),
+        (
+            "cellbind-demo-app",
+            reference_markdown::<demo_app::Config>(),
+        ),
+    ];
+    for (name, table) in sections {
+        out.push_str(&format!("\n## {name}\n\n{table}"));
+    }
+    out
+}
+
+fn doc_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFIGURATION.md")
+}
+
+#[test]
+fn the_configuration_reference_is_current() {
+    let text = reference();
+    if std::env::var(BLESS_ENV).is_ok_and(|v| v == "1") {
+        std::fs::write(doc_path(), &text).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(doc_path()).unwrap_or_default();
+    assert!(
+        committed == text,
+        "docs/CONFIGURATION.md is stale: run scripts/gen-config-docs"
+    );
+}
+
+#[test]
+fn the_reference_documents_every_key() {
+    let text = reference();
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        assert!(
+            !line.ends_with("|  |"),
+            "a key without a doc comment: {line}"
+        );
+    }
+    assert!(text.contains("Each `[[cells]]` entry"), "{text}");
+}
+
+/// A server binary and a valid configuration of it.
+struct Server {
+    bin: &'static str,
+    valid: &'static str,
+    /// A key of `valid` to misspell, and its misspelling.
+    misspelt: (&'static str, &'static str),
+}
+
+const SERVERS: [Server; 4] = [
+    Server {
+        bin: "cellbind-auth-service",
+        valid: r#"cell_id = "cell-01"
+listen = "127.0.0.1:1"
+internal_listen = "127.0.0.1:2"
+issuer = "https://127.0.0.1:1"
+data_dir = "data"
+kek_file = "kek"
+admin_token_file = "admin.token"
+feed_token_file = "feed.token"
+edge_token_file = "edge.token"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+edge_write_lease_ms = 30000
+"#,
+        misspelt: ("edge_write_lease_ms", "edge_write_lease_msx"),
+    },
+    Server {
+        bin: "cellbind-cell-endpoint",
+        valid: r#"cell_id = "cell-01"
+instance_id = "edge-1"
+listen = "127.0.0.1:1"
+public_url = "https://127.0.0.1:1"
+auth_service_url = ["https://127.0.0.1:2", "https://127.0.0.2:2"]
+feed_url = "https://127.0.0.1:3"
+app_url = "https://127.0.0.1:4"
+feed_token_file = "feed.token"
+app_token_file = "app.token"
+edge_token_file = "edge.token"
+state_dir = "state"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+ca_cert = "ca.pem"
+write_lease_ms = 30000
+"#,
+        misspelt: ("write_lease_ms", "write_lease_msx"),
+    },
+    Server {
+        bin: "cellbind-control-plane",
+        valid: r#"listen = "127.0.0.1:1"
+data_dir = "data"
+map_key_file = "map.key"
+publish_dir = "publish"
+admin_token_file = "admin.token"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+
+[[cells]]
+id = "cell-01"
+endpoint = "https://127.0.0.1:1"
+auth_service_url = "https://127.0.0.1:2"
+"#,
+        // Inside an array of tables.
+        misspelt: ("endpoint = ", "endpiont = "),
+    },
+    Server {
+        bin: "cellbind-demo-app",
+        valid: r#"cell_id = "cell-01"
+listen = "127.0.0.1:1"
+internal_listen = "127.0.0.1:2"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+data_dir = "data"
+app_token_file = "app.token"
+admin_token_file = "admin.token"
+"#,
+        misspelt: ("admin_token_file", "admin_tokn_file"),
+    },
+];
+
+/// Runs `bin` with `args` and `config` written to a fresh directory (its working directory),
+/// stdin closed.
+fn run(bin: &str, config: &str, args: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.toml");
+    std::fs::write(&path, config).unwrap();
+    let exe = devfleet::test_bin_dir().unwrap().join(bin);
+    assert!(
+        exe.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        exe.display()
+    );
+    let out = Command::new(&exe)
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .current_dir(dir.path())
+        .env("CELLBIND_EXIT_ON_STDIN_EOF", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out, path, dir)
+}
+
+#[test]
+fn a_misspelt_key_stops_every_server_naming_it_the_file_and_the_nearest_key() {
+    for s in &SERVERS {
+        let bad = s.valid.replace(s.misspelt.0, s.misspelt.1);
+        assert_ne!(bad, s.valid, "{}", s.bin);
+        for args in [&[][..], &["--check-config"][..]] {
+            let (out, path, _dir) = run(s.bin, &bad, args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{} {args:?}: {stderr}", s.bin);
+            let wrong = s.misspelt.1.trim_end_matches(" = ");
+            let right = s.misspelt.0.trim_end_matches(" = ");
+            assert!(
+                stderr.contains("unknown key `")
+                    && stderr.contains(wrong)
+                    && stderr.contains(&format!("did you mean `{right}`?"))
+                    && stderr.contains(&path.display().to_string()),
+                "{} {args:?}: {stderr}",
+                s.bin
+            );
+        }
+    }
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration_as_toml() {
+    for s in &SERVERS {
+        let (out, _path, _dir) = run(s.bin, s.valid, &["--check-config"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            s.bin,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let effective: toml::Table = toml::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{}: not TOML ({e}): {stdout}", s.bin));
+        // Defaults are filled in.
+        assert_eq!(
+            effective.get("log_format").and_then(|v| v.as_str()),
+            Some("text"),
+            "{}: {stdout}",
+            s.bin
+        );
+    }
+}
+
+#[test]
+fn check_config_applies_environment_overrides_of_known_keys_only() {
+    let s = &SERVERS[3];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.toml");
+    std::fs::write(&path, s.valid).unwrap();
+    let out = Command::new(devfleet::test_bin_dir().unwrap().join(s.bin))
+        .arg("--config")
+        .arg(&path)
+        .arg("--check-config")
+        .env("CELLBIND_LOG_FORMAT", "json")
+        .env("CELLBIND_TEST_STORE", "postgres")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective: toml::Table = toml::from_str(&stdout).unwrap();
+    assert_eq!(
+        effective.get("log_format").and_then(|v| v.as_str()),
+        Some("json")
+    );
+}
+
+#[test]
+fn a_json_format_server_writes_json_log_lines() {
+    // The demo app cannot read its TLS certificate here, so it logs its failure and stops;
+    // every log line before the final `{name}: {error}` line is one JSON object.
+    let s = &SERVERS[3];
+    let config = format!("{}log_format = \"json\"\n", s.valid);
+    let (out, _path, _dir) = run(s.bin, &config, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let (last, logs) = lines.split_last().unwrap();
+    assert!(last.starts_with("cellbind-demo-app: "), "{stderr}");
+    assert!(!logs.is_empty(), "no log line: {stderr}");
+    for line in logs {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("fields").is_some(),
+            "{line}"
+        );
+    }
+    let error: serde_json::Value = serde_json::from_str(logs[logs.len() - 1]).unwrap();
+    assert_eq!(error["level"], "ERROR", "{stderr}");
+}
