@@ -350,11 +350,16 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
             "every live edge applied it: {c}"
         );
     }
-    signal(t.cell(&source).auth_service.pid, Signal::SIGKILL);
+    // The source cell's auth-service down (every replica of it: cellctl would otherwise be
+    // answered by the next one).
+    let replicas: Vec<u32> = t.cell(&source).replicas().iter().map(|r| r.pid).collect();
+    for pid in &replicas {
+        signal(*pid, Signal::SIGKILL);
+    }
     assert!(
-        cellbind_tests::eventually(Duration::from_secs(5), || cellbind_tests::process_gone(
-            t.cell(&source).auth_service.pid
-        ))
+        cellbind_tests::eventually(Duration::from_secs(5), || replicas
+            .iter()
+            .all(|p| cellbind_tests::process_gone(*p)))
         .await
     );
     let out = run(&["--before", "1"]);
