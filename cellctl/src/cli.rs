@@ -17,9 +17,13 @@ pub const DEFAULT_FLEET_FILE: &str = "dev-fleet/fleet.json";
 #[derive(Debug, Parser)]
 #[command(name = "cellctl", version, about)]
 pub struct Cli {
-    /// The fleet description to act on.
+    /// The fleet description to act on: a dev fleet's `fleet.json` (a shortcut for development).
     #[arg(long, global = true, default_value = DEFAULT_FLEET_FILE)]
     pub fleet: PathBuf,
+    /// The inventory of a real fleet (`cells.toml`: the control plane, each cell's services and
+    /// the files of its own tokens; see `cellctl::inventory`). Used instead of `--fleet`.
+    #[arg(long, global = true)]
+    pub inventory: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -68,6 +72,8 @@ pub enum KeysCommand {
 
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> Result<()> {
+    let fleet = cli.inventory.clone().unwrap_or_else(|| cli.fleet.clone());
+    let cli = Cli { fleet, ..cli };
     match cli.command {
         Command::Dev(args) => crate::dev::run_dev(args, cli.json).await,
         Command::Status => crate::status::run_status(&cli.fleet, cli.json).await,

@@ -80,7 +80,7 @@ impl CliConfig {
     /// from the fleet's first reachable cell and caches it there. The map is verified against
     /// the fleet's map key either way.
     pub async fn from_fleet(fleet_json: &Path) -> Result<CliConfig, Error> {
-        let fleet = FleetFile::load(fleet_json).map_err(|e| Error::Config(e.to_string()))?;
+        let fleet = crate::inventory::load(fleet_json).map_err(|e| Error::Config(e.to_string()))?;
         let dir = fleet_json
             .parent()
             .filter(|d| !d.as_os_str().is_empty())

@@ -42,11 +42,15 @@ pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
     let fleet = Fleet::start(opts).await?;
     let f = fleet.file();
     let fleet_path = fleet.fleet_file_path();
+    // The same fleet as an inventory (what a real fleet is described by): `--inventory`.
+    let inventory_path = fleet.dir().join(crate::inventory::INVENTORY_FILE);
+    crate::inventory::Inventory::of_fleet(f)?.write(&inventory_path)?;
     if json {
         println!(
             "{}",
             serde_json::json!({
                 "fleet_file": fleet_path,
+                "inventory": inventory_path,
                 "started_in_ms": fleet.started_in().as_millis(),
                 "store": f.store,
                 "postgres": f.postgres,
@@ -78,6 +82,10 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
         fleet.started_in().as_secs_f64()
     );
     println!("  fleet file     {}", fleet_path.display());
+    println!(
+        "  inventory      {}",
+        fleet.dir().join(crate::inventory::INVENTORY_FILE).display()
+    );
     let replicas = f.cells.first().map_or(1, |c| c.replicas().len());
     match &f.postgres {
         Some(pg) => println!(

@@ -4,6 +4,7 @@
 //! - [`cli`]: the command line (clap) and its dispatch.
 //! - [`admin`]: the ONE typed admin client (auth-services, apps, control plane) with the one
 //!   retry policy; every admin call goes through it.
+//! - [`inventory`]: `--inventory cells.toml`, the description of a real fleet (or `fleet.json`).
 //! - [`dev`]: `cellctl dev` (the fleet itself is the `devfleet` crate).
 //! - [`status`]: `cellctl status`, `cellctl keys rotate`.
 //! - [`client`]: `cellctl client …` (the SDK from the command line).
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod client;
 pub mod dev;
 pub mod error;
+pub mod inventory;
 pub mod migrate;
 pub mod revoke;
 pub mod status;

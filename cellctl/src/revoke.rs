@@ -401,7 +401,7 @@ pub struct Revoker {
 impl Revoker {
     /// Loads the fleet description at `path` and builds a client trusting its CA.
     pub fn load(path: &Path) -> Result<Revoker> {
-        let fleet = FleetFile::load(path)?;
+        let fleet = crate::inventory::load(path)?;
         let admin = AdminClient::for_fleet(&fleet)?;
         let control_plane = Api::control_plane(&fleet).ok();
         Ok(Revoker {

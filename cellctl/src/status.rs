@@ -103,7 +103,7 @@ async fn cell_report(admin: &AdminClient, cell: &FleetCell, now: u64) -> CellRep
 }
 
 fn load_fleet(path: &Path) -> Result<(FleetFile, AdminClient)> {
-    let f = FleetFile::load(path)?;
+    let f = crate::inventory::load(path)?;
     let admin = AdminClient::for_fleet(&f)?;
     Ok((f, admin))
 }

@@ -422,7 +422,7 @@ pub async fn migrate(
     opts: &MigrateOptions,
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<MigrationReport> {
-    let fleet = FleetFile::load(fleet_path)?;
+    let fleet = crate::inventory::load(fleet_path)?;
     let admin = AdminClient::for_fleet(&fleet)?;
     let control_plane = Api::control_plane(&fleet)?;
     let map_key = PublicKey::from_b64(&fleet.map_public_key)

@@ -295,3 +295,138 @@ async fn children_never_outlive_a_sigkilled_cellctl() {
         "a child outlived a SIGKILLed cellctl dev"
     );
 }
+
+/// `cellctl --inventory`: the inventory `cellctl dev` writes beside `fleet.json` drives every
+/// command (status, keys rotate, revoke, migrate, client) with each cell's own token; an
+/// inventory that gives a cell another cell's token is refused by that cell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_from_an_inventory_and_a_cell_refuses_another_cells_token() {
+    let _slot = fleet_slot(Slot::Shared).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let mut dev = start_dev(&dir, free_port_base(), &tmp.path().join("cellctl.stderr")).await;
+    let fleet = FleetFile::load(&dir.join("fleet.json")).unwrap();
+    let inventory = dir.join("inventory.toml");
+    let text = std::fs::read_to_string(&inventory).expect("cellctl dev wrote inventory.toml");
+    assert!(
+        !text.contains(&fleet.cells[0].admin_token),
+        "it names token files only"
+    );
+    let with_inventory = |args: &[&str]| {
+        let mut c = cellctl();
+        c.args(args).arg("--inventory").arg(&inventory);
+        c
+    };
+
+    let (ok, out, err) = run_to_end(&mut with_inventory(&["status", "--json"])).await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["control_plane"]["reachable"], true);
+    for c in v["cells"].as_array().unwrap() {
+        assert_eq!(c["reachable"], true, "{c}");
+    }
+    let (ok, out, err) = run_to_end(&mut with_inventory(&[
+        "keys", "rotate", "--cell", "cell-02", "--json",
+    ]))
+    .await;
+    assert!(ok, "{err}");
+    assert!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["current"].is_string());
+
+    let user = fleet.demo.technicians[0].clone();
+    let sub = format!("{}.{}", user.contractor_id, user.login);
+    let (ok, out, err) = run_to_end(&mut with_inventory(&[
+        "revoke",
+        "subject",
+        &sub,
+        "--reason",
+        "inventory test",
+        "--json",
+    ]))
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains(user.cell_id.as_str()), "{out}");
+
+    // A migration through the inventory (to the next cell).
+    let n: u8 = user.cell_id.as_str()[5..].parse().unwrap();
+    let target = format!("cell-{:02}", n % 5 + 1);
+    let (ok, out, err) = run_to_end(&mut with_inventory(&[
+        "migrate",
+        user.contractor_id.as_str(),
+        "--to",
+        &target,
+    ]))
+    .await;
+    assert!(ok, "{out}\n{err}");
+
+    // The client, from the inventory (map verified with its key; session beside it).
+    let other = fleet
+        .demo
+        .technicians
+        .iter()
+        .find(|u| u.contractor_id != user.contractor_id)
+        .unwrap()
+        .clone();
+    let mut signin = with_inventory(&[
+        "client",
+        "sign-in",
+        other.contractor_id.as_str(),
+        &other.login,
+        "--json",
+    ]);
+    signin
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = signin.spawn().unwrap();
+    {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{}\n", other.password).as_bytes())
+            .await
+            .unwrap();
+    }
+    let out = tokio::time::timeout(EXIT_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, out, err) = run_to_end(&mut with_inventory(&[
+        "client",
+        "get",
+        "/api/routes/today",
+        "--json",
+    ]))
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["status"],
+        200
+    );
+
+    // Cell-02 given cell-01's token: refused by cell-02 (403), nothing rotated there.
+    let bad = tmp.path().join("cross-cell.toml");
+    let cell01_token = fleet.cells[0].admin_token_file.display().to_string();
+    let cell02_token = fleet.cells[1].admin_token_file.display().to_string();
+    std::fs::write(&bad, text.replace(&cell02_token, &cell01_token)).unwrap();
+    let (ok, _, err) = run_to_end(
+        cellctl()
+            .args(["keys", "rotate", "--cell", "cell-02", "--inventory"])
+            .arg(&bad),
+    )
+    .await;
+    assert!(!ok, "a cell accepted another cell's token");
+    assert!(err.contains("403"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    signal(dev.id().unwrap(), Signal::SIGINT);
+    let status = tokio::time::timeout(EXIT_TIMEOUT, dev.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
