@@ -3,6 +3,8 @@
 //! Run: `cargo bench -p cellbind-auth-service --bench signin`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -51,32 +53,7 @@ async fn run() {
     let argon = time(ROUNDS_SLOW, || assert!(verify(&phc, &pw)));
 
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().display();
-    std::fs::write(dir.path().join("admin"), "bench-admin-token").unwrap();
-    std::fs::write(dir.path().join("feed"), "bench-feed-token").unwrap();
-    std::fs::write(dir.path().join("edge"), "bench-edge-token").unwrap();
-    let config = cellbind_auth_service::Config::from_toml(&format!(
-        r#"
-cell_id = "cell-01"
-listen = "127.0.0.1:0"
-internal_listen = "127.0.0.1:0"
-issuer = "https://127.0.0.1:8443"
-data_dir = "{d}/data"
-kek_file = "{d}/kek"
-admin_token_file = "{d}/admin"
-feed_token_file = "{d}/feed"
-edge_token_file = "{d}/edge"
-tls_cert = "{d}/unused.pem"
-tls_key = "{d}/unused.key"
-signin_account_ip_burst = 1000000
-signin_account_ip_per_minute = 1000000
-signin_account_burst = 1000000
-signin_account_per_hour = 1000000
-signin_ip_burst = 1000000
-signin_ip_per_minute = 1000000
-"#
-    ))
-    .unwrap();
+    let config = common::bench_config(dir.path(), "");
     let state = cellbind_auth_service::open(config).await.unwrap();
     let app = cellbind_auth_service::internal_router(state.clone());
     let admin = |method: &str, path: &str, body: serde_json::Value| {

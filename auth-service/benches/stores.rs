@@ -7,7 +7,8 @@
 //! server; needs `initdb`/`pg_ctl`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -24,36 +25,6 @@ const USERS: usize = 32;
 const REVOCATIONS: usize = 300;
 /// Feed wake-ups timed per backend.
 const WAKE_UPS: usize = 100;
-
-fn config(dir: &Path, store: &str) -> cellbind_auth_service::Config {
-    let d = dir.display();
-    std::fs::write(dir.join("admin"), "bench-admin-token").unwrap();
-    std::fs::write(dir.join("feed"), "bench-feed-token").unwrap();
-    std::fs::write(dir.join("edge"), "bench-edge-token").unwrap();
-    cellbind_auth_service::Config::from_toml(&format!(
-        r#"
-cell_id = "cell-01"
-listen = "127.0.0.1:0"
-internal_listen = "127.0.0.1:0"
-issuer = "https://127.0.0.1:8443"
-data_dir = "{d}/data"
-kek_file = "{d}/kek"
-admin_token_file = "{d}/admin"
-feed_token_file = "{d}/feed"
-edge_token_file = "{d}/edge"
-tls_cert = "{d}/unused.pem"
-tls_key = "{d}/unused.key"
-signin_account_ip_burst = 1000000
-signin_account_ip_per_minute = 1000000
-signin_account_burst = 1000000
-signin_account_per_hour = 1000000
-signin_ip_burst = 1000000
-signin_ip_per_minute = 1000000
-{store}
-"#
-    ))
-    .unwrap()
-}
 
 fn req(method: &str, path: &str, token: &str, body: String) -> Request<Body> {
     Request::builder()
@@ -236,7 +207,7 @@ async fn run() {
     runtime::install_crypto_provider();
     // SQLite: one replica.
     let dir = tempfile::tempdir().unwrap();
-    let s = cellbind_auth_service::open(config(dir.path(), ""))
+    let s = cellbind_auth_service::open(common::bench_config(dir.path(), ""))
         .await
         .unwrap();
     let bg = cellbind_auth_service::spawn_background(&s);
@@ -254,13 +225,13 @@ async fn run() {
         url.display()
     );
     let dir_a = tempfile::tempdir().unwrap();
-    let a = cellbind_auth_service::open(config(dir_a.path(), &store))
+    let a = cellbind_auth_service::open(common::bench_config(dir_a.path(), &store))
         .await
         .unwrap();
     // The second replica shares the first one's key-encryption key.
     let dir_b = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir_b.path().join("data")).unwrap();
-    let mut cb = config(dir_b.path(), &store);
+    let mut cb = common::bench_config(dir_b.path(), &store);
     cb.kek_file = dir_a.path().join("kek");
     let b = cellbind_auth_service::open(cb).await.unwrap();
     let mut bg = cellbind_auth_service::spawn_background(&a);

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use protocol::ContractorId;
-use protocol::feed::{FEED_SCHEMA, FeedBody, FeedResponse, Snapshot};
+use protocol::feed::{
+    EpochRelation, FEED_SCHEMA, FeedBody, FeedResponse, Snapshot, epoch_relation,
+};
 
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -71,8 +73,7 @@ pub(crate) async fn serve(state: &AppState, ask: FeedAsk<'_>) -> Result<FeedResp
         // The drain then waits for this instance's next request: safe, only slower.
         tracing::warn!(error = %e, instance = id, "could not record a feed request");
     }
-    let other_epoch = |held: &str| ask.epoch.is_some_and(|e| !e.is_empty() && e != held);
-    if other_epoch(&state.read().epoch) {
+    if restored_since(ask.epoch, &state.read().epoch) {
         return Ok(response(state, 0, None));
     }
     let wait = Duration::from_millis(ask.wait_ms.min(MAX_WAIT_MS));
@@ -83,13 +84,19 @@ pub(crate) async fn serve(state: &AppState, ask: FeedAsk<'_>) -> Result<FeedResp
     Ok(response(state, ask.since, ask.epoch))
 }
 
+/// Whether an instance holding epoch `held_by_instance` (if it said) must start over from a
+/// snapshot of this feed's `epoch` (the edges' own rule, `protocol::feed::epoch_relation`).
+fn restored_since(held_by_instance: Option<&str>, epoch: &str) -> bool {
+    held_by_instance.is_some_and(|held| epoch_relation(held, epoch) == EpochRelation::Restored)
+}
+
 /// The answer for an instance that has applied `since` in `epoch` (a snapshot when the epoch
 /// is not this feed's: a restore happened while it waited).
 fn response(state: &AppState, since: u64, epoch: Option<&str>) -> FeedResponse {
     let inner = state.read();
     let head = inner.head;
     let oldest = inner.log.front().map_or(head + 1, |e| e.seq);
-    let restored = epoch.is_some_and(|e| !e.is_empty() && e != inner.epoch);
+    let restored = restored_since(epoch, &inner.epoch);
     let body = if restored || since == 0 || since > head || since + 1 < oldest {
         FeedBody::Snapshot {
             snapshot: Box::new(Snapshot {

@@ -62,6 +62,21 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// A revocation in force from now on.
+    fn add_revocation(&mut self, r: Revocation) {
+        self.revoked.insert(&r.kind);
+        self.revocations.push(r);
+    }
+
+    /// Appends feed entries (keeping the newest [`FEED_RETAIN_ENTRIES`]) and moves the head.
+    fn advance(&mut self, entries: Vec<FeedEntry>, head: u64) {
+        self.log.extend(entries);
+        while self.log.len() as u64 > FEED_RETAIN_ENTRIES {
+            self.log.pop_front();
+        }
+        self.head = head;
+    }
+
     /// The state a store load describes.
     fn from_loaded(loaded: Loaded, ring: KeyRing) -> Inner {
         let revoked: RevocationSet = loaded.revocations.iter().map(|r| &r.kind).collect();
@@ -281,22 +296,20 @@ impl AppState {
                     Write::Ownership { contractor, record } => {
                         inner.ownership.insert(contractor, record);
                     }
-                    Write::Revocation(r) => {
-                        inner.revoked.insert(&r.kind);
-                        inner.revocations.push(r);
-                    }
+                    Write::Revocation(r) => inner.add_revocation(r),
                     Write::Map(m) => {
                         self.metrics.map_version(m.map.version);
                         inner.map = Some(*m);
                     }
                 }
             }
-            inner.log.extend(commit.entries);
-            while inner.log.len() as u64 > FEED_RETAIN_ENTRIES {
-                inner.log.pop_front();
-            }
-            inner.head = head;
+            inner.advance(commit.entries, head);
         }
+        self.announce(head);
+    }
+
+    /// Publishes a new feed head: the metric, and the wake-up of the feed's long-polls.
+    fn announce(&self, head: u64) {
         self.metrics.feed_head(head);
         self.head_tx.send_replace(head);
     }
@@ -369,12 +382,8 @@ impl AppState {
                     Change::Ownership { contractor, record } => {
                         inner.ownership.insert(contractor.clone(), record.clone());
                     }
-                    Change::Revocation(r) => {
-                        if !inner.revocations.iter().any(|h| h.seq == r.seq) {
-                            inner.revoked.insert(&r.kind);
-                            inner.revocations.push(r.clone());
-                        }
-                    }
+                    // Entries after the held head: none of them is held yet.
+                    Change::Revocation(r) => inner.add_revocation(r.clone()),
                     Change::Map(m) => {
                         self.metrics.map_version(m.map.version);
                         inner.map = Some((**m).clone());
@@ -382,15 +391,10 @@ impl AppState {
                 }
             }
             let head = entries.last().map_or(inner.head, |e| e.seq);
-            inner.log.extend(entries);
-            while inner.log.len() as u64 > FEED_RETAIN_ENTRIES {
-                inner.log.pop_front();
-            }
-            inner.head = head;
+            inner.advance(entries, head);
             head
         };
-        self.metrics.feed_head(head);
-        self.head_tx.send_replace(head);
+        self.announce(head);
         Ok(head)
     }
 
@@ -406,8 +410,7 @@ impl AppState {
         self.users
             .store(loaded.users, std::sync::atomic::Ordering::Relaxed);
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = Inner::from_loaded(loaded, ring);
-        self.metrics.feed_head(head);
-        self.head_tx.send_replace(head);
+        self.announce(head);
         Ok(())
     }
 

@@ -32,6 +32,7 @@ use protocol::{ContractorId, Login};
 use crate::config::Config;
 use crate::coordination::Coordination;
 use crate::error::{Error, Result};
+use crate::store::postgres::PgCoordination;
 
 /// One bucket's shape for the shared table: capacity and the time one token takes to come
 /// back, in milliseconds.
@@ -121,26 +122,22 @@ impl Throttle {
     }
 
     /// Takes one token from a shared bucket.
-    async fn take_shared(&self, key: String, shape: Shape) -> Option<Result<()>> {
-        let shared = self.coordination.shared()?;
-        Some(
-            match shared
-                .take(&key, shape.burst, shape.interval_ms, now_ms())
-                .await
-            {
-                Ok(None) => Ok(()),
-                Ok(Some(retry_after_s)) => Err(Error::RateLimited {
-                    retry_after_s: retry_after_s.max(1),
-                }),
-                Err(e) => Err(e),
-            },
-        )
+    async fn take(shared: &PgCoordination, key: String, shape: Shape) -> Result<()> {
+        match shared
+            .take(&key, shape.burst, shape.interval_ms, now_ms())
+            .await?
+        {
+            None => Ok(()),
+            Some(retry_after_s) => Err(Error::RateLimited {
+                retry_after_s: retry_after_s.max(1),
+            }),
+        }
     }
 
     /// Takes one attempt from the client IP's bucket.
     pub(crate) async fn check_ip(&self, ip: IpAddr) -> Result<()> {
-        if let Some(r) = self.take_shared(format!("ip/{ip}"), self.shapes[0]).await {
-            return r;
+        if let Some(shared) = self.coordination.shared() {
+            return Self::take(shared, format!("ip/{ip}"), self.shapes[0]).await;
         }
         self.ip.check_key(&ip).map_err(refuse)
     }
@@ -153,23 +150,12 @@ impl Throttle {
         login: &Login,
         ip: IpAddr,
     ) -> Result<()> {
-        if self.coordination.shared().is_some() {
+        if let Some(shared) = self.coordination.shared() {
             // Neither an IP nor a contractor id holds a `/` and the login comes last, so two
             // different buckets never share a key.
             let account = format!("{contractor}/{login}");
-            if let Some(r) = self
-                .take_shared(format!("account-ip/{ip}/{account}"), self.shapes[1])
-                .await
-            {
-                r?;
-            }
-            if let Some(r) = self
-                .take_shared(format!("account/{account}"), self.shapes[2])
-                .await
-            {
-                r?;
-            }
-            return Ok(());
+            Self::take(shared, format!("account-ip/{ip}/{account}"), self.shapes[1]).await?;
+            return Self::take(shared, format!("account/{account}"), self.shapes[2]).await;
         }
         self.account_ip
             .check_key(&(contractor.clone(), login.clone(), ip))

@@ -156,6 +156,21 @@ impl Target {
                 preferred,
             } => {
                 let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+                if let [base] = &bases[..] {
+                    // One base (a load balancer, the app): nothing to fail over to, so the
+                    // request is moved, not copied.
+                    let url = upstream_url(base, pq).ok_or(SendError::BadTarget)?;
+                    let (parts, body) = req.into_parts();
+                    return client
+                        .request(parts.method, url)
+                        .headers(parts.headers)
+                        .body(body)
+                        .timeout(timeout)
+                        .send()
+                        .await
+                        .map(into_response)
+                        .map_err(|e| failure(&e));
+                }
                 // Every base gets the ATTACKS A23 check before anything is sent.
                 let urls = bases
                     .iter()
@@ -198,14 +213,10 @@ impl Target {
                         }
                         Err(e) => e,
                     };
-                    let refused = e.is_connect();
-                    tracing::debug!(upstream = %base, refused, error = %e, "upstream attempt failed");
-                    if !refused {
-                        outcome = if e.is_timeout() {
-                            SendError::Timeout
-                        } else {
-                            SendError::Unreachable
-                        };
+                    tracing::debug!(upstream = %base, error = %e, "upstream attempt failed");
+                    let failed = failure(&e);
+                    if failed != SendError::Refused {
+                        outcome = failed;
                         if !resend {
                             return Err(outcome);
                         }
@@ -214,6 +225,17 @@ impl Target {
                 Err(outcome)
             }
         }
+    }
+}
+
+/// What a failed attempt means: refused (the request never left), timed out, or lost in transit.
+fn failure(e: &reqwest::Error) -> SendError {
+    if e.is_connect() {
+        SendError::Refused
+    } else if e.is_timeout() {
+        SendError::Timeout
+    } else {
+        SendError::Unreachable
     }
 }
 

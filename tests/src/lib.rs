@@ -257,6 +257,20 @@ pub async fn session_for(t: &TestFleet, user: &DemoUser) -> Session {
     }
 }
 
+/// `GET {endpoint}/v1/sessions/current` with a session: what its cell says of it (`jti`,
+/// `exp`, …).
+pub async fn current_session(client: &reqwest::Client, s: &Session) -> Value {
+    client
+        .get(format!("{}/v1/sessions/current", s.endpoint))
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("current-session request")
+        .json()
+        .await
+        .expect("current-session body")
+}
+
 /// `GET {endpoint}/api/routes/today` with a session: the status.
 pub async fn route_load(client: &reqwest::Client, endpoint: &str, token: &str) -> u16 {
     match client

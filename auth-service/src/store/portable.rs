@@ -8,10 +8,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use protocol::admin::cell::{Role, UserStatus};
-use protocol::{ContractorId, Login, PasswordHash, SubjectId};
+use protocol::{ContractorId, Login, PasswordHash, SessionId, SubjectId};
 
 use crate::error::{Error, Result};
-use crate::store::records::{BACKUP_SCHEMA, Dump, DumpKey, DumpUser, KeyRow, UserRecord};
+use crate::store::records::{BACKUP_SCHEMA, Dump, DumpKey, KeyRow, TransferRecord, UserRecord};
 
 /// A stored integer as unsigned (a negative one, never written, reads as 0).
 pub(super) fn u(v: i64) -> u64 {
@@ -67,16 +67,22 @@ pub(crate) fn undump_key(d: &DumpKey) -> Result<KeyRow> {
     })
 }
 
-/// A stored user as a backup writes it.
-pub(super) fn dump_user(u: UserRecord) -> DumpUser {
-    DumpUser {
-        contractor_id: u.contractor_id,
-        login: u.login,
-        subject: u.subject,
-        role: u.role,
-        password_hash: u.password_hash,
-        status: u.status,
-    }
+/// A stored session or ticket id.
+pub(super) fn stored_id(id: String) -> Result<SessionId> {
+    SessionId::new(id).map_err(|_| Error::Internal("a stored session id is corrupt".into()))
+}
+
+/// The transfer record a `record_transfer` read back in its transaction (`ticket_jti`, `iat`,
+/// `exp`); there is always one.
+pub(super) fn transfer_record(held: Option<(String, i64, i64)>) -> Result<TransferRecord> {
+    let (jti, iat, exp) =
+        held.ok_or_else(|| Error::Internal("a transfer record vanished while written".into()))?;
+    let corrupt = || Error::Internal("a stored transfer record is corrupt".into());
+    Ok(TransferRecord {
+        ticket_jti: SessionId::new(jti).map_err(|_| corrupt())?,
+        iat: u64::try_from(iat).map_err(|_| corrupt())?,
+        exp: u64::try_from(exp).map_err(|_| corrupt())?,
+    })
 }
 
 /// A value as a JSON column.

@@ -49,11 +49,11 @@ use sqlx::{AssertSqlSafe, PgConnection};
 
 use crate::error::{Error, Result};
 use crate::store::Store;
-use crate::store::portable::{RESTORED_TABLES, check_restorable, history};
 use crate::store::portable::{
-    UserColumns, dump_key, dump_user, fresh_epoch, i, i_usize, json, u, undump_key,
+    RESTORED_TABLES, UserColumns, check_restorable, dump_key, fresh_epoch, history, i, i_usize,
+    json, stored_id, transfer_record, u, undump_key,
 };
-use crate::store::postgres_rows::{self as rows, USER_SELECT, stored_id};
+use crate::store::postgres_rows::{self as rows, USER_SELECT};
 use crate::store::records::{
     BACKUP_SCHEMA, Commit, Dump, DumpBurn, DumpTransfer, KeyRow, Loaded, MintedSession, Position,
     TicketBurn, TransferRecord, UserRecord, Write,
@@ -269,7 +269,7 @@ impl PgStore {
             epoch,
             head,
             feed: rows::feed(&mut tx, 0, usize::MAX).await?,
-            users: rows::users(users)?.into_iter().map(dump_user).collect(),
+            users: rows::users(users)?,
             keys: rows::keys(&mut tx).await?.iter().map(dump_key).collect(),
             ownership: rows::ownership(&mut tx).await?,
             revocations: rows::json_rows(
@@ -539,14 +539,7 @@ impl PgStore {
                 .fetch_optional(&mut *tx)
                 .await?;
         tx.commit().await?;
-        let (jti, iat, exp) =
-            held.ok_or_else(|| Error::Internal("a transfer record vanished while written".into()))?;
-        let corrupt = || Error::Internal("a stored transfer record is corrupt".into());
-        Ok(TransferRecord {
-            ticket_jti: SessionId::new(jti).map_err(|_| corrupt())?,
-            iat: u64::try_from(iat).map_err(|_| corrupt())?,
-            exp: u64::try_from(exp).map_err(|_| corrupt())?,
-        })
+        transfer_record(held)
     }
 
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {

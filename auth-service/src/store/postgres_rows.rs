@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use protocol::feed::FeedEntry;
 use protocol::ownership::OwnershipRecord;
-use protocol::{ContractorId, Kid, SessionId};
+use protocol::{ContractorId, Kid};
 use serde::de::DeserializeOwned;
 use sqlx::PgConnection;
 
@@ -114,9 +114,4 @@ pub(super) async fn json_rows<T: DeserializeOwned>(
 /// User rows parsed.
 pub(super) fn users(rows: Vec<UserColumns>) -> Result<Vec<UserRecord>> {
     rows.into_iter().map(user_parse).collect()
-}
-
-/// A stored session or ticket id.
-pub(super) fn stored_id(id: String) -> Result<SessionId> {
-    SessionId::new(id).map_err(|_| Error::Internal("a stored session id is corrupt".into()))
 }

@@ -16,8 +16,9 @@ use protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-/// A stored technician or dispatcher. `password_hash` is an argon2id PHC string.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A stored technician or dispatcher. `password_hash` is an argon2id PHC string. A backup
+/// writes it in this shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct UserRecord {
     pub(crate) contractor_id: ContractorId,
     pub(crate) login: Login,
@@ -131,17 +132,6 @@ pub(crate) struct Position {
 /// Schema version of a backup file ([`Dump`]).
 pub(crate) const BACKUP_SCHEMA: u32 = 1;
 
-/// A stored user as a backup writes it (the password hash included: backups are 0600).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct DumpUser {
-    pub(crate) contractor_id: ContractorId,
-    pub(crate) login: Login,
-    pub(crate) subject: SubjectId,
-    pub(crate) role: Role,
-    pub(crate) password_hash: PasswordHash,
-    pub(crate) status: UserStatus,
-}
-
 /// A stored key as a backup writes it (the seed sealed under the key-encryption key, which is
 /// NOT in the backup: restore needs the same `kek_file`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,7 +175,8 @@ pub(crate) struct Dump {
     pub(crate) epochs: Vec<String>,
     pub(crate) head: u64,
     pub(crate) feed: Vec<FeedEntry>,
-    pub(crate) users: Vec<DumpUser>,
+    /// The password hashes included: backups are 0600.
+    pub(crate) users: Vec<UserRecord>,
     pub(crate) keys: Vec<DumpKey>,
     pub(crate) ownership: BTreeMap<ContractorId, OwnershipRecord>,
     pub(crate) revocations: Vec<Revocation>,

@@ -18,7 +18,7 @@ use rusqlite::{Connection, params};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::portable::{
-    RESTORED_TABLES, check_restorable, dump_key, dump_user, fresh_epoch, history, i, i_usize, json,
+    RESTORED_TABLES, check_restorable, dump_key, fresh_epoch, history, i, i_usize, json, stored_id,
     u, undump_key, unjson,
 };
 use crate::store::records::{
@@ -361,10 +361,7 @@ impl Store for SqliteStore {
             epoch,
             head,
             feed: read_feed(&tx, 0, usize::MAX)?,
-            users: users_where(&tx, "1 = 1 ORDER BY contractor_id, login", [])?
-                .into_iter()
-                .map(dump_user)
-                .collect(),
+            users: users_where(&tx, "1 = 1 ORDER BY contractor_id, login", [])?,
             keys: read_keys(&tx)?.iter().map(dump_key).collect(),
             ownership: read_ownership(&tx)?,
             revocations: json_rows(
@@ -609,11 +606,6 @@ impl Store for SqliteStore {
     ) -> Result<TransferRecord> {
         sqlite_migration::record_transfer(&mut self.conn(), sid, sexp, proposed, now)
     }
-}
-
-/// A stored session or ticket id.
-fn stored_id(id: String) -> Result<SessionId> {
-    SessionId::new(id).map_err(|_| Error::Internal("a stored session id is corrupt".into()))
 }
 
 /// The stored feed position.

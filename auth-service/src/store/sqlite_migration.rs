@@ -7,8 +7,8 @@ use protocol::SessionId;
 use protocol::time::UnixSeconds;
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-use crate::error::{Error, Result};
-use crate::store::portable::i;
+use crate::error::Result;
+use crate::store::portable::{i, transfer_record};
 use crate::store::records::{TicketBurn, TransferRecord};
 
 /// Burns a ticket id until its `exp` and its session id until the session's `sexp`, in one
@@ -79,14 +79,7 @@ pub(super) fn record_transfer(
         )
         .optional()?;
     tx.commit()?;
-    let (jti, iat, exp) =
-        held.ok_or_else(|| Error::Internal("a transfer record vanished while written".into()))?;
-    let corrupt = || Error::Internal("a stored transfer record is corrupt".into());
-    Ok(TransferRecord {
-        ticket_jti: SessionId::new(jti).map_err(|_| corrupt())?,
-        iat: u64::try_from(iat).map_err(|_| corrupt())?,
-        exp: u64::try_from(exp).map_err(|_| corrupt())?,
-    })
+    transfer_record(held)
 }
 
 #[cfg(test)]

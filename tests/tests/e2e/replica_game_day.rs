@@ -330,16 +330,7 @@ async fn replica_game_day_a_replica_dies_and_the_other_loses_its_database_connec
     let mut admin_failures = 0usize;
     for (i, s) in to_revoke.iter().enumerate() {
         faults_due(&mut killed, &mut terminated);
-        let current: Value = t
-            .client
-            .get(format!("{}/v1/sessions/current", s.endpoint))
-            .bearer_auth(&s.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let current = cellbind_tests::current_session(&t.client, s).await;
         let jti = current["jti"].as_str().expect("jti").to_owned();
         let body = json!({"kind": "session", "jti": jti, "exp": current["exp"],
                           "reason": "game day", "by": "replica-game-day"});

@@ -39,16 +39,7 @@ fn auth_command(t: &TestFleet, cell: &protocol::CellId, args: &[&str]) -> Value 
 }
 
 async fn revoke_session(t: &TestFleet, cell: &devfleet::FleetCell, s: &cellbind_tests::Session) {
-    let current: Value = t
-        .client
-        .get(format!("{}/v1/sessions/current", s.endpoint))
-        .bearer_auth(&s.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let current = cellbind_tests::current_session(&t.client, s).await;
     let r = t
         .client
         .post(format!("{}/admin/v1/revocations", cell.auth_service.url))
