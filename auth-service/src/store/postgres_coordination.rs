@@ -38,11 +38,18 @@ impl std::fmt::Debug for PgCoordination {
     }
 }
 
+/// How long a replica that lost the leader lock's connection leaves the lock to the others
+/// before it tries to take it again: a replica whose connection was cut (or flaps) does not
+/// take leadership straight back from the one that took over.
+const LEADER_YIELD: Duration = Duration::from_secs(10);
+
 /// The leader lock's connection, detached from the pool (the lock lives as long as it).
 #[derive(Default)]
 struct Leader {
     conn: Option<PgConnection>,
     held: bool,
+    /// Set when the lock's connection was lost while held: no attempt before then.
+    yield_until: Option<tokio::time::Instant>,
 }
 
 impl PgCoordination {
@@ -84,8 +91,15 @@ impl PgCoordination {
                 } else if let Ok(Err(e)) = failed {
                     tracing::debug!(error = %e, "cannot reach the database for the leader lock");
                 }
-                // The lock dies with its session: start over with a new connection.
-                *leader = Leader::default();
+                // The lock dies with its session: start over with a new connection, after
+                // leaving the lock to the others for a while when this replica held it.
+                let yield_until = leader
+                    .held
+                    .then(|| tokio::time::Instant::now() + LEADER_YIELD);
+                *leader = Leader {
+                    yield_until,
+                    ..Leader::default()
+                };
                 false
             }
         }
@@ -179,6 +193,12 @@ impl PgCoordination {
 impl Leader {
     /// Takes the lock when free, or checks that the connection holding it is alive.
     async fn check(&mut self, options: &PgConnectOptions) -> Result<bool, sqlx::Error> {
+        if let Some(until) = self.yield_until {
+            if tokio::time::Instant::now() < until {
+                return Ok(false);
+            }
+            self.yield_until = None;
+        }
         let conn = match &mut self.conn {
             Some(conn) => conn,
             None => {
