@@ -2,7 +2,7 @@
 //! (`runtime::config::load`). The keys are the ones in the project's internal interface
 //! document; the throttle keys at the end are optional extras with safe defaults.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use protocol::{CellId, Endpoint};
@@ -37,6 +37,14 @@ pub const DEFAULT_SIGNIN_IP_PER_MINUTE: u32 = 1_200;
 /// migration drain counts an instance until its lease must have lapsed.
 pub const DEFAULT_EDGE_WRITE_LEASE_MS: u64 = 30_000;
 
+/// Default management listener (`/healthz`, `/readyz`, `/metrics`): loopback only.
+pub const DEFAULT_MANAGEMENT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9102);
+
+fn default_management_listen() -> SocketAddr {
+    DEFAULT_MANAGEMENT_LISTEN
+}
+
 /// The SQLite file in `data_dir`.
 pub(crate) const DB_FILE: &str = "auth.db";
 /// Default size of the PostgreSQL connection pool of one replica (connections).
@@ -62,9 +70,13 @@ pub struct Config {
     /// The PUBLIC listener (HTTPS): only the client routes (sign-in, the session routes,
     /// transfer and rebind, the JWKS, the placement map, health). Reached through the edge.
     pub listen: SocketAddr,
-    /// The INTERNAL listener (HTTPS): every route, plus the feed, the admin API and metrics.
-    /// Never exposed to clients.
+    /// The INTERNAL listener (HTTPS): every route, plus the feed and the admin API. Never
+    /// exposed to clients.
     pub internal_listen: SocketAddr,
+    /// The management listener (HTTPS, same certificate): `GET /healthz`, `/readyz` and
+    /// `/metrics` (Prometheus), nothing else. Loopback by default; never expose it to clients.
+    #[serde(default = "default_management_listen")]
+    pub management_listen: SocketAddr,
     /// The cell's public endpoint URL (`iss` claim, `endpoint` in sign-in answers); a
     /// trailing `/` is accepted and dropped.
     #[schemars(with = "String")]
@@ -207,6 +219,14 @@ impl Config {
                 "listen and internal_listen must be different addresses".into(),
             ));
         }
+        runtime::management::check_distinct(
+            self.management_listen,
+            &[
+                ("listen", self.listen),
+                ("internal_listen", self.internal_listen),
+            ],
+        )
+        .map_err(Error::Config)?;
         if self.control_plane_url.is_some()
             && (self.map_public_key.is_none() || self.ca_cert.is_none())
         {

@@ -21,9 +21,10 @@
 //! - [`open`]: opens the store, keys and secrets named by a config → [`AppState`].
 //! - [`public_router`] and [`internal_router`]: the HTTP routes of the two listeners over an
 //!   [`AppState`] (drive them with `tower::ServiceExt::oneshot`). The public listener serves
-//!   the client routes only; the internal one serves those plus the feed, the admin API and
-//!   metrics. Both write one `access` log line per request.
-//! - [`serve`] / [`serve_until`]: serve both routers over TLS on their listeners;
+//!   the client routes only; the internal one serves those plus the feed and the admin API.
+//!   Both write one `access` log line per request. [`management_router`]: the management
+//!   listener's `/healthz`, `/readyz` and `/metrics` (`runtime::management`).
+//! - [`serve`] / [`serve_until`]: serve the three routers over TLS on their listeners;
 //!   [`spawn_background`] starts key rotation, the placement-map poller and throttle
 //!   housekeeping; [`run`] does all of it until a shutdown signal.
 
@@ -62,7 +63,7 @@ pub use error::{Error, Result, TicketRefusal};
 pub use keys::lifecycle::tick_keys;
 pub use map::poll_once;
 pub use revocations::{prune_minted, prune_revocations};
-pub use routes::{internal_router, public_router};
+pub use routes::{internal_router, management_router, public_router};
 pub use runtime::access::{ACCESS_LOG_TARGET, Listener};
 pub use server::{open, open_with_clock, run, serve, serve_until, spawn_background};
 pub use state::{AppState, Shared};

@@ -1,13 +1,96 @@
-//! Prometheus metrics (text exposition): sign-ins by outcome, feed head, map version, refused
-//! maps by reason.
+//! Prometheus metrics (prometheus-client), served on the management listener
+//! (`runtime::management`), every series labelled with this service's `cell`: sign-ins by
+//! outcome, argon2id verifications, feed head, placement map version held, refused maps by
+//! reason, and the migration steps this cell performs (export, import, handoff, activate,
+//! release) by result, with their durations. Every series of a bounded label set exists from
+//! the start, so a dashboard sees zeros, not gaps.
+
+use std::borrow::Cow;
+use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use protocol::CellId;
+use protocol::ownership::OwnershipRecord;
 
 type Labels = Vec<(&'static str, &'static str)>;
+
+/// Every outcome label of `cellbind_auth_signins_total` (`routes::sessions`).
+pub(crate) const SIGNIN_OUTCOMES: [&str; 8] = [
+    "success",
+    "invalid_credentials",
+    "rate_limited",
+    "wrong_cell",
+    "unknown_contractor",
+    "handoff_in_progress",
+    "bad_request",
+    "error",
+];
+
+/// Every reason label of `cellbind_auth_map_refused_total` (`map`).
+pub(crate) const MAP_REFUSALS: [&str; 6] = [
+    "bad_signature",
+    "not_newer",
+    "too_large",
+    "malformed",
+    "invalid",
+    "other",
+];
+
+/// A step of a contractor migration (DESIGN §5) as this cell performs it, through its admin
+/// API: the source exports and hands off and releases, the target imports and activates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MigrationStep {
+    /// The contractor's credentials and revocations read out (`GET …/export`).
+    Export,
+    /// Such a document taken in (`POST …/import`).
+    Import,
+    /// The ownership record set to `handoff` (reads only).
+    Handoff,
+    /// The ownership record set to `active` (at the new generation, on the target).
+    Activate,
+    /// The ownership record set to `released` (to the successor).
+    Release,
+}
+
+impl MigrationStep {
+    const ALL: [MigrationStep; 5] = [
+        MigrationStep::Export,
+        MigrationStep::Import,
+        MigrationStep::Handoff,
+        MigrationStep::Activate,
+        MigrationStep::Release,
+    ];
+
+    /// The `step` label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MigrationStep::Export => "export",
+            MigrationStep::Import => "import",
+            MigrationStep::Handoff => "handoff",
+            MigrationStep::Activate => "activate",
+            MigrationStep::Release => "release",
+        }
+    }
+
+    /// The step that setting `record` is.
+    pub(crate) fn of(record: &OwnershipRecord) -> Self {
+        match record {
+            OwnershipRecord::Active { .. } => MigrationStep::Activate,
+            OwnershipRecord::Handoff { .. } => MigrationStep::Handoff,
+            OwnershipRecord::Released { .. } => MigrationStep::Release,
+        }
+    }
+}
+
+/// Buckets of a migration step's duration: 1 ms .. ~33 s.
+fn step_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
 
 /// The service's metrics.
 #[derive(Debug)]
@@ -18,16 +101,25 @@ pub(crate) struct Metrics {
     map_version: Gauge,
     map_refused: Family<Labels, Counter>,
     password_checks: Counter,
+    migration_steps: Family<Labels, Counter>,
+    migration_durations: Family<Labels, Histogram>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        let mut registry = Registry::with_prefix("cellbind_auth");
+impl Metrics {
+    /// The metrics of cell `cell`'s auth-service.
+    pub(crate) fn new(cell: &CellId) -> Self {
+        let mut registry = Registry::with_prefix_and_labels(
+            "cellbind_auth",
+            [(Cow::Borrowed("cell"), Cow::Owned(cell.to_string()))].into_iter(),
+        );
         let signins = Family::<Labels, Counter>::default();
         let feed_head = Gauge::default();
         let map_version = Gauge::default();
         let map_refused = Family::<Labels, Counter>::default();
         let password_checks = Counter::default();
+        let migration_steps = Family::<Labels, Counter>::default();
+        let migration_durations =
+            Family::<Labels, Histogram>::new_with_constructor(step_buckets as fn() -> Histogram);
         registry.register("signins", "Sign-in attempts by outcome", signins.clone());
         registry.register(
             "feed_head_seq",
@@ -49,6 +141,29 @@ impl Default for Metrics {
             "argon2id verifications run by sign-in (one per attempt that reaches credentials)",
             password_checks.clone(),
         );
+        registry.register(
+            "migration_steps",
+            "Migration steps this cell performed (export, import, handoff, activate, release), by result (ok, error)",
+            migration_steps.clone(),
+        );
+        registry.register(
+            "migration_step_duration_seconds",
+            "Time this cell took to perform each migration step",
+            migration_durations.clone(),
+        );
+        for o in SIGNIN_OUTCOMES {
+            let _ = signins.get_or_create(&vec![("outcome", o)]);
+        }
+        for r in MAP_REFUSALS {
+            let _ = map_refused.get_or_create(&vec![("reason", r)]);
+        }
+        for step in MigrationStep::ALL {
+            for result in ["ok", "error"] {
+                let _ = migration_steps
+                    .get_or_create(&vec![("step", step.as_str()), ("result", result)]);
+            }
+            let _ = migration_durations.get_or_create(&vec![("step", step.as_str())]);
+        }
         Metrics {
             password_checks,
             registry,
@@ -56,6 +171,8 @@ impl Default for Metrics {
             feed_head,
             map_version,
             map_refused,
+            migration_steps,
+            migration_durations,
         }
     }
 }
@@ -83,6 +200,16 @@ impl Metrics {
         self.map_refused
             .get_or_create(&vec![("reason", reason)])
             .inc();
+    }
+    /// One migration step performed, successfully or not, in `took`.
+    pub(crate) fn migration_step(&self, step: MigrationStep, ok: bool, took: Duration) {
+        let result = if ok { "ok" } else { "error" };
+        self.migration_steps
+            .get_or_create(&vec![("step", step.as_str()), ("result", result)])
+            .inc();
+        self.migration_durations
+            .get_or_create(&vec![("step", step.as_str())])
+            .observe(took.as_secs_f64());
     }
     /// The text exposition.
     pub(crate) fn render(&self) -> String {

@@ -21,9 +21,25 @@ use protocol::revocation::RevocationKind;
 
 use crate::error::{Error, Result};
 use crate::feed::MAX_WAIT_MS;
+use crate::metrics::MigrationStep;
 use crate::revocations::MAX_AUDIT_TEXT_BYTES;
 use crate::state::{AppState, blocking};
 use crate::users::{exported, imported, store_records};
+
+/// Runs one migration step and counts it, by result, with its duration
+/// (`cellbind_auth_migration_steps_total`, `cellbind_auth_migration_step_duration_seconds`).
+pub(crate) async fn counted<T>(
+    state: &AppState,
+    step: MigrationStep,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let started = std::time::Instant::now();
+    let result = work.await;
+    state
+        .metrics
+        .migration_step(step, result.is_ok(), started.elapsed());
+    result
+}
 
 /// Slack added to an instance's live window, in seconds (clock granularity, transmission).
 pub(crate) const LIVE_SLACK_S: u64 = 2;

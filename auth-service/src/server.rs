@@ -1,5 +1,6 @@
 //! Wiring: opening what a config names into an [`AppState`], the background tasks, and
-//! serving the two routers over TLS until `runtime::shutdown_signal`.
+//! serving the two routers and the management listener over TLS until
+//! `runtime::shutdown_signal`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use protocol::Password;
 use protocol::jwks::PublicKey;
 use runtime::IoContext as _;
 use runtime::access::Listener;
+use runtime::management::ManagementListener;
 
 use crate::config::{Config, DB_FILE, StoreKind};
 use crate::coordination::{Coordination, FOLLOW_POLL_MS, LEADER_CHECK_MAX_S};
@@ -17,7 +19,7 @@ use crate::keys::kek::{Kek, random};
 use crate::keys::lifecycle::{ensure_keys, tick_keys};
 use crate::keys::ring::KeyRing;
 use crate::revocations::{prune_minted, prune_revocations};
-use crate::routes::{internal_router, public_router};
+use crate::routes::{Management, internal_router, public_router};
 use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, Tokens, blocking};
 use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
@@ -184,23 +186,26 @@ async fn follow(state: AppState) {
     }
 }
 
-/// Serves [`public_router`] on `public` and [`internal_router`] on `internal`, both over the
-/// TLS certificate and key of the config, until one fails. The two stop together: when one
-/// listener fails, the other is shut down and the first error is returned.
+/// Serves [`public_router`] on `public`, [`internal_router`] on `internal` and the management
+/// routes (`runtime::management`: health, readiness, metrics) on `management`, all over the
+/// TLS certificate and key of the config, until one fails. They stop together: when one
+/// listener fails, the others are shut down and the first error is returned.
 pub async fn serve(
     state: AppState,
     public: std::net::TcpListener,
     internal: std::net::TcpListener,
+    management: std::net::TcpListener,
 ) -> Result<()> {
-    serve_until(state, public, internal, std::future::pending()).await
+    serve_until(state, public, internal, management, std::future::pending()).await
 }
 
-/// [`serve`] until `shutdown` resolves too: then both listeners stop accepting and the
+/// [`serve`] until `shutdown` resolves too: then every listener stops accepting and the
 /// requests in flight get [`SHUTDOWN_GRACE`] to finish.
 pub async fn serve_until(
     state: AppState,
     public: std::net::TcpListener,
     internal: std::net::TcpListener,
+    management: std::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     runtime::install_crypto_provider();
@@ -245,25 +250,37 @@ pub async fn serve_until(
         graceful.graceful_shutdown(Some(SHUTDOWN_GRACE));
     });
     let _stop_watcher = AbortOnDrop(watcher);
-    let public = one(public, Listener::Public);
-    let internal = one(internal, Listener::Internal);
-    tokio::pin!(public, internal);
-    let (first, public_ended) = tokio::select! {
-        r = &mut public => (r, true),
-        r = &mut internal => (r, false),
+    let management = {
+        let listener = ManagementListener::from_std(management)?;
+        let handle = axum_server::Handle::<SocketAddr>::with_control(control.clone());
+        let probe = Arc::new(Management(state.clone()));
+        let tls = tls.clone();
+        async move { Ok::<_, Error>(listener.serve(tls, handle, probe).await?) }
     };
-    if first.is_err() {
-        control.shutdown();
+    // Dropped (every listener's task aborted) however this function ends.
+    let mut servers = tokio::task::JoinSet::new();
+    servers.spawn(one(public, Listener::Public));
+    servers.spawn(one(internal, Listener::Internal));
+    servers.spawn(management);
+    let mut first = None;
+    while let Some(joined) = servers.join_next().await {
+        let ended = joined
+            .map_err(|e| Error::Internal(format!("listener task: {e}")))
+            .and_then(|r| r);
+        match (&first, ended) {
+            (None, ended) => {
+                if ended.is_err() {
+                    control.shutdown();
+                }
+                first = Some(ended);
+            }
+            (Some(_), Err(e)) => {
+                tracing::warn!(error = %e, "another listener failed while stopping");
+            }
+            (Some(_), Ok(())) => {}
+        }
     }
-    let other = if public_ended {
-        internal.await
-    } else {
-        public.await
-    };
-    if let Err(e) = other {
-        tracing::warn!(error = %e, "the other listener failed while stopping");
-    }
-    first
+    first.unwrap_or(Ok(()))
 }
 
 /// Shuts the servers of a [`axum_server::Control`] down when dropped.
@@ -284,18 +301,31 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Opens, starts the background tasks, binds `listen` and `internal_listen` and serves both
-/// until `runtime::shutdown_signal` (SIGINT, SIGTERM, or stdin's end with
-/// `CELLBIND_EXIT_ON_STDIN_EOF=1`), then stops gracefully.
+/// Opens, starts the background tasks, binds `listen`, `internal_listen` and
+/// `management_listen` and serves them until `runtime::shutdown_signal` (SIGINT, SIGTERM, or
+/// stdin's end with `CELLBIND_EXIT_ON_STDIN_EOF=1`), then stops gracefully.
 pub async fn run(config: Config) -> Result<()> {
     runtime::install_crypto_provider();
-    let (listen, internal_listen) = (config.listen, config.internal_listen);
+    let (listen, internal_listen, management_listen) = (
+        config.listen,
+        config.internal_listen,
+        config.management_listen,
+    );
     let state = open(config).await?;
     let public = std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
     let internal = std::net::TcpListener::bind(internal_listen)
         .with_context(|| format!("bind {internal_listen}"))?;
+    let management = std::net::TcpListener::bind(management_listen)
+        .with_context(|| format!("management listener: bind {management_listen}"))?;
     let tasks = spawn_background(&state);
-    let served = serve_until(state, public, internal, runtime::shutdown_signal()).await;
+    let served = serve_until(
+        state,
+        public,
+        internal,
+        management,
+        runtime::shutdown_signal(),
+    )
+    .await;
     for t in tasks {
         t.abort();
     }

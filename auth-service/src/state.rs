@@ -197,7 +197,7 @@ impl AppState {
             dummy_hash,
             rng,
         } = start;
-        let metrics = Metrics::default();
+        let metrics = Metrics::new(&config.cell_id);
         metrics.feed_head(loaded.head);
         if let Some(m) = &loaded.map {
             metrics.map_version(m.map.version);

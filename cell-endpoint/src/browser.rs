@@ -233,10 +233,7 @@ impl Guard for BrowserGuard {
                 Check::Pass(req)
             }
             Verdict::Preflight(origin) => Check::Answer(preflight(origin)),
-            Verdict::Refuse(why) => {
-                self.edge.metrics().outcome("forbidden");
-                Check::Answer(rescue(&EdgeError::Csrf(why)))
-            }
+            Verdict::Refuse(why) => Check::Answer(rescue(&EdgeError::Csrf(why))),
             Verdict::Pass { cors } => Check::Finish(
                 req,
                 Finishing {

@@ -4,7 +4,7 @@
 //! [`Replicas`]: one URL (a single instance, or a load balancer in front of several) or a
 //! non-empty list of its replicas' URLs, tried in order with failover (`upstream`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::EdgeError;
 
+/// Default management listener (`/healthz`, `/readyz`, `/metrics`): loopback only.
+pub const DEFAULT_MANAGEMENT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9101);
 /// Default write lease: writes are refused once the last feed sync is older, in milliseconds.
 pub const DEFAULT_WRITE_LEASE_MS: u64 = 30_000;
 /// Default long-poll wait asked of the feed, in milliseconds.
@@ -65,6 +68,10 @@ pub struct Config {
     pub instance_id: String,
     /// The public listener (HTTPS).
     pub listen: SocketAddr,
+    /// The management listener (HTTPS, same certificate): `GET /healthz`, `/readyz` and
+    /// `/metrics` (Prometheus), nothing else. Loopback by default; never expose it to clients.
+    #[serde(default = "default_management_listen")]
+    pub management_listen: SocketAddr,
     /// This cell's public endpoint URL: the `iss` of its sessions.
     #[schemars(with = "String")]
     pub public_url: Endpoint,
@@ -177,10 +184,24 @@ impl runtime::server::ServerConfig for Config {
     }
 }
 
+fn default_management_listen() -> SocketAddr {
+    DEFAULT_MANAGEMENT_LISTEN
+}
+
 impl Config {
-    /// Loads `path` (TOML), then `CELLBIND_*` environment overrides (`runtime::config`).
+    /// Loads `path` (TOML), then `CELLBIND_*` environment overrides (`runtime::config`), and
+    /// [`Config::validate`]s the result.
     pub fn load(path: &Path) -> Result<Self, EdgeError> {
-        runtime::config::load(path).map_err(|e| EdgeError::Config(e.to_string()))
+        let config: Config =
+            runtime::config::load(path).map_err(|e| EdgeError::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Refuses a management listener on the public listener's address.
+    pub fn validate(&self) -> Result<(), EdgeError> {
+        runtime::management::check_distinct(self.management_listen, &[("listen", self.listen)])
+            .map_err(EdgeError::Config)
     }
 
     /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
@@ -391,5 +412,13 @@ ca_cert = "ca.pem"
         let c: Config = figment.extract().unwrap();
         assert_eq!(c.rate_per_ip_per_s, 7);
         assert_eq!(c.feed_url.urls().len(), 1);
+        assert_eq!(c.management_listen, DEFAULT_MANAGEMENT_LISTEN);
+        std::fs::write(
+            &path,
+            std::fs::read_to_string(&path).unwrap() + "management_listen = \"127.0.0.1:8443\"\n",
+        )
+        .unwrap();
+        let e = Config::load(&path).unwrap_err().to_string();
+        assert!(e.contains("management_listen and listen"), "{e}");
     }
 }

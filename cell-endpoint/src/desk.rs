@@ -24,6 +24,7 @@ use serde::Deserialize;
 
 use crate::edge::Edge;
 use crate::error::EdgeError;
+use crate::metrics::Upstream;
 use crate::origin::{fleet_origins, origin_allowed};
 use crate::state::CellState;
 
@@ -190,6 +191,8 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
     .await?;
     let status = answer.status();
     let (parts, body) = answer.into_parts();
+    // Whatever page the browser lands on, the request was the auth-service's to answer.
+    let forwarded = |resp| crate::forward::forwarded(Upstream::Auth, status, resp);
     if status == StatusCode::CREATED {
         let mut resp = see_other(edge, DESK_PATH);
         for c in parts.headers.get_all(header::SET_COOKIE) {
@@ -197,7 +200,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
         }
         resp.headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return Ok(resp);
+        return Ok(forwarded(resp));
     }
     let body = axum::body::to_bytes(body, 16 * 1024)
         .await
@@ -205,12 +208,12 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
     let code = serde_json::from_slice::<ErrorBody>(&body)
         .ok()
         .map(|b| b.error);
-    Ok(match code {
+    Ok(forwarded(match code {
         // The owner named by the first cell names yet another: never followed twice.
         Some(protocol::ErrorCode::WrongCell) => failed(edge, CELLS_DISAGREE),
         Some(c) => failed(edge, c.as_str()),
         None => failed(edge, "UPSTREAM_UNAVAILABLE"),
-    })
+    }))
 }
 
 /// `POST /desk/sign-in`: see the module doc.
@@ -218,8 +221,10 @@ async fn sign_in(State(edge): State<Edge>, req: Request) -> Response {
     match sign_in_inner(&edge, req).await {
         Ok(r) => r,
         Err(e) => {
-            edge.metrics().outcome(e.outcome());
-            failed(&edge, crate::error::answer(&e).1.error.as_str())
+            let code = crate::error::answer(&e).1.error;
+            let mut resp = failed(&edge, code.as_str());
+            resp.extensions_mut().insert(e.outcome(code));
+            resp
         }
     }
 }

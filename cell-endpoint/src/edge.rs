@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use protocol::feed::{EpochRelation, FeedBody, FeedResponse, epoch_relation};
+use protocol::feed::{Change, EpochRelation, FeedBody, FeedResponse, epoch_relation};
 use protocol::ownership::Access;
 use protocol::revocation::Revocation;
 use protocol::time::SharedClock;
@@ -84,7 +84,7 @@ impl Edge {
         let limits = Limits::new(&settings);
         let refetch = RefetchGate::new(settings.kid_refetch_cooldown);
         let public_authority = target::authority_of(&settings.public_url);
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(&settings.cell_id, &settings.instance_id);
         let gate = Arc::new(ConnectionGate::new(
             &settings,
             metrics.connections_refused(),
@@ -224,6 +224,19 @@ impl Edge {
         });
         let offered_epoch = resp.epoch.clone();
         let now = self.clock.now();
+        // When each revocation this delta brings was created: how long it took to reach this
+        // instance is measured once it is applied (a snapshot's are not new here).
+        let revoked_at: Vec<u64> = match &resp.body {
+            FeedBody::Delta { entries } => entries
+                .iter()
+                .filter(|e| e.seq > held_seq)
+                .filter_map(|e| match &e.change {
+                    Change::Revocation(r) => Some(r.at),
+                    _ => None,
+                })
+                .collect(),
+            FeedBody::Snapshot { .. } => Vec::new(),
+        };
         let lifetime_s = self.settings.session_lifetime_s;
         let mut restored = None;
         let next = match CellState::apply(held.as_deref(), &self.settings.cell_id, resp) {
@@ -257,6 +270,10 @@ impl Edge {
         self.state.store(Some(next.clone()));
         self.metrics
             .set_feed_lag(next.head.saturating_sub(next.seq) as i64);
+        for at in revoked_at {
+            self.metrics
+                .revocation_applied(now.saturating_sub(at) as f64);
+        }
         drop(_g);
         self.mark_synced();
         Ok(Applied {
@@ -265,7 +282,8 @@ impl Edge {
         })
     }
 
-    /// Brings the state-age and feed-lag gauges up to date (before the metrics are read).
+    /// Brings the gauges up to date (before the metrics are read): state ages, feed lag, the
+    /// age of the last sync and the map version served.
     pub fn refresh_gauges(&self) {
         let now = self.clock.now() as i64;
         match self.current() {
@@ -275,9 +293,18 @@ impl Edge {
                 self.metrics.set_state_ages(age, age, map_age);
                 self.metrics
                     .set_feed_lag(s.head.saturating_sub(s.seq) as i64);
+                self.metrics
+                    .set_map_version(s.map().map_or(0, |m| m.map.version));
             }
-            None => self.metrics.set_state_ages(-1, -1, -1),
+            None => {
+                self.metrics.set_state_ages(-1, -1, -1);
+                self.metrics.set_map_version(0);
+            }
         }
+        let synced = self
+            .revocation_view_age()
+            .map_or(-1, |a| i64::try_from(a.as_secs()).unwrap_or(i64::MAX));
+        self.metrics.set_last_sync_age(synced);
     }
 
     /// Time since the last successful feed sync, if there was one.

@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use protocol::token::TokenError;
 use protocol::{CellId, ErrorBody, ErrorCode};
 
+use crate::metrics::{Outcome, Upstream};
+
 /// `Retry-After` for a write refused during a handoff, in seconds.
 pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
 /// `Retry-After` when this instance's view is stale or not loaded yet, in seconds.
@@ -80,36 +82,29 @@ pub enum EdgeError {
 }
 
 impl EdgeError {
-    /// The metrics outcome label of a refused request.
-    pub fn outcome(&self) -> &'static str {
+    /// How a request answered with this error counts (`metrics`), given the code its answer
+    /// carries: rate limits and unreachable upstreams are outcomes of their own, every other
+    /// error a refusal with its code.
+    pub fn outcome(&self, code: ErrorCode) -> Outcome {
         match self {
-            EdgeError::Token(TokenError::Expired) => "expired",
-            EdgeError::Token(_) => "invalid",
-            EdgeError::SessionMissing => "missing",
-            EdgeError::Revoked => "revoked",
-            EdgeError::Handoff => "handoff",
-            EdgeError::WrongCell { .. } | EdgeError::UnknownContractor => "wrong_cell",
-            EdgeError::NotReady
-            | EdgeError::ViewBehind
-            | EdgeError::LeaseLapsed
-            | EdgeError::RevocationsStale => "stale",
-            EdgeError::RateLimited { .. } => "rate_limited",
-            EdgeError::Csrf(_) | EdgeError::CsrfProof(_) => "forbidden",
-            EdgeError::BadRequest(_) | EdgeError::BodyTimeout | EdgeError::PayloadTooLarge => {
-                "bad_request"
+            EdgeError::RateLimited { .. } => Outcome::RateLimited,
+            EdgeError::AuthUnavailable => Outcome::UpstreamUnavailable(Upstream::Auth),
+            EdgeError::AppUnavailable | EdgeError::AppTimeout => {
+                Outcome::UpstreamUnavailable(Upstream::App)
             }
-            EdgeError::AuthUnavailable | EdgeError::AppUnavailable | EdgeError::AppTimeout => {
-                "upstream_error"
-            }
-            _ => "invalid",
+            _ => Outcome::Refused(code),
         }
     }
 }
 
-/// Maps every error to its HTTP answer (see [`answer`]).
+/// Maps every error to its HTTP answer (see [`answer`]), with its [`Outcome`] in the
+/// answer's extensions for the request counter.
 pub fn rescue(err: &EdgeError) -> Response {
     let (status, body) = answer(err);
-    runtime::error_response(status, body)
+    let outcome = err.outcome(body.error);
+    let mut resp = runtime::error_response(status, body);
+    resp.extensions_mut().insert(outcome);
+    resp
 }
 
 /// The status and body of every error: the only place statuses and codes are chosen.
@@ -237,5 +232,75 @@ pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
 impl IntoResponse for EdgeError {
     fn into_response(self) -> Response {
         rescue(&self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::REFUSAL_CODES;
+
+    #[test]
+    fn every_refusal_counts_under_a_pre_created_code() {
+        let owner = CellId::new("cell-02").unwrap_or_else(|_| unreachable!());
+        let all = [
+            EdgeError::Config("x".into()),
+            EdgeError::Io(std::io::Error::other("x")),
+            EdgeError::Tls("x".into()),
+            EdgeError::StateFile("x".into()),
+            EdgeError::Feed("x".into()),
+            EdgeError::Upstream("x".into()),
+            EdgeError::UpstreamRefused("x".into()),
+            EdgeError::NotReady,
+            EdgeError::SessionMissing,
+            EdgeError::Token(TokenError::Expired),
+            EdgeError::Token(TokenError::Malformed),
+            EdgeError::Revoked,
+            EdgeError::Handoff,
+            EdgeError::WrongCell {
+                owner,
+                endpoint: "https://x".into(),
+            },
+            EdgeError::UnknownContractor,
+            EdgeError::ViewBehind,
+            EdgeError::LeaseLapsed,
+            EdgeError::RevocationsStale,
+            EdgeError::PayloadTooLarge,
+            EdgeError::NotFound,
+            EdgeError::MethodNotAllowed,
+            EdgeError::Csrf("x"),
+            EdgeError::BodyTimeout,
+            EdgeError::BadRequest("x"),
+        ];
+        for e in &all {
+            let (status, body) = answer(e);
+            match e.outcome(body.error) {
+                Outcome::Refused(code) => {
+                    assert!(REFUSAL_CODES.contains(&code), "{e:?}: {code}");
+                    assert!(status >= 400, "{e:?}");
+                }
+                other => panic!("{e:?} counts as {other:?}"),
+            }
+        }
+        let limited = EdgeError::RateLimited { retry_after_s: 1 };
+        assert_eq!(
+            limited.outcome(answer(&limited).1.error),
+            Outcome::RateLimited
+        );
+        for (e, up) in [
+            (EdgeError::AuthUnavailable, Upstream::Auth),
+            (EdgeError::AppUnavailable, Upstream::App),
+            (EdgeError::AppTimeout, Upstream::App),
+        ] {
+            assert_eq!(
+                e.outcome(answer(&e).1.error),
+                Outcome::UpstreamUnavailable(up)
+            );
+        }
+        let r = rescue(&EdgeError::Revoked);
+        assert_eq!(
+            r.extensions().get::<Outcome>(),
+            Some(&Outcome::Refused(ErrorCode::SessionRevoked))
+        );
     }
 }

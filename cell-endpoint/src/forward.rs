@@ -18,6 +18,7 @@ use protocol::ownership::Access;
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
 use crate::limits::client_ip;
+use crate::metrics::{Outcome, StatusClass, Upstream};
 use crate::token_cache::Validated;
 use crate::upstream::SendError;
 
@@ -234,12 +235,25 @@ pub(crate) async fn send_to_auth(
 /// unsafe method has passed the CSRF proof here.
 pub async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
     match forward_auth(&edge, route, req).await {
-        Ok(r) => r,
-        Err(e) => {
-            edge.metrics().outcome(e.outcome());
-            rescue(&e)
+        Ok(r) => {
+            let status = r.status();
+            forwarded(Upstream::Auth, status, r)
         }
+        Err(e) => rescue(&e),
     }
+}
+
+/// The answer to a request `upstream` answered with `status`, marked as forwarded (with the
+/// status's class) for the request counter.
+pub(crate) fn forwarded(
+    upstream: Upstream,
+    status: axum::http::StatusCode,
+    mut resp: Response,
+) -> Response {
+    let class = StatusClass::of(status.as_u16());
+    resp.extensions_mut()
+        .insert(Outcome::Forwarded { upstream, class });
+    resp
 }
 
 async fn forward_auth(
@@ -281,13 +295,10 @@ async fn forward_auth(
 pub async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
     match forward_app(&edge, req).await {
         Ok(r) => {
-            edge.metrics().outcome("served");
-            r
+            let status = r.status();
+            forwarded(Upstream::App, status, r)
         }
-        Err(e) => {
-            edge.metrics().outcome(e.outcome());
-            rescue(&e)
-        }
+        Err(e) => rescue(&e),
     }
 }
 

@@ -14,13 +14,14 @@
 //! - the request path on top of it: [`sync`] (the feed) and [`reapply`] (the revocation
 //!   handback after a restore of the auth-service), [`validate`], [`forward`], [`browser`],
 //!   [`desk`];
-//! - the wiring: [`service`] (routes and guards, composed once) and [`server`] (the binary's
-//!   life).
+//! - the wiring: [`counted`] (the outermost layer, counting every request by outcome),
+//!   [`service`] (routes and guards, composed once) and [`server`] (the binary's life).
 
 pub mod browser;
 pub mod client_ip;
 pub mod config;
 pub mod conn;
+pub mod counted;
 pub mod desk;
 pub mod drain;
 pub mod edge;

@@ -1,7 +1,27 @@
-//! Prometheus metrics (prometheus-client): request outcomes, validation latency, state ages,
-//! feed lag, refused feed documents, feed epoch changes (restores) and unknown-kid key refetches.
+//! Prometheus metrics (prometheus-client), served on the management listener
+//! (`runtime::management`), every series labelled with this edge's `cell`:
+//!
+//! - `cellbind_edge_requests_total` and `cellbind_edge_request_duration_seconds`: every request
+//!   by its [`Outcome`]. `forwarded` (with `upstream` `auth`/`app` and the upstream's status
+//!   `class` `2xx`…`5xx`) reached the cell; `refused` (with the protocol error `code` the edge
+//!   answered), `rate_limited` and `upstream_unavailable` (with `upstream`) failed before it;
+//!   `local` was answered from the edge's own state (health, keys, map, desk assets,
+//!   preflights). The split is the point: a failure before the cell and one inside it are
+//!   different incidents.
+//! - per instance (`instance` = `instance_id`): `cellbind_edge_feed_lag` and
+//!   `cellbind_edge_last_sync_age_seconds`;
+//! - `cellbind_edge_revocation_apply_seconds`: from a revocation's creation (its `at`, as the
+//!   feed carries it, whole seconds) to this edge applying it;
+//! - `cellbind_edge_map_version`: the placement map version served;
+//! - validation latency, state ages, refused feed documents, feed syncs, feed epoch changes
+//!   (restores), unknown-kid key refetches and refused connections.
+//!
+//! Counting is one atomic add: every series of a bounded label set is created once, here, and
+//! looked up by index on the request path (no allocation, no lock).
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -9,36 +29,183 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use protocol::{CellId, ErrorCode};
 
 type Labels = [(&'static str, &'static str); 1];
+type RequestLabels = Vec<(&'static str, &'static str)>;
 
-/// Every outcome label of `cellbind_edge_requests_total`.
-pub const OUTCOMES: [&str; 12] = [
-    "served",
-    "wrong_cell",
-    "handoff",
-    "revoked",
-    "expired",
-    "invalid",
-    "stale",
-    "upstream_error",
-    "missing",
+/// The upstream a request was forwarded to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    /// The cell's auth-service (`/v1/sessions*`, the desk's sign-in).
+    Auth,
+    /// The cell's app (`/api/*`).
+    App,
+}
+
+impl Upstream {
+    /// Every upstream, in label order.
+    pub const ALL: [Upstream; 2] = [Upstream::Auth, Upstream::App];
+
+    /// The `upstream` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Upstream::Auth => "auth",
+            Upstream::App => "app",
+        }
+    }
+}
+
+/// The class of the status an upstream answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusClass {
+    /// 2xx (and the 1xx no upstream of ours sends as a final answer).
+    Success,
+    /// 3xx.
+    Redirection,
+    /// 4xx.
+    ClientError,
+    /// 5xx (and anything out of range).
+    ServerError,
+}
+
+impl StatusClass {
+    /// Every class, in label order.
+    pub const ALL: [StatusClass; 4] = [
+        StatusClass::Success,
+        StatusClass::Redirection,
+        StatusClass::ClientError,
+        StatusClass::ServerError,
+    ];
+
+    /// The class of `status`.
+    pub fn of(status: u16) -> Self {
+        match status {
+            0..=299 => StatusClass::Success,
+            300..=399 => StatusClass::Redirection,
+            400..=499 => StatusClass::ClientError,
+            _ => StatusClass::ServerError,
+        }
+    }
+
+    /// The `class` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusClass::Success => "2xx",
+            StatusClass::Redirection => "3xx",
+            StatusClass::ClientError => "4xx",
+            StatusClass::ServerError => "5xx",
+        }
+    }
+}
+
+/// How the edge answered one request. Whoever decides puts it in the answer's extensions
+/// (`error::rescue` for every refusal, the forwarders for upstream answers); the outermost
+/// layer counts it. An answer without one was served locally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Forwarded; the upstream answered with a status of `class` (the request reached the cell).
+    Forwarded {
+        upstream: Upstream,
+        class: StatusClass,
+    },
+    /// Refused by the edge with this protocol error code (never reached the cell).
+    Refused(ErrorCode),
+    /// Refused by a rate limit (`RATE_LIMITED`).
+    RateLimited,
+    /// The upstream could not be reached or did not answer in time (`UPSTREAM_UNAVAILABLE`).
+    UpstreamUnavailable(Upstream),
+    /// Answered from the edge's own state: health, keys, map, desk assets, CORS preflights.
+    Local,
+}
+
+impl Outcome {
+    /// The `outcome` label value.
+    pub fn kind(self) -> &'static str {
+        OUTCOME_KINDS[self.kind_index()]
+    }
+
+    fn kind_index(self) -> usize {
+        match self {
+            Outcome::Forwarded { .. } => 0,
+            Outcome::Refused(_) => 1,
+            Outcome::RateLimited => 2,
+            Outcome::UpstreamUnavailable(_) => 3,
+            Outcome::Local => 4,
+        }
+    }
+
+    /// The full label set of its `cellbind_edge_requests_total` series.
+    fn labels(self) -> RequestLabels {
+        let mut l = vec![("outcome", self.kind())];
+        match self {
+            Outcome::Forwarded { upstream, class } => {
+                l.push(("upstream", upstream.as_str()));
+                l.push(("class", class.as_str()));
+            }
+            Outcome::Refused(code) => l.push(("code", code.as_str())),
+            Outcome::UpstreamUnavailable(upstream) => l.push(("upstream", upstream.as_str())),
+            Outcome::RateLimited | Outcome::Local => {}
+        }
+        l
+    }
+}
+
+/// Every `outcome` label value, in [`Outcome::kind_index`] order.
+pub const OUTCOME_KINDS: [&str; 5] = [
+    "forwarded",
+    "refused",
     "rate_limited",
-    "forbidden",
-    "bad_request",
+    "upstream_unavailable",
+    "local",
 ];
+
+/// The protocol error codes the edge refuses requests with (`rescue`); `RATE_LIMITED` and
+/// `UPSTREAM_UNAVAILABLE` are outcomes of their own.
+pub const REFUSAL_CODES: [ErrorCode; 14] = [
+    ErrorCode::InvalidRequest,
+    ErrorCode::SessionMissing,
+    ErrorCode::SessionInvalid,
+    ErrorCode::SessionExpired,
+    ErrorCode::SessionRevoked,
+    ErrorCode::Forbidden,
+    ErrorCode::UnknownContractor,
+    ErrorCode::WrongCell,
+    ErrorCode::HandoffInProgress,
+    ErrorCode::PayloadTooLarge,
+    ErrorCode::CellStateStale,
+    ErrorCode::NotReady,
+    ErrorCode::NotFound,
+    ErrorCode::Internal,
+];
+
+/// The series of `requests` resolved once, by index.
+#[derive(Debug)]
+struct RequestSeries {
+    /// `[upstream][class]`.
+    forwarded: [[Counter; 4]; 2],
+    /// In [`REFUSAL_CODES`] order.
+    refused: Vec<Counter>,
+    rate_limited: Counter,
+    /// `[upstream]`.
+    unavailable: [Counter; 2],
+    local: Counter,
+    /// In [`OUTCOME_KINDS`] order.
+    latency: Vec<Histogram>,
+}
 
 /// The edge's metrics.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    requests: Family<Labels, Counter>,
-    /// The series of `requests`, resolved once (index = position in [`OUTCOMES`]), so counting
-    /// is one atomic add.
-    by_outcome: Vec<Counter>,
+    requests: Family<RequestLabels, Counter>,
+    series: RequestSeries,
     validation: Histogram,
     state_age: Family<Labels, Gauge>,
     feed_lag: Gauge,
+    last_sync_age: Gauge,
+    revocation_apply: Histogram,
+    map_version: Gauge,
     feed_rejected: Counter,
     feed_syncs: Counter,
     feed_epoch_changes: Counter,
@@ -55,26 +222,54 @@ where
     metric
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Buckets of the request latency: 0.5 ms .. ~16 s.
+fn request_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// Buckets of the revocation apply latency, in seconds (`at` is whole seconds).
+const REVOCATION_APPLY_BUCKETS: [f64; 11] = [
+    0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 impl Metrics {
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("cellbind_edge");
+    /// The metrics of edge instance `instance` of cell `cell`.
+    pub fn new(cell: &CellId, instance: &str) -> Self {
+        let mut registry = Registry::with_prefix_and_labels(
+            "cellbind_edge",
+            [(Cow::Borrowed("cell"), Cow::Owned(cell.to_string()))].into_iter(),
+        );
         let requests = registered(
             &mut registry,
             "requests",
-            "Requests by outcome (served, wrong_cell, handoff, revoked, expired, invalid, stale, upstream_error, missing, rate_limited, forbidden, bad_request)",
-            Family::<Labels, Counter>::default(),
+            "Requests by outcome: forwarded (upstream, class of its status), refused (code), rate_limited, upstream_unavailable (upstream), local",
+            Family::<RequestLabels, Counter>::default(),
+        );
+        let latency_family = registered(
+            &mut registry,
+            "request_duration_seconds",
+            "Time from a request's arrival to its answer's headers, by outcome",
+            Family::<Labels, Histogram>::new_with_constructor(request_buckets as fn() -> Histogram),
         );
         // Every series exists from the start, so a dashboard sees zeros, not gaps.
-        let by_outcome = OUTCOMES
-            .iter()
-            .map(|o| requests.get_or_create_owned(&[("outcome", *o)]))
-            .collect();
+        let counter = |o: Outcome| requests.get_or_create_owned(&o.labels());
+        let forwarded = Upstream::ALL.map(|upstream| {
+            StatusClass::ALL.map(|class| counter(Outcome::Forwarded { upstream, class }))
+        });
+        let series = RequestSeries {
+            forwarded,
+            refused: REFUSAL_CODES
+                .iter()
+                .map(|c| counter(Outcome::Refused(*c)))
+                .collect(),
+            rate_limited: counter(Outcome::RateLimited),
+            unavailable: Upstream::ALL.map(|u| counter(Outcome::UpstreamUnavailable(u))),
+            local: counter(Outcome::Local),
+            latency: OUTCOME_KINDS
+                .iter()
+                .map(|k| latency_family.get_or_create_owned(&[("outcome", *k)]))
+                .collect(),
+        };
         let validation = registered(
             &mut registry,
             "validation_seconds",
@@ -88,10 +283,16 @@ impl Metrics {
             "Seconds since the auth-service last confirmed each part of the held state (-1: none held)",
             Family::<Labels, Gauge>::default(),
         );
-        let feed_lag = registered(
+        let revocation_apply = registered(
             &mut registry,
-            "feed_lag",
-            "Feed head minus the sequence number applied",
+            "revocation_apply_seconds",
+            "Time from a revocation's creation (as the feed carries it, whole seconds) to this edge applying it",
+            Histogram::new(REVOCATION_APPLY_BUCKETS),
+        );
+        let map_version = registered(
+            &mut registry,
+            "map_version",
+            "Version of the placement map this edge serves (0: none held)",
             Gauge::default(),
         );
         let feed_rejected = registered(
@@ -124,13 +325,30 @@ impl Metrics {
             "Connections closed at once because their address already had the most allowed open",
             Counter::default(),
         );
+        let per_instance = registry
+            .sub_registry_with_label((Cow::Borrowed("instance"), Cow::Owned(instance.to_owned())));
+        let feed_lag = registered(
+            per_instance,
+            "feed_lag",
+            "Feed head minus the sequence number this instance applied",
+            Gauge::default(),
+        );
+        let last_sync_age = registered(
+            per_instance,
+            "last_sync_age_seconds",
+            "Seconds since this instance's last successful feed sync (-1: none yet)",
+            Gauge::default(),
+        );
         Self {
             registry,
             requests,
-            by_outcome,
+            series,
             validation,
             state_age,
             feed_lag,
+            last_sync_age,
+            revocation_apply,
+            map_version,
             feed_rejected,
             feed_syncs,
             feed_epoch_changes,
@@ -144,20 +362,44 @@ impl Metrics {
         self.connections_refused.clone()
     }
 
-    pub fn outcome(&self, outcome: &'static str) {
-        match OUTCOMES.iter().position(|o| *o == outcome) {
-            Some(i) => {
-                self.by_outcome[i].inc();
+    /// The pre-created counter of `outcome`, if it has one (every outcome the edge answers).
+    fn series(&self, outcome: Outcome) -> Option<&Counter> {
+        let s = &self.series;
+        match outcome {
+            Outcome::Forwarded { upstream, class } => {
+                Some(&s.forwarded[upstream as usize][class as usize])
             }
-            None => {
-                self.requests.get_or_create(&[("outcome", outcome)]).inc();
-            }
+            Outcome::Refused(code) => REFUSAL_CODES
+                .iter()
+                .position(|c| *c == code)
+                .and_then(|i| s.refused.get(i)),
+            Outcome::RateLimited => Some(&s.rate_limited),
+            Outcome::UpstreamUnavailable(upstream) => Some(&s.unavailable[upstream as usize]),
+            Outcome::Local => Some(&s.local),
         }
     }
 
-    /// Count of requests with an outcome (for tests and status).
-    pub fn outcome_count(&self, outcome: &'static str) -> u64 {
-        self.requests.get_or_create(&[("outcome", outcome)]).get()
+    /// Counts one answered request and its latency.
+    pub fn request(&self, outcome: Outcome, elapsed: Duration) {
+        match self.series(outcome) {
+            Some(c) => {
+                c.inc();
+            }
+            None => {
+                self.requests.get_or_create(&outcome.labels()).inc();
+            }
+        }
+        if let Some(h) = self.series.latency.get(outcome.kind_index()) {
+            h.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// Requests answered with `outcome` so far (tests, status).
+    pub fn requests(&self, outcome: Outcome) -> u64 {
+        match self.series(outcome) {
+            Some(c) => c.get(),
+            None => self.requests.get(&outcome.labels()).map_or(0, |c| c.get()),
+        }
     }
 
     pub fn validation_latency(&self, secs: f64) {
@@ -174,6 +416,22 @@ impl Metrics {
 
     pub fn set_feed_lag(&self, lag: i64) {
         self.feed_lag.set(lag);
+    }
+
+    /// Seconds since the last successful feed sync (-1: none yet).
+    pub fn set_last_sync_age(&self, secs: i64) {
+        self.last_sync_age.set(secs);
+    }
+
+    /// The version of the placement map served (0: none).
+    pub fn set_map_version(&self, version: u64) {
+        self.map_version
+            .set(i64::try_from(version).unwrap_or(i64::MAX));
+    }
+
+    /// A revocation applied `secs` after it was created.
+    pub fn revocation_applied(&self, secs: f64) {
+        self.revocation_apply.observe(secs);
     }
 
     pub fn feed_rejected(&self) {
@@ -211,5 +469,68 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_series_is_labelled_with_the_cell_and_exists_from_the_start() {
+        let m = Metrics::new(&CellId::new("cell-07").unwrap(), "edge-2");
+        m.request(
+            Outcome::Forwarded {
+                upstream: Upstream::App,
+                class: StatusClass::of(503),
+            },
+            Duration::from_millis(3),
+        );
+        m.request(
+            Outcome::Refused(ErrorCode::WrongCell),
+            Duration::from_millis(1),
+        );
+        let text = m.encode();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.contains("cell=\"cell-07\""), "{line}");
+        }
+        assert!(
+            text.contains(
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"forwarded\",upstream=\"app\",class=\"5xx\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"WRONG_CELL\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"SESSION_REVOKED\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("cellbind_edge_feed_lag{cell=\"cell-07\",instance=\"edge-2\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"forwarded\"} 1"),
+            "{text}"
+        );
+        assert_eq!(m.requests(Outcome::Refused(ErrorCode::WrongCell)), 1);
+        assert_eq!(m.requests(Outcome::RateLimited), 0);
+    }
+
+    #[test]
+    fn statuses_fall_in_their_class() {
+        assert_eq!(StatusClass::of(201), StatusClass::Success);
+        assert_eq!(StatusClass::of(303), StatusClass::Redirection);
+        assert_eq!(StatusClass::of(409), StatusClass::ClientError);
+        assert_eq!(StatusClass::of(504), StatusClass::ServerError);
+        assert_eq!(StatusClass::of(700), StatusClass::ServerError);
     }
 }

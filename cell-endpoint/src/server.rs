@@ -1,13 +1,17 @@
 //! The edge binary's life ([`run`]): load the disk copy, start the feed sync, the limiter
-//! housekeeping, the certificate watcher and the HTTPS server; stop when told, after draining.
+//! housekeeping, the certificate watcher, the HTTPS server and the management listener
+//! (health, readiness, metrics; same certificate, reloaded with it); stop when told, after
+//! draining.
 
 use std::time::Duration;
+
+use runtime::management::ManagementListener;
 
 use crate::config::Config;
 use crate::edge::Edge;
 use crate::error::EdgeError;
 use crate::limits::LIMITER_HOUSEKEEPING_S;
-use crate::service::app;
+use crate::service::{Management, app};
 use crate::upstream::Upstreams;
 use crate::{state, sync, tls};
 
@@ -27,6 +31,8 @@ pub async fn run(
         rate_per_subject_per_s = config.rate_per_subject_per_s,
         "cell-endpoint starting"
     );
+    // Bound first: a taken management address stops the start at once, naming it.
+    let management = ManagementListener::bind(config.management_listen).map_err(io_error)?;
     let upstreams = Upstreams::from_config(&config)?;
     let edge = Edge::new(
         config.settings()?,
@@ -54,14 +60,31 @@ pub async fn run(
         config.tls_key.clone(),
         Duration::from_millis(config.cert_watch_ms),
     ));
-    let handle = axum_server::Handle::new();
+    let control = axum_server::Control::new();
+    let handle = axum_server::Handle::with_control(control.clone());
     let h = handle.clone();
     tokio::spawn(async move {
         shutdown.await;
         h.graceful_shutdown(Some(tls::GRACEFUL_SHUTDOWN));
     });
     let gate = edge.connection_gate();
-    let result = tls::serve(config.listen, tls, handle, gate, app(edge)).await;
+    let served = tls::serve(config.listen, tls.clone(), handle, gate, app(edge.clone()));
+    let managed = management.serve(
+        tls,
+        axum_server::Handle::with_control(control.clone()),
+        std::sync::Arc::new(Management(edge)),
+    );
+    // The two listeners stop together: a failure of either shuts the other down; a graceful
+    // shutdown lets the public one drain.
+    tokio::pin!(served, managed);
+    let result = tokio::select! {
+        r = &mut served => r,
+        r = &mut managed => match r {
+            Ok(()) => served.await,
+            Err(e) => Err(io_error(e)),
+        },
+    };
+    control.shutdown();
     sync_task.abort();
     limits_task.abort();
     watch_task.abort();
@@ -75,4 +98,9 @@ async fn limiter_housekeeping(edge: Edge) {
         tick.tick().await;
         edge.limits().retain_recent();
     }
+}
+
+/// A management listener's failure as the edge's I/O error (its context kept in the message).
+fn io_error(e: runtime::IoError) -> EdgeError {
+    EdgeError::Io(std::io::Error::new(e.source.kind(), e.to_string()))
 }

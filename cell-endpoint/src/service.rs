@@ -1,6 +1,7 @@
 //! The whole edge service ([`app`]): the routes (an allow-list), the status routes answered
 //! from the held state, and the guards in front of them, composed once, outermost first, each
-//! with why it sits where it does.
+//! with why it sits where it does; and what the management listener serves ([`Management`]).
+//! The public listener serves no `/metrics`: metrics are the management listener's.
 
 use axum::Router;
 use axum::body::Body;
@@ -12,11 +13,13 @@ use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
 use crate::browser::BrowserGuard;
+use crate::counted::CountLayer;
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
 use crate::forward::{self, SessionRoute};
 use crate::guard::{Check, Guard, GuardLayer};
 use crate::limits::{ClientIp, peer_of};
+use crate::metrics::Outcome;
 use crate::state::CellState;
 use crate::validate::ValidateGuard;
 use crate::{desk, target};
@@ -43,7 +46,6 @@ pub fn app(edge: Edge) -> Router {
     let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
         .route("/.well-known/jwks.json", get(jwks))
         .route("/v1/placement-map", get(placement_map))
         .route("/v1/sessions", post(session(S::SignIn)))
@@ -60,6 +62,10 @@ pub fn app(edge: Edge) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(edge.clone());
     let checked = ServiceBuilder::new()
+        // Counting sits outside everything: every answer, whoever gave it (a guard's refusal,
+        // the per-IP limiter's 429, an upstream's answer), is counted once by its outcome and
+        // timed from the request's arrival.
+        .layer(CountLayer::new(edge.clone()))
         // The browser rules (CORS preflights, foreign origins) sit outermost: every answer, the
         // per-IP limiter's 429 and a refused target included, must carry the CORS headers a
         // fleet page needs to read it, and what this layer does is a few header comparisons.
@@ -96,7 +102,6 @@ impl Guard for PerIp {
             );
             req.extensions_mut().insert(ClientIp(ip));
             if let Err(e) = edge.limits().check_ip(ip) {
-                edge.metrics().outcome(e.outcome());
                 return Check::Answer(rescue(&e));
             }
         }
@@ -115,10 +120,7 @@ impl Guard for CanonicalTarget {
         let edge = &self.0;
         match target::check(&req, edge.public_authority()) {
             Ok(()) => Check::Pass(req),
-            Err(why) => {
-                edge.metrics().outcome("bad_request");
-                Check::Answer(rescue(&EdgeError::BadRequest(why)))
-            }
+            Err(why) => Check::Answer(rescue(&EdgeError::BadRequest(why))),
         }
     }
 }
@@ -132,22 +134,40 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(edge): State<Edge>) -> Response {
-    match edge.current() {
-        Some(s) if !s.keyset.is_empty() => (StatusCode::OK, "ready").into_response(),
-        _ => rescue(&EdgeError::NotReady),
+    match readiness(&edge) {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => {
+            // A probe, not a client refused: counted as answered locally.
+            let mut resp = rescue(&e);
+            resp.extensions_mut().insert(Outcome::Local);
+            resp
+        }
     }
 }
 
-async fn metrics_text(State(edge): State<Edge>) -> Response {
-    edge.refresh_gauges();
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        edge.metrics().encode(),
-    )
-        .into_response()
+/// Ready once keys (and with them ownership) are held: the public `/readyz` and the
+/// management listener's.
+fn readiness(edge: &Edge) -> Result<(), EdgeError> {
+    match edge.current() {
+        Some(s) if !s.keyset.is_empty() => Ok(()),
+        _ => Err(EdgeError::NotReady),
+    }
+}
+
+/// What the management listener serves (`runtime::management`): readiness as the public
+/// `/readyz` decides it, and the metrics with their gauges brought up to date.
+#[derive(Debug, Clone)]
+pub struct Management(pub Edge);
+
+impl runtime::management::Probe for Management {
+    fn readiness(&self) -> Result<(), protocol::ErrorBody> {
+        readiness(&self.0).map_err(|e| crate::error::answer(&e).1)
+    }
+
+    fn metrics(&self) -> String {
+        self.0.refresh_gauges();
+        self.0.metrics().encode()
+    }
 }
 
 async fn jwks(State(edge): State<Edge>) -> Response {

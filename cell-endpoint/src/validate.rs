@@ -278,17 +278,13 @@ impl Guard for ValidateGuard {
                             req.extensions_mut().insert(v);
                             Ok(req)
                         }
-                        Err(e) => {
-                            edge.metrics().outcome(e.outcome());
-                            Err(rescue(&e))
-                        }
+                        Err(e) => Err(rescue(&e)),
                     }
                 }))
             }
             Err(e) => {
                 edge.metrics()
                     .validation_latency(started.elapsed().as_secs_f64());
-                edge.metrics().outcome(e.outcome());
                 Check::Answer(rescue(&e))
             }
         }

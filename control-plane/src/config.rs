@@ -1,6 +1,6 @@
 //! The control plane's configuration: a TOML file, then `CELLBIND_<FIELD>` overrides.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use protocol::CellId;
@@ -15,6 +15,14 @@ use crate::error::{CpError, Result};
 pub const DEFAULT_BUCKET_COUNT: usize = 1024;
 /// Default interval between two publications of the map, in milliseconds.
 pub const DEFAULT_PUBLISH_INTERVAL_MS: u64 = 30_000;
+
+/// Default management listener (`/healthz`, `/readyz`, `/metrics`): loopback only.
+pub const DEFAULT_MANAGEMENT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9103);
+
+fn default_management_listen() -> SocketAddr {
+    DEFAULT_MANAGEMENT_LISTEN
+}
 
 /// One cell as the control plane knows it (a `[[cells]]` table).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -34,6 +42,10 @@ pub struct CellConfig {
 pub struct Config {
     /// The listener (HTTPS) of the admin API and the placement map.
     pub listen: SocketAddr,
+    /// The management listener (HTTPS, same certificate): `GET /healthz`, `/readyz` and
+    /// `/metrics` (Prometheus), nothing else. Loopback by default.
+    #[serde(default = "default_management_listen")]
+    pub management_listen: SocketAddr,
     /// Holds `placements.db`.
     pub data_dir: PathBuf,
     /// The map signing key: a 32-byte Ed25519 seed, created 0600 if missing.
@@ -80,9 +92,11 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Refuses a configuration without cells, with a bucket count out of range or a zero
-    /// publication interval.
+    /// Refuses a configuration without cells, with a bucket count out of range, a zero
+    /// publication interval or the management listener on the listener's address.
     pub fn validate(&self) -> Result<()> {
+        runtime::management::check_distinct(self.management_listen, &[("listen", self.listen)])
+            .map_err(CpError::Config)?;
         if self.cells.is_empty() {
             return Err(CpError::Config("at least one cell is required".into()));
         }

@@ -6,6 +6,8 @@
 //! - [`server`]: the control plane's HTTPS service (`router()` for tests, `run()` for the binary);
 //!   its admin API's types are `protocol::admin::placement`.
 //! - [`map_key`]: the map signing key file.
+//! - [`metrics`]: publications, the version published and placement changes, served on the
+//!   management listener (`runtime::management`) with `/healthz` and `/readyz`.
 //! - [`config`], [`error`]: the configuration file and the crate's one error type.
 //!
 //! The operator's CLI is the `cellctl` crate and the local dev fleet the `devfleet` crate.
@@ -13,6 +15,7 @@
 pub mod config;
 pub mod error;
 pub mod map_key;
+pub mod metrics;
 pub mod publish;
 pub mod server;
 pub mod store;

@@ -16,6 +16,7 @@ use runtime::IoContext as _;
 use runtime::secret::write_atomic;
 
 use crate::error::{CpError, Result};
+use crate::metrics::{Metrics, Publication};
 use crate::store::Store;
 
 /// Mode of the published map file (public content).
@@ -48,6 +49,8 @@ struct Inner {
     clock: SharedClock,
     /// Serializes publications.
     gate: tokio::sync::Mutex<()>,
+    /// Counts publications and shows the version published.
+    metrics: Arc<Metrics>,
 }
 
 impl Publisher {
@@ -58,6 +61,7 @@ impl Publisher {
         store: Arc<Mutex<Store>>,
         publish_dir: PathBuf,
         clock: SharedClock,
+        metrics: Arc<Metrics>,
     ) -> Result<Publisher> {
         let held = store
             .lock()
@@ -66,6 +70,9 @@ impl Publisher {
         // A stored map signed by another key (the key file was replaced) is not served.
         let held = held.filter(|m| m.verify(&key.public_key()).is_ok());
         let buckets = round_robin_buckets(bucket_count, cells.len());
+        if let Some(m) = &held {
+            metrics.set_map_version(m.map.version);
+        }
         Ok(Publisher {
             inner: Arc::new(Inner {
                 cells,
@@ -76,6 +83,7 @@ impl Publisher {
                 current: RwLock::new(held),
                 clock,
                 gate: tokio::sync::Mutex::new(()),
+                metrics,
             }),
         })
     }
@@ -93,13 +101,32 @@ impl Publisher {
         self.inner.cells.iter().any(|c| &c.id == id)
     }
 
+    /// The metrics publications are counted in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
     /// Builds the content from the store, signs a new version if it changed, writes the file.
+    /// Counted by how it ended.
     pub async fn publish(&self) -> Result<SignedMap> {
         let _gate = self.inner.gate.lock().await;
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.publish_blocking())
+        let published = tokio::task::spawn_blocking(move || inner.publish_blocking())
             .await
-            .map_err(|e| CpError::Internal(format!("publish task: {e}")))?
+            .map_err(|e| CpError::Internal(format!("publish task: {e}")))
+            .and_then(|r| r);
+        let metrics = &self.inner.metrics;
+        match published {
+            Ok((signed, how)) => {
+                metrics.published(how);
+                metrics.set_map_version(signed.map.version);
+                Ok(signed)
+            }
+            Err(e) => {
+                metrics.published(Publication::Failed);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -123,7 +150,7 @@ impl Inner {
         Ok(out)
     }
 
-    fn publish_blocking(&self) -> Result<SignedMap> {
+    fn publish_blocking(&self) -> Result<(SignedMap, Publication)> {
         let store = self
             .store
             .lock()
@@ -135,8 +162,8 @@ impl Inner {
                 && h.map.buckets == self.buckets
                 && h.map.overrides == overrides
         });
-        let signed = match held {
-            Some(h) if same => h,
+        let (signed, how) = match held {
+            Some(h) if same => (h, Publication::Unchanged),
             held => {
                 let version = held.map(|h| h.map.version).unwrap_or(0) + 1;
                 let map = PlacementMap {
@@ -150,7 +177,7 @@ impl Inner {
                 let signed = map.sign(&self.key)?;
                 store.set_published(&signed)?;
                 tracing::info!(version, "placement map signed");
-                signed
+                (signed, Publication::NewVersion)
             }
         };
         drop(store);
@@ -164,6 +191,6 @@ impl Inner {
         if let Ok(mut g) = self.current.write() {
             *g = Some(signed.clone());
         }
-        Ok(signed)
+        Ok((signed, how))
     }
 }

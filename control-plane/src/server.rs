@@ -1,4 +1,5 @@
-//! The control plane's HTTPS service: the signed map, its public key, and the admin API.
+//! The control plane's HTTPS service: the signed map, its public key, and the admin API; and
+//! what its management listener serves ([`Management`]: readiness and metrics).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,19 +12,22 @@ use axum::http::header;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use axum_server::{Control, Handle};
 use protocol::ContractorId;
 use protocol::admin::placement::{
     MAP_PUBLIC_KEY_PATH, MapPublicKey, PLACEMENT_MAP_PATH, PLACEMENT_ROUTE, PUBLISH_PATH,
     PlacementAnswer, Published,
 };
 use protocol::map::CellEntry;
+use protocol::{ErrorBody, ErrorCode};
+use runtime::management::ManagementListener;
 use runtime::{IoContext as _, IoError, Secret, install_crypto_provider, shutdown_signal};
 
 use crate::config::Config;
 use crate::error::{CpError, Result};
 use crate::map_key::{load_or_create_map_key, public_key_b64};
+use crate::metrics::Metrics;
 use crate::publish::Publisher;
 use crate::store::{Placement, Store};
 
@@ -139,6 +143,9 @@ async fn put_placement(
     }
     let (c2, p2) = (c.clone(), p.clone());
     let changed = st.with_store(move |s| s.put(&c2, &p2)).await?;
+    if changed {
+        st.publisher.metrics().placement_changed(&p.cell);
+    }
     let map = st.publisher.publish().await?;
     Ok(axum::Json(PlacementAnswer {
         contractor_id: c,
@@ -177,6 +184,35 @@ pub fn router(state: CpState) -> Router {
         .with_state(state)
 }
 
+/// What the management listener serves (`runtime::management`): ready once the store is open
+/// (usable) and a map is published; the metrics.
+#[derive(Debug, Clone)]
+pub struct Management(pub CpState);
+
+impl runtime::management::Probe for Management {
+    fn readiness(&self) -> std::result::Result<(), ErrorBody> {
+        let st = &self.0;
+        let store_open = match st.store.try_lock() {
+            Ok(_) | Err(std::sync::TryLockError::WouldBlock) => true,
+            Err(std::sync::TryLockError::Poisoned(_)) => false,
+        };
+        if !store_open {
+            return Err(ErrorBody::new(
+                ErrorCode::NotReady,
+                "the placement store failed",
+            ));
+        }
+        if st.publisher.current().is_none() {
+            return Err(CpError::NotReady.to_body());
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> String {
+        self.0.publisher.metrics().encode()
+    }
+}
+
 /// Opens the store, loads (or creates) the key, and publishes a first map.
 pub async fn state_from_config(config: &Config) -> Result<CpState> {
     let key = load_or_create_map_key(&config.map_key_file)?;
@@ -189,6 +225,7 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
             endpoint: c.endpoint.clone(),
         })
         .collect();
+    let cell_ids: Vec<_> = config.cells.iter().map(|c| c.id.clone()).collect();
     let publisher = Publisher::new(
         cells,
         config.bucket_count,
@@ -196,6 +233,7 @@ pub async fn state_from_config(config: &Config) -> Result<CpState> {
         store.clone(),
         config.publish_dir.clone(),
         protocol::time::system_clock(),
+        Arc::new(Metrics::new(&cell_ids)),
     )?;
     publisher.publish().await?;
     tracing::info!(
@@ -223,11 +261,13 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// Runs the control plane until [`shutdown_signal`]: serves HTTPS and republishes the map
-/// every `publish_interval_ms` (and on every change).
+/// Runs the control plane until [`shutdown_signal`]: serves HTTPS (and the management
+/// listener) and republishes the map every `publish_interval_ms` (and on every change).
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
+    config.validate()?;
     let listener = bind(config.listen)?;
+    let management = ManagementListener::bind(config.management_listen)?;
     let tls = RustlsConfig::from_pem_file(&config.tls_cert, &config.tls_key)
         .await
         .context("loading the TLS certificate and key")?;
@@ -245,18 +285,37 @@ pub async fn run(config: Config) -> Result<()> {
             }
         }
     });
-    let handle: Handle<SocketAddr> = Handle::new();
+    let control = Control::new();
+    let handle: Handle<SocketAddr> = Handle::with_control(control.clone());
     let h = handle.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
         h.graceful_shutdown(Some(Duration::from_millis(SHUTDOWN_GRACE_MS)));
     });
     tracing::info!(listen = %config.listen, "control plane serving");
-    axum_server::from_tcp_rustls(listener, tls)
-        .context("starting the server")?
-        .handle(handle)
-        .serve(router(state).into_make_service())
-        .await
-        .context("serving")?;
-    Ok(())
+    let managed = management.serve(
+        tls.clone(),
+        Handle::with_control(control.clone()),
+        Arc::new(Management(state.clone())),
+    );
+    let served = async {
+        axum_server::from_tcp_rustls(listener, tls)
+            .context("starting the server")?
+            .handle(handle)
+            .serve(router(state).into_make_service())
+            .await
+            .context("serving")
+    };
+    // The two listeners stop together: a failure of either shuts the other down; a graceful
+    // shutdown lets the main one drain.
+    tokio::pin!(served, managed);
+    let result = tokio::select! {
+        r = &mut served => r,
+        r = &mut managed => match r {
+            Ok(()) => served.await,
+            Err(e) => Err(e),
+        },
+    };
+    control.shutdown();
+    Ok(result?)
 }

@@ -1,7 +1,7 @@
 //! Configuration: a TOML file, then `CELLBIND_<FIELD>` environment overrides
 //! (`runtime::config`).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use runtime::logging::LogFormat;
@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, Result};
 use protocol::CellId;
+
+/// Default management listener (`/healthz`, `/readyz`, `/metrics`): loopback only.
+pub const DEFAULT_MANAGEMENT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9104);
+
+fn default_management_listen() -> SocketAddr {
+    DEFAULT_MANAGEMENT_LISTEN
+}
 
 /// The demo app's settings (see docs/INTERNALS.md). Unknown keys are refused
 /// (`runtime::config::load`).
@@ -23,6 +31,11 @@ pub struct Config {
     /// The internal listener: `/internal/v1/*` (admin token required) and `/healthz`. Never
     /// reachable through the edge; the control plane's migration orchestrator calls it.
     pub internal_listen: SocketAddr,
+    /// The management listener (HTTPS, same certificate): `GET /healthz`, `/readyz` and
+    /// `/metrics` (Prometheus), nothing else. Loopback by default; never reachable through the
+    /// edge.
+    #[serde(default = "default_management_listen")]
+    pub management_listen: SocketAddr,
     /// PEM certificate chain served.
     pub tls_cert: PathBuf,
     /// PEM private key of `tls_cert`.
@@ -59,7 +72,8 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Refuses settings that would serve the internal routes where public traffic arrives.
+    /// Refuses settings that would serve the internal routes (or the management ones) where
+    /// public traffic arrives.
     pub fn validate(&self) -> Result<()> {
         if self.listen == self.internal_listen && self.listen.port() != 0 {
             return Err(AppError::Config(format!(
@@ -67,6 +81,13 @@ impl Config {
                 self.listen
             )));
         }
-        Ok(())
+        runtime::management::check_distinct(
+            self.management_listen,
+            &[
+                ("listen", self.listen),
+                ("internal_listen", self.internal_listen),
+            ],
+        )
+        .map_err(AppError::Config)
     }
 }

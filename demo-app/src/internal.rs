@@ -21,6 +21,7 @@ use crate::store::Store;
 /// The internal listener's routes: `/internal/v1/*` (admin token required) and `/healthz`.
 pub fn internal_router(state: AppState) -> Router {
     use ContractorOp as Op;
+    let metrics = state.metrics().clone();
     let r = Router::new()
         .route("/healthz", get(healthz))
         .route(CONTRACTORS_PATH, put(seed))
@@ -38,6 +39,7 @@ pub fn internal_router(state: AppState) -> Router {
         .route(Op::Completions.route(), get(completions))
         .fallback(not_found)
         .with_state(state);
+    let r = crate::metrics::counted(r, Listener::Internal, metrics);
     runtime::access::logged(r, Listener::Internal)
 }
 

@@ -13,14 +13,19 @@
 //! `/api/*` is only served with the edge key (`X-Cellbind-Edge-Key`), compared in constant time.
 //! Every request is logged on the `access` target with its listener, method, path and status.
 //!
-//! Layout: [`error`], [`config`], [`routes`] (the day route) and [`store`] (SQLite) at the
-//! bottom; [`state`] ([`AppState`]) and [`http`] (extractors, `/healthz`) above them; the two
-//! listeners [`public`] and [`internal`]; [`server`] runs both.
+//! A third listener, the management one (`management_listen`, loopback by default), serves
+//! `/healthz`, `/readyz` (the database is open) and `/metrics` (requests by route and status
+//! class, [`metrics`]); see `runtime::management`.
+//!
+//! Layout: [`error`], [`config`], [`routes`] (the day route), [`store`] (SQLite) and
+//! [`metrics`] at the bottom; [`state`] ([`AppState`]) and [`http`] (extractors, `/healthz`)
+//! above them; the two listeners [`public`] and [`internal`]; [`server`] runs all three.
 
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod internal;
+pub mod metrics;
 pub mod public;
 pub mod routes;
 pub mod server;

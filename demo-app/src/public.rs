@@ -25,15 +25,25 @@ pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 /// Longest accepted job id, in bytes.
 pub const MAX_JOB_ID_BYTES: usize = 128;
 
+/// `GET` today's route.
+pub const ROUTE_TODAY: &str = "/api/routes/today";
+/// `POST` a job's completion.
+pub const COMPLETE_JOB: &str = "/api/jobs/{id}/complete";
+/// The API's routes (templates), as the request metrics name them.
+pub const API_ROUTES: [&str; 2] = [ROUTE_TODAY, COMPLETE_JOB];
+
 /// The public listener's routes: `/api/*` (edge key required) and `/healthz`. Nothing else,
 /// whatever token a request carries: every other path is `404 NOT_FOUND`.
 pub fn public_router(state: AppState) -> Router {
+    let metrics = state.metrics().clone();
+    metrics.expect(Listener::Public, &API_ROUTES);
     let r = Router::new()
         .route("/healthz", get(healthz))
-        .route("/api/routes/today", get(routes_today))
-        .route("/api/jobs/{id}/complete", post(complete_job))
+        .route(ROUTE_TODAY, get(routes_today))
+        .route(COMPLETE_JOB, post(complete_job))
         .fallback(not_found)
         .with_state(state);
+    let r = crate::metrics::counted(r, Listener::Public, metrics);
     runtime::access::logged(r, Listener::Public)
 }
 

@@ -1,10 +1,13 @@
-//! Serving both listeners over TLS until a signal (or, when asked, the end of stdin).
+//! Serving the public, internal and management listeners over TLS until a signal (or, when
+//! asked, the end of stdin).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use runtime::management::ManagementListener;
 use runtime::{IoContext as _, IoError};
 
 use crate::config::Config;
@@ -49,8 +52,9 @@ async fn serve(
     Ok(())
 }
 
-/// Runs the app over TLS, on its public (`listen`) and internal (`internal_listen`) listeners,
-/// until [`shutdown_signal`]; both stop together, and if one fails the other is stopped too.
+/// Runs the app over TLS, on its public (`listen`), internal (`internal_listen`) and
+/// management (`management_listen`) listeners, until [`shutdown_signal`]; they stop together,
+/// and if one fails the others are stopped too.
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
     config.validate()?;
@@ -60,14 +64,21 @@ pub async fn run(config: Config) -> Result<()> {
         .context("loading the TLS certificate and key")?;
     let public = bind(config.listen)?;
     let internal = bind(config.internal_listen)?;
+    let management = ManagementListener::bind(config.management_listen)?;
     let public_handle: Handle<SocketAddr> = Handle::new();
     let internal_handle: Handle<SocketAddr> = Handle::new();
-    let (ph, ih) = (public_handle.clone(), internal_handle.clone());
+    let management_handle: Handle<SocketAddr> = Handle::new();
+    let (ph, ih, mh) = (
+        public_handle.clone(),
+        internal_handle.clone(),
+        management_handle.clone(),
+    );
     let grace = Some(Duration::from_millis(SHUTDOWN_GRACE_MS));
     tokio::spawn(async move {
         shutdown_signal().await;
         ph.graceful_shutdown(grace);
         ih.graceful_shutdown(grace);
+        mh.graceful_shutdown(grace);
     });
     tracing::info!(
         cell = %config.cell_id,
@@ -85,14 +96,42 @@ pub async fn run(config: Config) -> Result<()> {
         ),
         serve(
             internal,
-            tls,
+            tls.clone(),
             internal_handle.clone(),
-            internal_router(state),
+            internal_router(state.clone()),
             "internal",
         ),
+        async {
+            Ok(management
+                .serve(tls, management_handle.clone(), Arc::new(Management(state)))
+                .await?)
+        },
     );
-    // Whichever way it ended, neither listener outlives the other.
+    // Whichever way it ended, no listener outlives the others.
     public_handle.shutdown();
     internal_handle.shutdown();
+    management_handle.shutdown();
     served.map(|_| ())
+}
+
+/// What the management listener serves (`runtime::management`): ready while the database is
+/// open; the request metrics.
+#[derive(Debug, Clone)]
+pub struct Management(pub AppState);
+
+impl runtime::management::Probe for Management {
+    fn readiness(&self) -> std::result::Result<(), protocol::ErrorBody> {
+        if self.0.store_open() {
+            Ok(())
+        } else {
+            Err(protocol::ErrorBody::new(
+                protocol::ErrorCode::NotReady,
+                "the app's database failed",
+            ))
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.0.metrics().encode()
+    }
 }

@@ -1,5 +1,5 @@
 //! What the handlers of both listeners share ([`AppState`]): the cell id, the store (used off
-//! the async threads), the edge key and admin token, the clock.
+//! the async threads), the edge key and admin token, the clock, the request metrics.
 
 use std::sync::{Arc, Mutex};
 
@@ -9,6 +9,7 @@ use runtime::Secret;
 
 use crate::config::Config;
 use crate::error::{AppError, Result};
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// Shared state of the handlers.
@@ -19,6 +20,7 @@ pub struct AppState {
     edge_key: Secret,
     admin_token: Secret,
     clock: SharedClock,
+    metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -30,6 +32,7 @@ impl AppState {
         clock: SharedClock,
     ) -> Self {
         AppState {
+            metrics: Arc::new(Metrics::new(&cell_id)),
             cell_id,
             store: Arc::new(Mutex::new(store)),
             edge_key,
@@ -47,6 +50,20 @@ impl AppState {
             Secret::from_file(&config.admin_token_file)?,
             protocol::time::system_clock(),
         ))
+    }
+
+    /// The request metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Whether the database is open and usable: its lock is not poisoned by a failed
+    /// operation (busy counts as open).
+    pub fn store_open(&self) -> bool {
+        match self.store.try_lock() {
+            Ok(_) | Err(std::sync::TryLockError::WouldBlock) => true,
+            Err(std::sync::TryLockError::Poisoned(_)) => false,
+        }
     }
 
     /// The edge key `/api/*` requests must present.

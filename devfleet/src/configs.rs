@@ -86,6 +86,7 @@ pub(crate) struct EdgeConfig<'a> {
     pub(crate) cell_id: &'a CellId,
     pub(crate) instance_id: &'a str,
     pub(crate) listen: SocketAddr,
+    pub(crate) management_listen: SocketAddr,
     pub(crate) public_url: &'a str,
     pub(crate) auth_service_url: Urls,
     pub(crate) feed_url: Urls,

@@ -19,8 +19,8 @@ use crate::children::{ChildProc, Supervision, kill_child, probe, spawn_child, st
 use crate::configs::{AppConfig, AuthPostgres, AuthServiceConfig, EdgeConfig, Urls, write_toml};
 use crate::error::{FleetError, Result};
 use crate::fleet_file::{
-    self, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
-    SESSION_FILE, Service, StoreKind,
+    self, CellManagement, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, FleetManagement,
+    JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
 };
 use crate::layout::{CellPlan, CellToken, Layout, ReplicaPlan, SECRETS_DIR, lock_dir, mkdir};
 use crate::ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free, https};
@@ -252,6 +252,8 @@ pub fn test_bin_dir() -> Result<PathBuf> {
 pub struct Fleet {
     dir: PathBuf,
     file: FleetFile,
+    /// Where each server's management listener is (also in `fleet.json`).
+    management: FleetManagement,
     children: Vec<ChildProc>,
     /// Declared after `children`: dropped (stopped) after them.
     postgres: Option<PgServer>,
@@ -368,9 +370,10 @@ impl Fleet {
         )
         .await;
         match started {
-            Ok(file) => Ok(Fleet {
+            Ok((file, management)) => Ok(Fleet {
                 dir,
                 file,
+                management,
                 children,
                 postgres,
                 sup,
@@ -393,7 +396,7 @@ impl Fleet {
         sup: &Arc<Supervision>,
         children: &mut Vec<ChildProc>,
         deadline: Instant,
-    ) -> Result<FleetFile> {
+    ) -> Result<(FleetFile, FleetManagement)> {
         // Password hashing runs while the files are written and the processes start.
         let password = seed::demo_password();
         let pw = password.clone();
@@ -486,6 +489,7 @@ impl Fleet {
         let cp_url = https(ports.control_plane()?);
         let cp_cfg = CpConfig {
             listen: ports.control_plane()?,
+            management_listen: ports.control_plane_management()?,
             data_dir: layout.data("control-plane"),
             map_key_file,
             publish_dir: layout.p("publish"),
@@ -563,6 +567,7 @@ impl Fleet {
                     cell_id: &c.id,
                     instance_id: &format!("{id}-edge-1"),
                     listen: ports.edge(c.n)?,
+                    management_listen: ports.edge_management(c.n)?,
                     public_url: &c.endpoint,
                     auth_service_url: Urls::of(
                         c.replicas.iter().map(|r| r.public_url.clone()).collect(),
@@ -748,13 +753,35 @@ impl Fleet {
                 dispatchers,
             },
         };
-        file.save(&layout.p(FLEET_FILE))?;
-        Ok(file)
+        let management = FleetManagement {
+            control_plane: https(ports.control_plane_management()?),
+            cells: cells
+                .iter()
+                .map(|c| {
+                    Ok(CellManagement {
+                        id: c.id.clone(),
+                        edges: vec![https(ports.edge_management(c.n)?)],
+                        auth_services: (0..opts.auth_replicas)
+                            .map(|r| Ok(https(ports.replica_listeners(c.n, r)?.management_listen)))
+                            .collect::<Result<_>>()?,
+                        app: https(ports.app_listeners(c.n)?.management_listen),
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        file.save_with(&layout.p(FLEET_FILE), &management)?;
+        Ok((file, management))
     }
 
     /// The fleet's description (also in `DIR/fleet.json`).
     pub fn file(&self) -> &FleetFile {
         &self.file
+    }
+
+    /// Each server's management listener (`/healthz`, `/readyz`, `/metrics`; also in
+    /// `DIR/fleet.json`).
+    pub fn management(&self) -> &FleetManagement {
+        &self.management
     }
 
     pub fn dir(&self) -> &Path {

@@ -87,8 +87,9 @@ pub struct FleetCell {
     pub endpoint: String,
     pub endpoint_pid: u32,
     /// The auth-service: `url` is its INTERNAL listener, which serves every route (the admin
-    /// API, the feed and `/metrics` as well as the public ones); `pid` its process. With
-    /// several replicas: replica 0 (the first of `auth_services`).
+    /// API and the feed as well as the public ones; `/metrics` is on its management listener,
+    /// [`FleetManagement`]); `pid` its process. With several replicas: replica 0 (the first of
+    /// `auth_services`).
     pub auth_service: Service,
     /// The auth-service's PUBLIC listener (the sessions API, JWKS, the map, health): what the
     /// edge forwards `/v1/sessions*` to. With several replicas: replica 0's.
@@ -152,6 +153,77 @@ pub struct FleetFile {
     pub postgres: Option<PostgresInfo>,
     pub cells: Vec<FleetCell>,
     pub demo: Demo,
+}
+
+/// The management listeners of a fleet (`/healthz`, `/readyz`, `/metrics`; HTTPS with the
+/// fleet's CA), under `management` in `fleet.json` (read with [`FleetManagement::load`]; a
+/// file written before management listeners existed has none: empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetManagement {
+    /// The control plane's.
+    #[serde(default)]
+    pub control_plane: String,
+    /// Each cell's servers'.
+    #[serde(default)]
+    pub cells: Vec<CellManagement>,
+}
+
+/// The management listeners of one cell's servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellManagement {
+    pub id: CellId,
+    /// Each edge instance's, in instance order.
+    #[serde(default)]
+    pub edges: Vec<String>,
+    /// Each auth-service replica's, replica 0 first.
+    #[serde(default)]
+    pub auth_services: Vec<String>,
+    /// The app's.
+    #[serde(default)]
+    pub app: String,
+}
+
+/// What `fleet.json` holds beside the [`FleetFile`]'s fields.
+#[derive(Debug, Default, Deserialize)]
+struct Extra {
+    #[serde(default)]
+    management: FleetManagement,
+}
+
+/// `fleet.json` as the dev fleet writes it: the [`FleetFile`] and its management listeners.
+#[derive(Debug, Serialize)]
+struct Written<'a> {
+    #[serde(flatten)]
+    file: &'a FleetFile,
+    management: &'a FleetManagement,
+}
+
+impl FleetManagement {
+    /// The `management` of a fleet file (empty when it has none).
+    pub fn load(path: &Path) -> Result<FleetManagement> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let extra: Extra = serde_json::from_slice(&bytes).map_err(|e| {
+            FleetError::Config(format!("{} is not a fleet file: {e}", path.display()))
+        })?;
+        Ok(extra.management)
+    }
+
+    /// Every management URL: the control plane's, then per cell its edges', auth-services'
+    /// and app's.
+    pub fn urls(&self) -> Vec<&str> {
+        let mut v = vec![self.control_plane.as_str()];
+        for c in &self.cells {
+            v.extend(c.edges.iter().map(String::as_str));
+            v.extend(c.auth_services.iter().map(String::as_str));
+            v.push(c.app.as_str());
+        }
+        v
+    }
+
+    /// A cell's.
+    pub fn cell(&self, id: &CellId) -> Option<&CellManagement> {
+        self.cells.iter().find(|c| &c.id == id)
+    }
 }
 
 /// A URL field of a fleet file as an [`Endpoint`].
@@ -221,6 +293,16 @@ impl FleetFile {
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes =
             serde_json::to_vec_pretty(self).map_err(|e| FleetError::Internal(e.to_string()))?;
+        Ok(write_private(path, &bytes)?)
+    }
+
+    /// [`FleetFile::save`] with the fleet's management listeners under `management`.
+    pub fn save_with(&self, path: &Path, management: &FleetManagement) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(&Written {
+            file: self,
+            management,
+        })
+        .map_err(|e| FleetError::Internal(e.to_string()))?;
         Ok(write_private(path, &bytes)?)
     }
 

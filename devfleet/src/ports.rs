@@ -2,6 +2,10 @@
 //! on `127.0.0.n` (edge `B+3`, auth-service public `B+4` and internal `B+6`, app public `B+5`
 //! and internal `B+7`). A cell with several auth-service replicas runs replica `r` (0-based)
 //! on `127.0.r.n` with the same ports as replica 0, so replicas never collide.
+//!
+//! Every server also has a management listener (`/healthz`, `/readyz`, `/metrics`): the edge
+//! on `B+1` and the app on `B+8` of its cell's address, each auth-service replica on `B+2` of
+//! its own, the control plane on `127.0.0.1:B+9` (beside cell 1, whose ports stop at `B+8`).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -24,13 +28,23 @@ pub const APP_PORT_OFFSET: u16 = 5;
 pub const AUTH_INTERNAL_PORT_OFFSET: u16 = 6;
 /// Offset of each cell's demo app internal listener (the migration interface).
 pub const APP_INTERNAL_PORT_OFFSET: u16 = 7;
+/// Offset of each cell's edge management listener.
+pub const EDGE_MANAGEMENT_PORT_OFFSET: u16 = 1;
+/// Offset of each auth-service replica's management listener (on the replica's address).
+pub const AUTH_MANAGEMENT_PORT_OFFSET: u16 = 2;
+/// Offset of each cell's demo app management listener.
+pub const APP_MANAGEMENT_PORT_OFFSET: u16 = 8;
+/// Offset of the control plane's management listener (on 127.0.0.1).
+pub const CONTROL_PLANE_MANAGEMENT_PORT_OFFSET: u16 = 9;
 
-/// A server's two listeners, as its configuration names them: `listen` (public: what the edge
-/// forwards to) and `internal_listen` (admin, internal and migration routes, metrics).
+/// A server's three listeners, as its configuration names them: `listen` (public: what the
+/// edge forwards to), `internal_listen` (admin, internal and migration routes) and
+/// `management_listen` (health, readiness, metrics).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Listeners {
     pub listen: SocketAddr,
     pub internal_listen: SocketAddr,
+    pub management_listen: SocketAddr,
 }
 
 /// Addresses of the fleet for a port base.
@@ -65,9 +79,17 @@ impl Ports {
     pub fn control_plane(self) -> Result<SocketAddr> {
         self.at(1, CONTROL_PLANE_PORT_OFFSET)
     }
+    /// The control plane's management listener (on `127.0.0.1`).
+    pub fn control_plane_management(self) -> Result<SocketAddr> {
+        self.at(1, CONTROL_PLANE_MANAGEMENT_PORT_OFFSET)
+    }
     /// Cell `n`'s edge (its public endpoint).
     pub fn edge(self, n: u8) -> Result<SocketAddr> {
         self.at(n, EDGE_PORT_OFFSET)
+    }
+    /// Cell `n`'s edge management listener.
+    pub fn edge_management(self, n: u8) -> Result<SocketAddr> {
+        self.at(n, EDGE_MANAGEMENT_PORT_OFFSET)
     }
     /// Cell `n`'s auth-service public listener.
     pub fn auth(self, n: u8) -> Result<SocketAddr> {
@@ -89,18 +111,20 @@ impl Ports {
     pub fn auth_listeners(self, n: u8) -> Result<Listeners> {
         self.replica_listeners(n, 0)
     }
-    /// Cell `n`'s auth-service replica `r`: its public and internal listeners.
+    /// Cell `n`'s auth-service replica `r`: its public, internal and management listeners.
     pub fn replica_listeners(self, n: u8, r: u8) -> Result<Listeners> {
         Ok(Listeners {
             listen: self.replica_at(n, r, AUTH_PORT_OFFSET)?,
             internal_listen: self.replica_at(n, r, AUTH_INTERNAL_PORT_OFFSET)?,
+            management_listen: self.replica_at(n, r, AUTH_MANAGEMENT_PORT_OFFSET)?,
         })
     }
-    /// Cell `n`'s app: its public and internal listeners.
+    /// Cell `n`'s app: its public, internal and management listeners.
     pub fn app_listeners(self, n: u8) -> Result<Listeners> {
         Ok(Listeners {
             listen: self.app(n)?,
             internal_listen: self.app_internal(n)?,
+            management_listen: self.at(n, APP_MANAGEMENT_PORT_OFFSET)?,
         })
     }
     /// Every address the fleet listens on (one auth-service per cell).
@@ -109,18 +133,19 @@ impl Ports {
     }
     /// Every address the fleet listens on with `replicas` auth-services per cell.
     pub fn all_with_replicas(self, cells: u8, replicas: u8) -> Result<Vec<SocketAddr>> {
-        let mut v = vec![self.control_plane()?];
+        let mut v = vec![self.control_plane()?, self.control_plane_management()?];
         for n in 1..=cells {
+            let app = self.app_listeners(n)?;
             v.extend([
                 self.edge(n)?,
-                self.auth(n)?,
-                self.app(n)?,
-                self.auth_internal(n)?,
-                self.app_internal(n)?,
+                self.edge_management(n)?,
+                app.listen,
+                app.internal_listen,
+                app.management_listen,
             ]);
-            for r in 1..replicas {
+            for r in 0..replicas {
                 let l = self.replica_listeners(n, r)?;
-                v.extend([l.listen, l.internal_listen]);
+                v.extend([l.listen, l.internal_listen, l.management_listen]);
             }
         }
         Ok(v)

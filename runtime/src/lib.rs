@@ -4,7 +4,8 @@
 //! secrets and owner-only files ([`secret`]), I/O errors with their context ([`io`]), opening
 //! SQLite files and checking their schema ([`sqlite`]), the HTTPS client that trusts one CA
 //! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
-//! two listeners ([`access`]) and the HTTP answer of an error ([`answer`]).
+//! two listeners ([`access`]), the HTTP answer of an error ([`answer`]) and the management
+//! listener every server runs for health, readiness and metrics ([`management`]).
 
 pub mod access;
 pub mod answer;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod files;
 pub mod io;
 pub mod logging;
+pub mod management;
 pub mod refetch;
 pub mod secret;
 pub mod server;

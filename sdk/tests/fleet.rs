@@ -30,6 +30,8 @@ const PROPAGATION_DEADLINE: Duration = Duration::from_secs(30);
 
 struct Ctx {
     file: FleetFile,
+    /// Where each server's `/metrics` is.
+    management: devfleet::fleet_file::FleetManagement,
     dir: PathBuf,
     http: reqwest::Client,
     ca_pem: Vec<u8>,
@@ -75,13 +77,15 @@ impl Ctx {
         self.file.cells.iter().map(|c| c.id.clone()).collect()
     }
 
-    /// Sign-in attempts the auth-services have answered, per cell.
+    /// Sign-in attempts the auth-services have answered, per cell (replica 0's management
+    /// listener).
     async fn sign_ins(&self) -> Vec<u64> {
         let mut out = vec![];
         for c in &self.file.cells {
+            let management = &self.management.cell(&c.id).unwrap().auth_services[0];
             let text = self
                 .http
-                .get(format!("{}/metrics", c.auth_service.url))
+                .get(format!("{management}/metrics"))
                 .send()
                 .await
                 .unwrap()
@@ -180,6 +184,7 @@ async fn sdk_against_a_real_fleet() {
     let signer = SigningKey::from_seed(Kid::new("cp-map").unwrap(), &seed).unwrap();
     assert_eq!(signer.public_key(), map_key);
     let ctx = Ctx {
+        management: fleet.management().clone(),
         file,
         dir,
         http,

@@ -18,6 +18,7 @@ use protocol::{ContractorId, Kid, SessionId, SubjectId};
 
 use crate::error::{Error, Result};
 use crate::keys::lifecycle;
+use crate::metrics::MigrationStep;
 use crate::revocations::{self, checked_text};
 use crate::routes::extract::{Admin, JsonBody, PathId, QueryOf, RawBody};
 use crate::state::AppState;
@@ -69,7 +70,13 @@ pub(crate) async fn put_ownership(
     PathId(ctr): PathId<ContractorId>,
     JsonBody(record): JsonBody<OwnershipRecord>,
 ) -> Result<Json<OwnershipSet>> {
-    let seq = ownership::set(&state, BTreeMap::from([(ctr, record)])).await?;
+    let step = MigrationStep::of(&record);
+    let seq = migration::counted(
+        &state,
+        step,
+        ownership::set(&state, BTreeMap::from([(ctr, record)])),
+    )
+    .await?;
     Ok(Json(OwnershipSet { seq }))
 }
 
@@ -237,7 +244,13 @@ pub(crate) async fn export(
     State(state): State<AppState>,
     PathId(ctr): PathId<ContractorId>,
 ) -> Result<Json<ContractorExport>> {
-    migration::export(&state, ctr).await.map(Json)
+    migration::counted(
+        &state,
+        MigrationStep::Export,
+        migration::export(&state, ctr),
+    )
+    .await
+    .map(Json)
 }
 
 /// `POST /admin/v1/contractors/{ctr}/import` [`ContractorExport`] → `ImportAnswer`.
@@ -247,7 +260,13 @@ pub(crate) async fn import(
     PathId(ctr): PathId<ContractorId>,
     JsonBody(doc): JsonBody<ContractorExport>,
 ) -> Result<Response> {
-    Ok(Json(migration::import(&state, ctr, doc).await?).into_response())
+    let answer = migration::counted(
+        &state,
+        MigrationStep::Import,
+        migration::import(&state, ctr, doc),
+    )
+    .await?;
+    Ok(Json(answer).into_response())
 }
 
 /// `GET /admin/v1/drain/{ctr}?seq=S` ([`DrainQuery`]) → `DrainStatus`.

@@ -9,6 +9,7 @@ use protocol::admin::{cell, placement};
 use runtime::access::Listener;
 
 use crate::peers::JWKS_PATH;
+pub(crate) use crate::routes::service::Management;
 use crate::routes::service::{method_not_allowed, not_found};
 use crate::state::AppState;
 
@@ -43,10 +44,10 @@ fn public_routes() -> Router<AppState> {
         .route("/readyz", get(service::readyz))
 }
 
-/// The routes only the cell's own components reach: the feed, the admin API and metrics.
+/// The routes only the cell's own components reach: the feed and the admin API (metrics are
+/// the management listener's, [`management`]).
 fn internal_only_routes() -> Router<AppState> {
     Router::new()
-        .route("/metrics", get(service::metrics))
         .route(protocol::feed::FEED_PATH, get(service::feed))
         .route(
             protocol::feed::REAPPLY_PATH,
@@ -102,12 +103,18 @@ pub fn public_router(state: AppState) -> Router {
     finish(public_routes(), Listener::Public, state)
 }
 
-/// The INTERNAL listener's routes (`internal_listen`): the client routes, the feed, the admin
-/// API and metrics.
+/// The INTERNAL listener's routes (`internal_listen`): the client routes, the feed and the
+/// admin API.
 pub fn internal_router(state: AppState) -> Router {
     finish(
         public_routes().merge(internal_only_routes()),
         Listener::Internal,
         state,
     )
+}
+
+/// The MANAGEMENT listener's routes (`management_listen`): `/healthz`, `/readyz` and
+/// `/metrics` (`runtime::management`), nothing else.
+pub fn management_router(state: AppState) -> Router {
+    runtime::management::router(std::sync::Arc::new(Management(state)))
 }

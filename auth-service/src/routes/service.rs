@@ -1,5 +1,6 @@
 //! The service routes: the cell state feed (feed token), the JWKS, the held placement map,
-//! health, readiness, metrics, and the answers for unknown paths and methods.
+//! health, readiness, the management listener's probe (readiness and metrics), and the
+//! answers for unknown paths and methods.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
@@ -89,8 +90,15 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready once a signing key is loaded and, with a control plane configured, a map is held.
+/// `GET /readyz` of the public and internal listeners: [`readiness`].
 pub(crate) async fn readyz(State(state): State<AppState>) -> Result<&'static str> {
+    readiness(&state)?;
+    Ok("ready\n")
+}
+
+/// Ready once the store is open and its state loaded (an [`AppState`] exists only then), a
+/// signing key is loaded and, with a control plane configured, a map is held.
+fn readiness(state: &AppState) -> Result<()> {
     let inner = state.read();
     if inner.ring.current().is_none() {
         return Err(Error::NotReady("no signing key loaded"));
@@ -98,15 +106,25 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Result<&'static str
     if state.config.control_plane_url.is_some() && inner.map.is_none() {
         return Err(Error::NotReady("no placement map held yet"));
     }
-    Ok("ready\n")
+    Ok(())
 }
 
-/// `GET /metrics` (internal listener only).
-pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let mut resp = state.metrics.render().into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    resp
+/// What the management listener serves (`runtime::management`): [`readiness`] and the
+/// metrics.
+#[derive(Debug)]
+pub(crate) struct Management(pub(crate) AppState);
+
+impl runtime::management::Probe for Management {
+    fn readiness(&self) -> std::result::Result<(), protocol::ErrorBody> {
+        readiness(&self.0).map_err(|e| {
+            protocol::ErrorBody::new(e.code(), e.to_string()).retry_after(NOT_READY_RETRY_AFTER_S)
+        })
+    }
+
+    fn metrics(&self) -> String {
+        self.0.metrics.render()
+    }
 }
+
+/// `Retry-After` of a `503 NOT_READY` on the management listener, in seconds.
+const NOT_READY_RETRY_AFTER_S: u64 = 1;

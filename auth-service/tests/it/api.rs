@@ -196,21 +196,17 @@ async fn same_answer_for_unknown_user_wrong_password_and_disabled_user() {
     }
     assert!(bodies.iter().all(|b| b == &bodies[0]), "{bodies:?}");
     assert!(bodies[0].contains("\"INVALID_CREDENTIALS\""));
-    let m = f
-        .call_internal(Method::GET, "/metrics", &[], Body::empty())
-        .await;
+    let m = f.metrics().await;
     assert!(
-        m.text
-            .contains("cellbind_auth_signins_total{outcome=\"invalid_credentials\"} 3"),
-        "{}",
-        m.text
+        m.contains(
+            r#"cellbind_auth_signins_total{cell="cell-01",outcome="invalid_credentials"} 3"#
+        ),
+        "{m}"
     );
     // each failure cost exactly one argon2 verification, the unknown user included
     assert!(
-        m.text
-            .contains("cellbind_auth_password_verifications_total 3"),
-        "{}",
-        m.text
+        m.contains(r#"cellbind_auth_password_verifications_total{cell="cell-01"} 3"#),
+        "{m}"
     );
 }
 
@@ -721,22 +717,14 @@ async fn placement_map_push_verifies_signature_and_version() {
         assert_eq!(r.json["error"], "INVALID_REQUEST");
     }
     assert_eq!(f.head().await, head);
-    let m = f
-        .call_internal(Method::GET, "/metrics", &[], Body::empty())
-        .await;
-    assert!(
-        m.text
-            .contains("cellbind_auth_map_refused_total{reason=\"bad_signature\"} 2"),
-        "{}",
-        m.text
-    );
-    assert!(
-        m.text
-            .contains("cellbind_auth_map_refused_total{reason=\"not_newer\"} 1"),
-        "{}",
-        m.text
-    );
-    assert!(m.text.contains("cellbind_auth_map_version 2"), "{}", m.text);
+    let m = f.metrics().await;
+    for line in [
+        r#"cellbind_auth_map_refused_total{cell="cell-01",reason="bad_signature"} 2"#,
+        r#"cellbind_auth_map_refused_total{cell="cell-01",reason="not_newer"} 1"#,
+        r#"cellbind_auth_map_version{cell="cell-01"} 2"#,
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
     let snap = f.feed(0).await;
     assert_eq!(snap["body"]["snapshot"]["map"]["map"]["version"], 2);
 }

@@ -150,6 +150,7 @@ pub fn config_toml(dir: &Path, tls: &Tls, listen: &str, internal: &str, extra: &
 cell_id = "{CELL}"
 listen = "{listen}"
 internal_listen = "{internal}"
+management_listen = "127.0.0.1:0"
 issuer = "{ISSUER}"
 data_dir = "{data}"
 kek_file = "{data}/kek.bin"
@@ -253,6 +254,24 @@ impl Fixture {
             body,
         )
         .await
+    }
+
+    /// A request on the MANAGEMENT listener (`/healthz`, `/readyz`, `/metrics`).
+    pub async fn call_management(&self, method: Method, path: &str) -> Resp {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let router = cellbind_auth_service::management_router(self.state.clone());
+        answer(router.oneshot(req).await.unwrap()).await
+    }
+
+    /// The management listener's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let r = self.call_management(Method::GET, "/metrics").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        r.text
     }
 
     /// A request on the PUBLIC listener from socket peer `peer`.
@@ -394,7 +413,11 @@ pub async fn call_on(
         Listener::Public => cellbind_auth_service::public_router(state.clone()),
         Listener::Internal => cellbind_auth_service::internal_router(state.clone()),
     };
-    let resp = router.oneshot(req).await.unwrap();
+    answer(router.oneshot(req).await.unwrap()).await
+}
+
+/// A response read whole.
+async fn answer(resp: axum::response::Response) -> Resp {
     let status = resp.status();
     let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();

@@ -156,6 +156,26 @@ async fn zero_throttle_settings_are_refused_at_start() {
     }
 }
 
+#[test]
+fn the_management_listener_shares_no_address_with_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = make_tls(dir.path());
+    let ok = config_toml(dir.path(), &tls, "127.0.0.1:8445", "127.0.0.1:8446", "");
+    let c = cellbind_auth_service::Config::from_toml(&ok).unwrap();
+    assert_eq!(c.management_listen.to_string(), "127.0.0.1:0");
+    for taken in ["127.0.0.1:8445", "127.0.0.1:8446"] {
+        let toml = ok.replace("127.0.0.1:0", taken);
+        let e = cellbind_auth_service::Config::from_toml(&toml).unwrap_err();
+        assert!(
+            e.to_string().contains("management_listen and"),
+            "{taken}: {e}"
+        );
+    }
+    let default = ok.replace("management_listen = \"127.0.0.1:0\"\n", "");
+    let c = cellbind_auth_service::Config::from_toml(&default).unwrap();
+    assert_eq!(c.management_listen.to_string(), "127.0.0.1:9102");
+}
+
 // ── A24: one credential rule ───────────────────────────────────────────────────────────────
 
 /// A desk sign-in: (session token, subject).
@@ -413,11 +433,37 @@ async fn the_public_listener_has_no_admin_feed_or_metrics_route() {
     let f = Fixture::new().await;
     let admin = format!("Bearer {ADMIN}");
     let feed = format!("Bearer {FEED}");
+    // Metrics are on neither listener, whatever token: only the management listener has them.
+    for listener_call in [false, true] {
+        let r = if listener_call {
+            f.call_internal(
+                Method::GET,
+                "/metrics",
+                &[("authorization", &admin)],
+                Body::empty(),
+            )
+            .await
+        } else {
+            f.call(
+                Method::GET,
+                "/metrics",
+                &[("authorization", &admin), (EDGE_KEY, EDGE)],
+                Body::empty(),
+            )
+            .await
+        };
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+        assert_eq!(r.json["error"], "NOT_FOUND");
+    }
+    let r = f.call_management(Method::GET, "/metrics").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("cellbind_auth_signins_total"), "{}", r.text);
+    let r = f.call_management(Method::GET, "/admin/v1/status").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
     for (method, path, auth) in [
         (Method::GET, "/admin/v1/status", &admin),
         (Method::POST, "/admin/v1/keys/rotate", &admin),
         (Method::GET, "/internal/v1/feed?since=0&instance=t", &feed),
-        (Method::GET, "/metrics", &admin),
     ] {
         let r = f
             .call(

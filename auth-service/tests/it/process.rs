@@ -84,8 +84,8 @@ impl Service {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
-        // The admin API, the feed and metrics are served on the internal listener only.
-        let base = if ["/admin/", "/internal/", "/metrics"]
+        // The admin API and the feed are served on the internal listener only.
+        let base = if ["/admin/", "/internal/"]
             .iter()
             .any(|p| path.starts_with(p))
         {
@@ -252,15 +252,18 @@ async fn restart_after_sigkill_keeps_everything() {
 }
 
 #[tokio::test]
-async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clients() {
+async fn in_process_tls_server_serves_its_three_listeners_and_refuses_untrusting_clients() {
     let f = Fixture::new().await;
     let public = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let internal = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let management = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let (addr, internal_addr) = (public.local_addr().unwrap(), internal.local_addr().unwrap());
+    let management_addr = management.local_addr().unwrap();
     let server = tokio::spawn(cellbind_auth_service::serve(
         f.state.clone(),
         public,
         internal,
+        management,
     ));
     let client = cellbind_auth_service::client_trusting(f.tls.ca_pem.as_bytes()).unwrap();
     let until = Instant::now() + DEADLINE;
@@ -281,11 +284,46 @@ async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clie
     assert_eq!(resp.headers()["cache-control"], "public, max-age=60");
     let jwks: Value = resp.json().await.unwrap();
     assert_eq!(jwks["keys"].as_array().unwrap().len(), 2);
-    // The admin API, the feed and metrics exist on the internal listener only.
+    // Metrics exist on the management listener only (no token), with its health and
+    // readiness; nothing else is served there.
+    for a in [addr, internal_addr] {
+        let r = client
+            .get(format!("https://{a}/metrics"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "/metrics on {a}");
+    }
+    for (path, status) in [
+        ("/metrics", 200),
+        ("/healthz", 200),
+        ("/readyz", 200),
+        ("/admin/v1/status", 404),
+        ("/v1/sessions/current", 404),
+    ] {
+        let r = client
+            .get(format!("https://{management_addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{path} on the management listener");
+        if path == "/metrics" {
+            assert_eq!(
+                r.headers()["content-type"],
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            );
+            let text = r.text().await.unwrap();
+            assert!(
+                text.contains(r#"cellbind_auth_feed_head_seq{cell="cell-01"}"#),
+                "{text}"
+            );
+        }
+    }
+    // The admin API and the feed exist on the internal listener only.
     for (path, token) in [
         ("/admin/v1/status", ADMIN),
         ("/internal/v1/feed?since=0&instance=t", FEED),
-        ("/metrics", ADMIN),
     ] {
         let on_public = client
             .get(format!("https://{addr}{path}"))
@@ -305,7 +343,7 @@ async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clie
     // A client that does not trust this CA is refused at the handshake, on both listeners.
     let other = make_tls(tempfile::tempdir().unwrap().path());
     let stranger = cellbind_auth_service::client_trusting(other.ca_pem.as_bytes()).unwrap();
-    for a in [addr, internal_addr] {
+    for a in [addr, internal_addr, management_addr] {
         assert!(
             stranger
                 .get(format!("https://{a}/healthz"))
@@ -314,11 +352,11 @@ async fn in_process_tls_server_serves_both_listeners_and_refuses_untrusting_clie
                 .is_err()
         );
     }
-    // Stopping the server stops both listeners.
+    // Stopping the server stops every listener.
     server.abort();
     let _ = server.await;
     let until = Instant::now() + DEADLINE;
-    for a in [addr, internal_addr] {
+    for a in [addr, internal_addr, management_addr] {
         while std::net::TcpStream::connect(a).is_ok() {
             assert!(Instant::now() < until, "{a} still accepts after the stop");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -390,26 +428,13 @@ async fn map_poller_fetches_over_tls_and_refuses_bad_maps() {
     assert!(cellbind_auth_service::poll_once(&f.state).await.is_err());
     assert_eq!(f.state.map_version(), Some(5));
     assert_eq!(f.head().await, head);
-    let m = f
-        .call_internal(
-            axum::http::Method::GET,
-            "/metrics",
-            &[],
-            axum::body::Body::empty(),
-        )
-        .await;
-    assert!(
-        m.text
-            .contains("cellbind_auth_map_refused_total{reason=\"not_newer\"} 1"),
-        "{}",
-        m.text
-    );
-    assert!(
-        m.text
-            .contains("cellbind_auth_map_refused_total{reason=\"bad_signature\"} 1"),
-        "{}",
-        m.text
-    );
+    let m = f.metrics().await;
+    for line in [
+        r#"cellbind_auth_map_refused_total{cell="cell-01",reason="not_newer"} 1"#,
+        r#"cellbind_auth_map_refused_total{cell="cell-01",reason="bad_signature"} 1"#,
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line} in\n{m}");
+    }
     // a newer one is accepted and enters the feed
     *served.lock().unwrap() = serde_json::to_value(signed_map(6, &[])).unwrap();
     cellbind_auth_service::poll_once(&f.state).await.unwrap();

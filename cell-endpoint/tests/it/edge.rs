@@ -12,12 +12,13 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Query};
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, get as get_route};
+use cellbind_cell_endpoint::metrics::{Outcome, StatusClass, Upstream};
 use cellbind_cell_endpoint::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge, state};
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::{Revocation, RevocationKind};
-use protocol::{ContractorId, Generation};
+use protocol::{ContractorId, ErrorCode, Generation};
 
 fn delta(since: u64, changes: Vec<Change>) -> FeedResponse {
     let entries: Vec<FeedEntry> = changes
@@ -77,7 +78,10 @@ async fn a_valid_session_is_forwarded_with_identity_headers_and_without_credenti
         "session cookie leaked to the app"
     );
     assert_eq!(h["idempotency-key"], "k-1");
-    assert_eq!(edge.metrics().outcome_count("served"), 1);
+    assert_eq!(
+        edge.metrics().requests(app_answered(StatusClass::Success)),
+        1
+    );
 }
 
 #[tokio::test]
@@ -100,7 +104,11 @@ async fn missing_session_is_401_session_missing() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(code(&body), "SESSION_MISSING");
     assert_eq!(seen.count(), 0);
-    assert_eq!(edge.metrics().outcome_count("missing"), 1);
+    assert_eq!(
+        edge.metrics()
+            .requests(Outcome::Refused(ErrorCode::SessionMissing)),
+        1
+    );
 }
 
 #[tokio::test]
@@ -350,8 +358,14 @@ async fn upstreams_down_fail_fast_with_the_right_codes() {
     let (status, _, body) = send(&edge, get("/api/x", Some(&session()))).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert_eq!(code(&body), "UPSTREAM_UNAVAILABLE");
-    // Both refusals count: the auth-service's and the app's.
-    assert_eq!(edge.metrics().outcome_count("upstream_error"), 2);
+    // Both count, each against its upstream: the auth-service's and the app's.
+    for up in [Upstream::Auth, Upstream::App] {
+        assert_eq!(
+            edge.metrics().requests(Outcome::UpstreamUnavailable(up)),
+            1,
+            "{up:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -448,7 +462,7 @@ async fn per_ip_and_per_subject_rate_limits_answer_429_with_retry_after() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(code(&body), "RATE_LIMITED");
     assert!(headers.get("retry-after").is_some());
-    assert!(edge.metrics().outcome_count("rate_limited") >= 2);
+    assert!(edge.metrics().requests(Outcome::RateLimited) >= 2);
 }
 
 #[tokio::test]
@@ -468,6 +482,14 @@ async fn oversized_bodies_are_413() {
     assert_eq!(seen.count(), 0);
 }
 
+/// A request the app answered with a status of `class`.
+fn app_answered(class: StatusClass) -> Outcome {
+    Outcome::Forwarded {
+        upstream: Upstream::App,
+        class,
+    }
+}
+
 #[tokio::test]
 async fn jwks_map_and_metrics_come_from_the_held_state() {
     let (edge, _seen, _c) = edge();
@@ -481,12 +503,22 @@ async fn jwks_map_and_metrics_come_from_the_held_state() {
     let m: protocol::map::SignedMap = serde_json::from_value(body).unwrap();
     m.verify(&map_key().public_key()).unwrap();
     let _ = send(&edge, get("/api/x", Some(&session()))).await;
-    let resp = tower::ServiceExt::oneshot(
-        cellbind_cell_endpoint::app(edge.clone()),
-        get("/metrics", None),
-    )
-    .await
-    .unwrap();
+    // The public listener has no /metrics: it answers 404 like any unknown route (counted as
+    // a refusal).
+    let (status, _, body) = send(&edge, get("/metrics", None)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(code(&body), "NOT_FOUND");
+    // The management listener serves them.
+    let management = runtime::management::router(Arc::new(
+        cellbind_cell_endpoint::service::Management(edge.clone()),
+    ));
+    let resp = tower::ServiceExt::oneshot(management, get("/metrics", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.headers()["content-type"],
+        runtime::management::OPENMETRICS_CONTENT_TYPE
+    );
     let text = String::from_utf8(
         axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
@@ -494,17 +526,20 @@ async fn jwks_map_and_metrics_come_from_the_held_state() {
             .to_vec(),
     )
     .unwrap();
+    for line in [
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="app",class="2xx"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_FOUND"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="local"} 2"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="forwarded"} 1"#,
+        r#"cellbind_edge_state_age_seconds{cell="cell-03",part="keys"} 0"#,
+        r#"cellbind_edge_feed_lag{cell="cell-03",instance="edge-1"} 0"#,
+        r#"cellbind_edge_validation_seconds_count{cell="cell-03"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
     assert!(
-        text.contains("cellbind_edge_requests_total{outcome=\"served\"} 1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("cellbind_edge_state_age_seconds{part=\"keys\"} 0"),
-        "{text}"
-    );
-    assert!(text.contains("cellbind_edge_feed_lag 0"), "{text}");
-    assert!(
-        text.contains("cellbind_edge_validation_seconds_count 1"),
+        text.contains(r#"cellbind_edge_map_version{cell="cell-03"} "#)
+            && !text.contains(r#"cellbind_edge_map_version{cell="cell-03"} 0"#),
         "{text}"
     );
 }

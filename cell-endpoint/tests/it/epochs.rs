@@ -171,7 +171,7 @@ async fn a_restore_is_taken_whatever_its_head_and_the_revocations_it_lacks_are_k
     assert!(
         edge.metrics()
             .encode()
-            .contains("cellbind_edge_feed_epoch_changes_total 1")
+            .contains(r#"cellbind_edge_feed_epoch_changes_total{cell="cell-03"} 1"#)
     );
     // R2 is still enforced, and so is R1; an unrevoked session is served.
     for c in [&c1, &c2] {

@@ -1,4 +1,5 @@
-//! The binary as a process: it serves `/healthz` over TLS with no auth-service reachable, and
+//! The binary as a process: it serves `/healthz` over TLS with no auth-service reachable, its
+//! management listener serves health, readiness and metrics (the public one no metrics), and
 //! with `CELLBIND_EXIT_ON_STDIN_EOF=1` it exits as soon as its stdin reaches EOF.
 
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ async fn the_binary_exits_when_its_stdin_closes() {
     write_secret(&dir.join("app.token"), "app-token");
     write_secret(&dir.join("edge.token"), "edge-token");
     let port = free_port();
+    let management = free_port();
     let unused = free_port();
     let config = dir.join("edge.toml");
     std::fs::write(
@@ -23,6 +25,7 @@ async fn the_binary_exits_when_its_stdin_closes() {
             r#"cell_id = "cell-03"
 instance_id = "edge-1"
 listen = "127.0.0.1:{port}"
+management_listen = "127.0.0.1:{management}"
 public_url = "https://127.0.0.1:{port}"
 auth_service_url = "https://127.0.0.1:{unused}"
 feed_url = "https://127.0.0.1:{unused}"
@@ -69,6 +72,35 @@ ca_cert = "{ca}"
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 503);
+
+    // The management listener answers the same readiness and serves the metrics; the public
+    // listener does not serve them.
+    let m = format!("https://127.0.0.1:{management}");
+    let r = http.get(format!("{m}/healthz")).send().await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.text().await.unwrap().as_str()),
+        (200, "ok")
+    );
+    let r = http.get(format!("{m}/readyz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert!(r.text().await.unwrap().contains("NOT_READY"));
+    let r = http.get(format!("{m}/metrics")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains(
+            r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_READY"} 1"#
+        ),
+        "{text}"
+    );
+    let r = http.get(format!("{url}/metrics")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = http
+        .get(format!("{m}/api/routes/today"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
 
     drop(edge.child.stdin.take());
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use axum::http::StatusCode;
+use cellbind_cell_endpoint::metrics::Outcome;
 use cellbind_cell_endpoint::revocation_freshness::FailClosed;
 use cellbind_cell_endpoint::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge};
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::revocation::{Revocation, RevocationKind};
-use protocol::{CellId, Kid};
+use protocol::{CellId, ErrorCode, Kid};
 
 fn delta(since: u64, changes: Vec<Change>) -> FeedResponse {
     let entries: Vec<FeedEntry> = changes
@@ -71,7 +72,8 @@ async fn a_revoked_keys_sessions_are_revoked_cached_or_not() {
         assert_eq!(code(&body), "SESSION_REVOKED");
     }
     assert_eq!(
-        edge.metrics().outcome_count("revoked"),
+        edge.metrics()
+            .requests(Outcome::Refused(ErrorCode::SessionRevoked)),
         2,
         "no key refetch: the kid is known to be revoked"
     );
@@ -128,7 +130,11 @@ async fn a_stale_revocation_view_refuses_writes_or_everything() {
         assert!(Instant::now() < deadline, "the view never went stale");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(all.metrics().outcome_count("stale") >= 3);
+    assert!(
+        all.metrics()
+            .requests(Outcome::Refused(ErrorCode::CellStateStale))
+            >= 3
+    );
 }
 
 #[tokio::test]

@@ -95,6 +95,8 @@ struct Fleet {
 
 struct EdgeProc {
     url: String,
+    /// Its management listener (`/metrics`).
+    management_url: String,
     state_dir: PathBuf,
     _proc: Proc,
 }
@@ -120,6 +122,7 @@ impl Fleet {
                 r#"cell_id = "{CELL}"
 listen = "127.0.0.1:{auth_public_port}"
 internal_listen = "127.0.0.1:{auth_port}"
+management_listen = "127.0.0.1:{auth_management_port}"
 issuer = "{public_url}"
 data_dir = "{d}/auth-data"
 kek_file = "{d}/kek.bin"
@@ -134,6 +137,7 @@ ca_cert = "{ca}"
                 cert = pki.cert.display(),
                 key = pki.key.display(),
                 ca = pki.ca.display(),
+                auth_management_port = free_port(),
             ),
         )
         .unwrap();
@@ -231,6 +235,7 @@ ca_cert = "{ca}"
         env: &[(&str, &str)],
     ) -> EdgeProc {
         let port = free_port();
+        let management_port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
         std::fs::write(
             &config,
@@ -238,6 +243,7 @@ ca_cert = "{ca}"
                 r#"cell_id = "{CELL}"
 instance_id = "{name}"
 listen = "127.0.0.1:{port}"
+management_listen = "127.0.0.1:{management_port}"
 public_url = "{public}"
 auth_service_url = "{auth_public}"
 feed_url = "{auth}"
@@ -286,6 +292,7 @@ feed_wait_ms = {FEED_WAIT_MS}
         }
         EdgeProc {
             url,
+            management_url: format!("https://127.0.0.1:{management_port}"),
             state_dir: state_dir.to_owned(),
             _proc: proc,
         }
@@ -359,15 +366,20 @@ fn copy_dir(from: &Path, to: &Path) {
 
 async fn metric(http: &reqwest::Client, edge: &EdgeProc, name: &str) -> f64 {
     let text = http
-        .get(format!("{}/metrics", edge.url))
+        .get(format!("{}/metrics", edge.management_url))
         .send()
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
+    // `name{cell="…"} value`: the series of this edge's cell.
     text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (_, value) = rest.strip_prefix('{')?.split_once("} ")?;
+            value.trim().parse().ok()
+        })
         .unwrap_or_else(|| panic!("metric {name} missing:\n{text}"))
 }
 

@@ -20,6 +20,7 @@ fn config(dir: &std::path::Path, port: u16) -> Config {
     std::fs::write(dir.join("admin-token"), format!("{ADMIN}\n")).unwrap();
     Config {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
+        management_listen: "127.0.0.1:0".parse().unwrap(),
         data_dir: dir.join("data"),
         map_key_file: dir.join("map-key"),
         publish_dir: dir.join("publish"),
@@ -104,11 +105,10 @@ async fn map_is_signed_and_a_move_publishes_a_new_version_with_an_override() {
             .collect();
         store.put_many(&items).unwrap();
     }
-    let app = control_plane::router(
-        control_plane::server::state_from_config(&cfg)
-            .await
-            .unwrap(),
-    );
+    let state = control_plane::server::state_from_config(&cfg)
+        .await
+        .unwrap();
+    let app = control_plane::router(state.clone());
     let key = public_key(&app).await;
 
     let (s, b) = send(&app, get("/v1/placement-map")).await;
@@ -190,6 +190,25 @@ async fn map_is_signed_and_a_move_publishes_a_new_version_with_an_override() {
     let v3 = SignedMap::verify_bytes(&b, &key).unwrap();
     assert_eq!(v3.map.version, 3);
     assert!(v3.map.overrides.is_empty());
+    // Counted: three new versions (the first, two moves), one unchanged republication, and
+    // one placement change to each cell c-1 went to; the main router has no /metrics.
+    let (s, _) = send(&app, get("/metrics")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let management = runtime::management::router(std::sync::Arc::new(
+        control_plane::server::Management(state),
+    ));
+    let (s, b) = send(&management, get("/metrics")).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = String::from_utf8(b).unwrap();
+    for line in [
+        r#"cellbind_control_plane_map_publications_total{result="new_version"} 3"#.to_owned(),
+        r#"cellbind_control_plane_map_publications_total{result="unchanged"} 1"#.to_owned(),
+        "cellbind_control_plane_map_version 3".to_owned(),
+        format!(r#"cellbind_control_plane_placement_changes_total{{cell="{other}"}} 1"#),
+        format!(r#"cellbind_control_plane_placement_changes_total{{cell="{home}"}} 1"#),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 
     // The placement is readable; versions survive a restart.
     let req = Request::get("/admin/v1/placements/c-1")
@@ -221,7 +240,13 @@ async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
         .local_addr()
         .unwrap()
         .port();
+    let management_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cfg = config(dir.path(), port);
+    cfg.management_listen = format!("127.0.0.1:{management_port}").parse().unwrap();
     cfg.publish_interval_ms = 100;
     let cert_pem = self_signed(&cfg.tls_cert, &cfg.tls_key);
     let server = tokio::spawn(control_plane::server::run(cfg.clone()));
@@ -260,5 +285,48 @@ async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
     }
     let again = SignedMap::verify_bytes(&std::fs::read(&file).unwrap(), &key.public_key()).unwrap();
     assert_eq!(again, m, "same content, same version");
+    // Metrics are on the management listener only: one new version, then unchanged ones.
+    let r = client
+        .get(format!("https://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let management = format!("https://127.0.0.1:{management_port}");
+    for path in ["/healthz", "/readyz"] {
+        let r = client
+            .get(format!("{management}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let text = client
+        .get(format!("{management}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{text}"))
+    };
+    assert_eq!(
+        value(r#"cellbind_control_plane_map_publications_total{result="new_version"}"#),
+        1.0
+    );
+    assert!(value(r#"cellbind_control_plane_map_publications_total{result="unchanged"}"#) >= 1.0);
+    assert_eq!(
+        value(r#"cellbind_control_plane_map_publications_total{result="failed"}"#),
+        0.0
+    );
+    assert_eq!(value("cellbind_control_plane_map_version"), 1.0);
+    assert_eq!(
+        value(r#"cellbind_control_plane_placement_changes_total{cell="cell-02"}"#),
+        0.0
+    );
     server.abort();
 }

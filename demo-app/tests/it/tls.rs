@@ -17,6 +17,8 @@ struct Served {
     ca_pem: String,
     public: String,
     internal: String,
+    /// The management listener's base URL.
+    management: String,
     server: tokio::task::JoinHandle<cellbind_demo_app::Result<()>>,
 }
 
@@ -52,10 +54,16 @@ async fn serve() -> Served {
     std::fs::create_dir(p("data")).unwrap();
     std::fs::set_permissions(p("data"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (public_port, internal_port) = two_free_ports();
+    let management_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let cfg = Config {
         cell_id: protocol::CellId::new("cell-01").unwrap(),
         listen: format!("127.0.0.1:{public_port}").parse().unwrap(),
         internal_listen: format!("127.0.0.1:{internal_port}").parse().unwrap(),
+        management_listen: format!("127.0.0.1:{management_port}").parse().unwrap(),
         tls_cert: p("cert.pem"),
         tls_key: p("key.pem"),
         data_dir: p("data"),
@@ -70,6 +78,7 @@ async fn serve() -> Served {
         ca_pem: ca_cert.pem(),
         public: format!("https://127.0.0.1:{public_port}"),
         internal: format!("https://127.0.0.1:{internal_port}"),
+        management: format!("https://127.0.0.1:{management_port}"),
         server,
     }
 }
@@ -135,6 +144,32 @@ async fn serves_both_listeners_over_tls_to_a_client_trusting_only_the_ca() {
     };
     assert_eq!(route(&s.public).await.unwrap().status(), 200);
     assert_eq!(route(&s.internal).await.unwrap().status(), 404);
+
+    // Metrics are on the management listener only, by listener, route template and class.
+    for base in [&s.public, &s.internal] {
+        let r = client.get(format!("{base}/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{base}");
+    }
+    for path in ["/healthz", "/readyz"] {
+        let r = up(&client, &format!("{}{path}", s.management)).await;
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let text = client
+        .get(format!("{}/metrics", s.management))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"cellbind_app_requests_total{cell="cell-01",listener="public",route="/api/routes/today",class="2xx"} 1"#,
+        r#"cellbind_app_requests_total{cell="cell-01",listener="public",route="/api/jobs/{id}/complete",class="2xx"} 0"#,
+        r#"cellbind_app_requests_total{cell="cell-01",listener="internal",route="/internal/v1/contractors",class="2xx"} 1"#,
+        r#"cellbind_app_requests_total{cell="cell-01",listener="public",route="unmatched",class="4xx"} 2"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 
     // A client that does not trust the test CA is refused on both.
     let stranger = client_trusting(
@@ -236,4 +271,20 @@ admin_token_file = "admin.token"
     .unwrap();
     let err = Config::load(&p).unwrap_err().to_string();
     assert!(err.contains("internal_listen"), "{err}");
+    // Nor may the management listener share an address with either; by default it is on
+    // loopback, port 9104.
+    let valid = text.replace(
+        "internal_listen = \"127.0.0.1:9445\"",
+        "internal_listen = \"127.0.0.1:9446\"",
+    );
+    std::fs::write(&p, &valid).unwrap();
+    assert_eq!(
+        Config::load(&p).unwrap().management_listen.to_string(),
+        "127.0.0.1:9104"
+    );
+    for taken in ["127.0.0.1:9445", "127.0.0.1:9446"] {
+        std::fs::write(&p, format!("{valid}management_listen = \"{taken}\"\n")).unwrap();
+        let err = Config::load(&p).unwrap_err().to_string();
+        assert!(err.contains("management_listen and"), "{taken}: {err}");
+    }
 }

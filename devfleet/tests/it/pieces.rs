@@ -55,7 +55,9 @@ async fn certificates_chain_to_the_local_ca_only() {
 fn each_cell_has_an_internal_listener_for_its_auth_service_and_its_app() {
     let ports = dev::Ports { base: 8440 };
     let all = ports.all(5).unwrap();
-    assert_eq!(all.len(), 1 + 5 * 5);
+    // The control plane's two, and per cell the edge's two and the auth-service's and the
+    // app's three (public, internal, management).
+    assert_eq!(all.len(), 2 + 5 * 8);
     let distinct: std::collections::BTreeSet<_> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "no address is used twice");
     assert_eq!(
@@ -65,4 +67,37 @@ fn each_cell_has_an_internal_listener_for_its_auth_service_and_its_app() {
     assert_eq!(ports.app_internal(3).unwrap().to_string(), "127.0.0.3:8447");
     assert_eq!(ports.auth(3).unwrap().to_string(), "127.0.0.3:8444");
     assert_eq!(ports.app(3).unwrap().to_string(), "127.0.0.3:8445");
+    // Every server's management listener has its own address.
+    assert_eq!(
+        ports.control_plane_management().unwrap().to_string(),
+        "127.0.0.1:8449"
+    );
+    assert_eq!(
+        ports.edge_management(3).unwrap().to_string(),
+        "127.0.0.3:8441"
+    );
+    assert_eq!(
+        ports
+            .auth_listeners(3)
+            .unwrap()
+            .management_listen
+            .to_string(),
+        "127.0.0.3:8442"
+    );
+    assert_eq!(
+        ports
+            .app_listeners(3)
+            .unwrap()
+            .management_listen
+            .to_string(),
+        "127.0.0.3:8448"
+    );
+    let with_replicas = ports.all_with_replicas(5, 3).unwrap();
+    let distinct: std::collections::BTreeSet<_> = with_replicas.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        with_replicas.len(),
+        "no address is used twice"
+    );
+    assert_eq!(with_replicas.len(), 2 + 5 * (5 + 3 * 3));
 }

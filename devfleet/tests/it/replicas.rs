@@ -43,8 +43,9 @@ fn replicas_listen_on_their_own_address_with_the_ports_of_replica_0() {
     assert_eq!(r0.internal_listen, ports.auth_internal(3).unwrap());
     assert_eq!(r1.listen.to_string(), "127.0.1.3:8444");
     assert_eq!(r1.internal_listen.to_string(), "127.0.1.3:8446");
+    assert_eq!(r1.management_listen.to_string(), "127.0.1.3:8442");
     let all = ports.all_with_replicas(5, 4).unwrap();
-    assert_eq!(all.len(), 1 + 5 * (5 + 3 * 2));
+    assert_eq!(all.len(), 2 + 5 * (5 + 4 * 3));
     let distinct: std::collections::BTreeSet<_> = all.iter().collect();
     assert_eq!(distinct.len(), all.len(), "no address is used twice");
     assert_eq!(
@@ -105,6 +106,20 @@ async fn a_postgres_fleet_runs_two_auth_service_replicas_per_cell() {
         }
         for url in &c.auth_public_urls {
             let r = client.get(format!("{url}/healthz")).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{url}");
+        }
+        // Each replica has its own management listener, recorded in fleet.json.
+        let managed =
+            devfleet::fleet_file::FleetManagement::load(&fleet.fleet_file_path()).unwrap();
+        assert_eq!(&managed, fleet.management());
+        let m = managed.cell(&c.id).unwrap();
+        assert_eq!(m.auth_services.len(), 2, "{m:?}");
+        assert!(
+            m.auth_services[1].contains(&format!("127.0.1.{n}:")),
+            "{m:?}"
+        );
+        for url in &m.auth_services {
+            let r = client.get(format!("{url}/metrics")).send().await.unwrap();
             assert_eq!(r.status(), 200, "{url}");
         }
         for r in 0..2 {

@@ -98,6 +98,8 @@ pub fn start_extra_edges(fleet_dir: &Path, cell: &str, ip: &str, extra: usize) -
                 &[
                     ("instance_id", format!("\"{id}\"")),
                     ("listen", format!("\"{ip}:{port}\"")),
+                    // Its own management listener (the copied one is the fleet edge's).
+                    ("management_listen", format!("\"{ip}:{}\"", free_port(ip))),
                     ("state_dir", format!("{:?}", state.display().to_string())),
                 ],
             );
