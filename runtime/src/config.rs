@@ -206,14 +206,16 @@ pub fn effective_toml<T: Serialize>(config: &T) -> Result<String, ConfigError> {
 /// What a redacted value is printed as.
 pub const REDACTED: &str = "<redacted>";
 
-/// Whether a key's value is a secret to keep out of printed configurations: its name mentions
-/// a token, password, secret, key or a database URL, and it is not a path (a `*_file`, the TLS
+/// Whether a key's value is a secret to keep out of printed configurations: its name ends in a
+/// token, password, secret, key or a database URL, and it is not a path (a `*_file`, the TLS
 /// key's path) or a public key.
 pub fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    let secret_like = ["token", "password", "secret", "key", "database_url"]
-        .iter()
-        .any(|w| k.contains(w));
+    // The last word names what the value is (`admin_token`, `map_key`); a key that merely
+    // mentions one (`key_rotation_interval_s`) is not a secret.
+    let last = k.rsplit('_').next().unwrap_or_default();
+    let secret_like =
+        ["token", "password", "secret", "key"].contains(&last) || k.ends_with("database_url");
     let path_or_public = k.ends_with("_file") || k == "tls_key" || k.contains("public_key");
     secret_like && !path_or_public
 }
@@ -467,14 +469,23 @@ mod tests {
     #[test]
     #[allow(clippy::result_large_err)] // figment::Jail's closure type, not ours.
     fn environment_variables_of_unknown_keys_are_ignored_and_known_ones_apply() {
-        // Only this test sets these variables (names unique to it).
+        /// A configuration whose key no other test's type has: the variable this test sets for
+        /// the whole process cannot change what the tests loading [`Sample`] read.
+        #[derive(Debug, serde::Deserialize, JsonSchema)]
+        struct EnvSample {
+            /// Where to listen.
+            listen: String,
+            /// Set from the environment only.
+            #[serde(default)]
+            env_only_ms: u64,
+        }
         let dir = tempfile::tempdir().unwrap();
         let p = write(&dir, "listen = \"x\"\n");
         figment::Jail::expect_with(|jail| {
             jail.set_env("CELLBIND_NOT_A_KEY_OF_SAMPLE", "1");
-            jail.set_env("CELLBIND_POLL_MS", "9");
-            let s: Sample = load(&p).map_err(|e| e.0)?;
-            assert_eq!(s.poll_ms, 9);
+            jail.set_env("CELLBIND_ENV_ONLY_MS", "9");
+            let s: EnvSample = load(&p).map_err(|e| e.0)?;
+            assert_eq!((s.listen.as_str(), s.env_only_ms), ("x", 9));
             Ok(())
         });
     }
@@ -498,6 +509,11 @@ mod tests {
         assert_eq!(back["poll_ms"].as_integer(), Some(1));
         assert!(is_secret_key("database_url") && !is_secret_key("database_url_file"));
         assert!(!is_secret_key("tls_key") && !is_secret_key("map_public_key"));
+        // Named for a key, not holding one: printed as they are.
+        assert!(
+            !is_secret_key("key_rotation_interval_s") && !is_secret_key("kid_refetch_cooldown_ms")
+        );
+        assert!(is_secret_key("admin_token") && is_secret_key("signing_key"));
     }
 
     #[test]

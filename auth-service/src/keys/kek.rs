@@ -47,6 +47,37 @@ impl std::fmt::Debug for Kek {
     }
 }
 
+/// A key file readable by more than its owner: made 0600 when this process may change it.
+/// A file it may not change (a mounted secret: Kubernetes projects a Secret read-only, owned by
+/// root, group-readable by the pod's `fsGroup`) is accepted when it is owned by root and others
+/// cannot read it — PostgreSQL's rule for its key file; anything else is refused.
+fn restrict(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    match runtime::restrict_files(&[path]) {
+        Ok(()) => {
+            tracing::warn!(path = %path.display(), "key-encryption key file was readable by group or others: made 0600");
+            Ok(())
+        }
+        Err(_) if meta.uid() == ROOT_UID && meta.mode() & OTHERS_BITS == 0 => {
+            tracing::info!(path = %path.display(), "key-encryption key file is a root-owned secret readable by its group (kept as it is)");
+            Ok(())
+        }
+        Err(e) => Err(runtime::IoError::new(
+            format!(
+                "restrict {} (make it 0600 and owned by this service's user, or root-owned with no access for others)",
+                path.display()
+            ),
+            e,
+        )
+        .into()),
+    }
+}
+
+/// The owner a mounted secret may have besides this process's user.
+const ROOT_UID: u32 = 0;
+/// Permission bits for users other than the owner and the group.
+const OTHERS_BITS: u32 = 0o007;
+
 impl Kek {
     /// Reads the key file, or creates it (32 random bytes, mode 0600) if it does not exist.
     pub(crate) fn load_or_create(path: &Path, rng: &SystemRandom) -> Result<Kek> {
@@ -55,9 +86,7 @@ impl Kek {
                 if let Ok(meta) = std::fs::metadata(path)
                     && meta.permissions().mode() & 0o077 != 0
                 {
-                    tracing::warn!(path = %path.display(), "key-encryption key file was readable by group or others: made 0600");
-                    runtime::restrict_files(&[path])
-                        .with_context(|| format!("restrict {}", path.display()))?;
+                    restrict(path, &meta)?;
                 }
                 Zeroizing::new(b)
             }
