@@ -1,0 +1,713 @@
+//! The production rehearsal: the release tarball (`scripts/package`) unpacked, its binaries
+//! started from its example configurations — not by `cellctl dev` — each server on its own
+//! loopback address as if on its own host: a control plane and two cells, each with two
+//! auth-service replicas on one PostgreSQL database, an edge and the app. Then, through
+//! `cellctl --inventory` only: status, sign-in, route load, keys rotate, revoke, migrate.
+//!
+//! The examples are adapted the way an operator adapts them, by [`Adapt`]: host names become
+//! this test's addresses, the install prefixes (`/etc/cellbind`, `/var/lib/cellbind`) become
+//! each host's directory, `cell-01` becomes `cell-02` for the second cell, and the map key the
+//! control plane made replaces the placeholder. No key of any file is added, removed or
+//! renamed, so a key the examples lose or misspell fails this test. The secrets are made as
+//! the examples' comments say (random tokens, a 32-byte KEK), the contractor is provisioned
+//! through the admin APIs as an operator's tooling would.
+//!
+//! The tarball holds the debug binaries (`--profile debug --no-build`), the ones the suite
+//! built; the release build is the same script with the default profile.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use cellbind_tests::{Slot, bin_dir, fleet_slot};
+use devfleet::{LocalCa, PgServer, client_trusting};
+use protocol::admin::app::{CONTRACTORS_PATH, SeedRequest};
+use protocol::admin::cell::{
+    NewUser, OWNERSHIP_PATH, OwnershipBulk, OwnershipRecord, PLACEMENT_MAP_PATH, Role, USERS_PATH,
+};
+use protocol::admin::placement::{self, MapPublicKey, Placement};
+use protocol::{CellId, ContractorId, Generation, Login, Password};
+use reqwest::Method;
+use runtime::secret::{random_token, write_private};
+use tokio::process::{Child, Command};
+
+/// Longest wait for a server to be ready, for a revocation to reach the edge, for a command.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The example configurations' placeholder map key (RFC 8037's example key).
+const EXAMPLE_MAP_KEY: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+const CELLS: u8 = 2;
+const CONTRACTOR: &str = "c-90001";
+const LOGIN: &str = "tech-1";
+const PASSWORD: &str = "rehearsal-password-1";
+
+/// The servers of the examples: file name in `etc/`, binary, management port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    ControlPlane,
+    AuthService,
+    Edge,
+    App,
+}
+
+impl Server {
+    fn name(self) -> &'static str {
+        match self {
+            Server::ControlPlane => "control-plane",
+            Server::AuthService => "auth-service",
+            Server::Edge => "cell-endpoint",
+            Server::App => "demo-app",
+        }
+    }
+    fn binary(self) -> String {
+        format!("cellbind-{}", self.name())
+    }
+    /// The example's `management_listen` port.
+    fn management_port(self) -> u16 {
+        match self {
+            Server::Edge => 9101,
+            Server::AuthService => 9102,
+            Server::ControlPlane => 9103,
+            Server::App => 9104,
+        }
+    }
+}
+
+/// This test's "hosts": the control plane on 127.20.0.1; cell n's edge, auth-service replicas
+/// a and b, and app on 127.20.n.1 to .4.
+fn ip(cell: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 20, cell, host))
+}
+const EDGE: u8 = 1;
+const AUTH_A: u8 = 2;
+const AUTH_B: u8 = 3;
+const APP: u8 = 4;
+
+fn cell_id(n: u8) -> String {
+    format!("cell-{n:02}")
+}
+
+/// How the examples are adapted to this machine (see the module doc).
+struct Adapt<'a> {
+    /// The host's own address (listeners).
+    ip: IpAddr,
+    /// The host's directory (stands for `/`).
+    root: &'a Path,
+    /// The cell the file is for (`None`: the control plane and the inventory).
+    cell: Option<u8>,
+    map_key: &'a str,
+}
+
+impl Adapt<'_> {
+    fn apply(&self, example: &str) -> String {
+        let mut text = example.to_owned();
+        if let Some(n) = self.cell {
+            text = text.replace("cell-01", &cell_id(n));
+        }
+        for n in 1..=CELLS {
+            let c = cell_id(n);
+            text = text
+                .replace(
+                    &format!("https://{c}.example.com"),
+                    &format!("https://{}:8443", ip(n, EDGE)),
+                )
+                .replace(&format!("auth-a.{c}.internal"), &ip(n, AUTH_A).to_string())
+                .replace(&format!("auth-b.{c}.internal"), &ip(n, AUTH_B).to_string())
+                .replace(&format!("app.{c}.internal"), &ip(n, APP).to_string());
+        }
+        let root = self.root.display().to_string();
+        text.replace("control-plane.internal", &ip(0, 1).to_string())
+            .replace("\"0.0.0.0:", &format!("\"{}:", self.ip))
+            .replace("\"127.0.0.1:", &format!("\"{}:", self.ip))
+            .replace("/etc/cellbind/", &format!("{root}/etc/"))
+            .replace("/var/lib/cellbind/", &format!("{root}/var/"))
+            .replace(EXAMPLE_MAP_KEY, self.map_key)
+    }
+}
+
+/// One cell's secrets, made as the examples' comments say.
+struct CellSecrets {
+    admin: String,
+    feed: String,
+    edge: String,
+    app: String,
+    kek: [u8; 32],
+    database_url: String,
+}
+
+/// The rehearsal's running world.
+struct World {
+    dir: PathBuf,
+    /// The unpacked tarball.
+    dist: PathBuf,
+    ca: LocalCa,
+    children: Vec<(String, Child)>,
+}
+
+impl World {
+    fn host_root(&self, host: &str) -> PathBuf {
+        self.dir.join("hosts").join(host)
+    }
+
+    /// Makes `host`'s directories, its certificate for `ip`, and writes `secrets` (name, bytes)
+    /// into its `etc/secrets/` (0600).
+    fn prepare_host(&self, host: &str, server: Server, ip: IpAddr, secrets: &[(&str, &[u8])]) {
+        let root = self.host_root(host);
+        for d in ["etc/tls", "etc/secrets"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let var = root.join("var").join(server.name());
+        std::fs::create_dir_all(&var).unwrap();
+        runtime::files::private_dir(&var).unwrap();
+        std::fs::write(root.join("etc/tls/ca.pem"), self.ca.pem()).unwrap();
+        let tls = root.join("etc/tls");
+        self.ca
+            .issue_to(
+                host,
+                &[ip],
+                &tls.join(format!("{}.pem", server.name())),
+                &tls.join(format!("{}.key", server.name())),
+            )
+            .unwrap();
+        for (name, bytes) in secrets {
+            write_private(&root.join("etc/secrets").join(name), bytes).unwrap();
+        }
+    }
+
+    /// Writes the adapted example of `server` as `host`'s `etc/<server>.toml` and starts the
+    /// tarball's binary with it; its stderr goes to `host.log`.
+    fn start(&mut self, host: &str, server: Server, ip: IpAddr, cell: Option<u8>, map_key: &str) {
+        let root = self.host_root(host);
+        let example = std::fs::read_to_string(
+            self.dist
+                .join("etc")
+                .join(format!("{}.toml", server.name())),
+        )
+        .unwrap();
+        let config = root.join("etc").join(format!("{}.toml", server.name()));
+        let adapt = Adapt {
+            ip,
+            root: &root,
+            cell,
+            map_key,
+        };
+        std::fs::write(&config, adapt.apply(&example)).unwrap();
+        let log = std::fs::File::create(self.dir.join(format!("{host}.log"))).unwrap();
+        let child = Command::new(self.dist.join("bin").join(server.binary()))
+            .arg("--config")
+            .arg(&config)
+            // Never outlive the test: the servers stop when their stdin closes.
+            .env(runtime::EXIT_ON_STDIN_EOF_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.children.push((host.to_owned(), child));
+    }
+
+    fn log_of(&self, host: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{host}.log"))).unwrap_or_default()
+    }
+
+    /// Fails with the host's log when one of the servers has exited.
+    fn check_alive(&mut self) {
+        let mut dead = Vec::new();
+        for (host, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                dead.push((host.clone(), status));
+            }
+        }
+        if let Some((host, status)) = dead.first() {
+            panic!("{host} exited ({status}):\n{}", self.log_of(host));
+        }
+    }
+
+    /// Waits until `host`'s management listener answers `/readyz` with 200.
+    async fn wait_ready(&mut self, client: &reqwest::Client, host: &str, ip: IpAddr, s: Server) {
+        let url = format!("https://{ip}:{}/readyz", s.management_port());
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            self.check_alive();
+            if let Ok(r) = client.get(&url).send().await
+                && r.status() == reqwest::StatusCode::OK
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{host} was not ready at {url}:\n{}",
+                self.log_of(host)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One admin call as an operator's tooling makes it; any answer but 2xx fails the test.
+async fn admin_call<T: serde::Serialize>(
+    client: &reqwest::Client,
+    method: Method,
+    url: &str,
+    token: &str,
+    body: &T,
+) -> serde_json::Value {
+    let r = client
+        .request(method.clone(), url)
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert!(status.is_success(), "{method} {url}: {status} {text}");
+    serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)
+}
+
+/// Runs `cellctl --inventory INVENTORY ARGS…` (with `stdin` as its input) to its end.
+async fn cellctl(inventory: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut cmd = Command::new(bin_dir().join("cellctl"));
+    cmd.args(args)
+        .arg("--inventory")
+        .arg(inventory)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    if let Some(input) = stdin {
+        use tokio::io::AsyncWriteExt as _;
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+    }
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
+        .await
+        .expect("cellctl ended in time")
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    println!(
+        "cellctl {} -> {}: {}",
+        args.join(" "),
+        out.status,
+        stdout.trim()
+    );
+    (out.status.success(), stdout, stderr)
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
+    let _slot = fleet_slot(Slot::Shared).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    bin_dir();
+
+    // The tarball, as an operator receives it.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(workspace.join("scripts/package"))
+        .args(["--profile", "debug", "--no-build", "--out"])
+        .arg(dir.join("package"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tarball = PathBuf::from(stdout.lines().next().unwrap().trim());
+    let unpacked = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(unpacked.success());
+    let dist = dir.join(
+        tarball
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .trim_end_matches(".tar.gz"),
+    );
+    for b in [
+        "cellbind-auth-service",
+        "cellbind-cell-endpoint",
+        "cellbind-control-plane",
+        "cellbind-demo-app",
+        "cellctl",
+    ] {
+        assert!(dist.join("bin").join(b).is_file(), "the tarball has no {b}");
+    }
+
+    let ca = LocalCa::generate("Cellbind rehearsal CA").unwrap();
+    let client = client_trusting(ca.pem().as_bytes()).unwrap();
+    let mut world = World {
+        dir: dir.clone(),
+        dist,
+        ca,
+        children: Vec::new(),
+    };
+
+    // The cells' database server (one database per cell).
+    let pg = PgServer::start(&dir.join("postgres")).unwrap();
+
+    // The control plane first: it makes the map signing key the auth-services verify with.
+    let cp_token = random_token().to_string();
+    world.prepare_host(
+        "control-plane",
+        Server::ControlPlane,
+        ip(0, 1),
+        &[("control-plane.token", cp_token.as_bytes())],
+    );
+    world.start(
+        "control-plane",
+        Server::ControlPlane,
+        ip(0, 1),
+        None,
+        EXAMPLE_MAP_KEY,
+    );
+    world
+        .wait_ready(&client, "control-plane", ip(0, 1), Server::ControlPlane)
+        .await;
+    let cp_url = format!("https://{}:8440", ip(0, 1));
+    let map_key = client
+        .get(format!("{cp_url}{}", placement::MAP_PUBLIC_KEY_PATH))
+        .send()
+        .await
+        .unwrap()
+        .json::<MapPublicKey>()
+        .await
+        .unwrap()
+        .public_key;
+
+    // Each cell: its secrets, its database, then the app, two auth-service replicas, the edge.
+    let mut secrets = Vec::new();
+    for n in 1..=CELLS {
+        let db = format!("cellbind_cell_{n:02}");
+        pg.create_database(&db).unwrap();
+        let mut kek = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut kek);
+        let s = CellSecrets {
+            admin: random_token().to_string(),
+            feed: random_token().to_string(),
+            edge: random_token().to_string(),
+            app: random_token().to_string(),
+            kek,
+            database_url: pg.url(&db),
+        };
+        let c = cell_id(n);
+        world.prepare_host(
+            &format!("{c}-app"),
+            Server::App,
+            ip(n, APP),
+            &[
+                ("app.token", s.app.as_bytes()),
+                ("admin.token", s.admin.as_bytes()),
+            ],
+        );
+        world.start(
+            &format!("{c}-app"),
+            Server::App,
+            ip(n, APP),
+            Some(n),
+            &map_key,
+        );
+        for (replica, host_ip) in [("a", ip(n, AUTH_A)), ("b", ip(n, AUTH_B))] {
+            let host = format!("{c}-auth-{replica}");
+            world.prepare_host(
+                &host,
+                Server::AuthService,
+                host_ip,
+                &[
+                    ("kek", &s.kek[..]),
+                    ("admin.token", s.admin.as_bytes()),
+                    ("feed.token", s.feed.as_bytes()),
+                    ("edge.token", s.edge.as_bytes()),
+                    ("database-url", s.database_url.as_bytes()),
+                ],
+            );
+            world.start(&host, Server::AuthService, host_ip, Some(n), &map_key);
+        }
+        world.prepare_host(
+            &format!("{c}-edge"),
+            Server::Edge,
+            ip(n, EDGE),
+            &[
+                ("feed.token", s.feed.as_bytes()),
+                ("edge.token", s.edge.as_bytes()),
+                ("app.token", s.app.as_bytes()),
+            ],
+        );
+        world.start(
+            &format!("{c}-edge"),
+            Server::Edge,
+            ip(n, EDGE),
+            Some(n),
+            &map_key,
+        );
+        secrets.push(s);
+    }
+    for n in 1..=CELLS {
+        let c = cell_id(n);
+        for (host, host_ip, server) in [
+            (format!("{c}-app"), ip(n, APP), Server::App),
+            (format!("{c}-auth-a"), ip(n, AUTH_A), Server::AuthService),
+            (format!("{c}-auth-b"), ip(n, AUTH_B), Server::AuthService),
+            (format!("{c}-edge"), ip(n, EDGE), Server::Edge),
+        ] {
+            world.wait_ready(&client, &host, host_ip, server).await;
+        }
+    }
+    // Metrics on every management listener, labelled with the cell; on no other listener.
+    for (host_ip, server) in [
+        (ip(0, 1), Server::ControlPlane),
+        (ip(1, EDGE), Server::Edge),
+        (ip(1, AUTH_A), Server::AuthService),
+        (ip(1, APP), Server::App),
+    ] {
+        let url = format!("https://{host_ip}:{}/metrics", server.management_port());
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK, "{url}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("cellbind_"), "{url}: {text}");
+        if server != Server::ControlPlane {
+            assert!(text.contains("cell=\"cell-01\""), "{url}: {text}");
+        }
+    }
+    for url in [
+        format!("{cp_url}/metrics"),
+        format!("https://{}:8443/metrics", ip(1, EDGE)),
+        format!("https://{}:8445/metrics", ip(1, AUTH_A)),
+        format!("https://{}:8446/metrics", ip(1, AUTH_A)),
+        format!("https://{}:8447/metrics", ip(1, APP)),
+        format!("https://{}:8448/metrics", ip(1, APP)),
+    ] {
+        let status = client.get(&url).send().await.unwrap().status();
+        assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{url}");
+    }
+
+    // Provisioning a contractor on cell-01, through the admin APIs.
+    let contractor = ContractorId::new(CONTRACTOR).unwrap();
+    let placed = admin_call(
+        &client,
+        Method::PUT,
+        &format!("{cp_url}{}", placement::placement_path(&contractor)),
+        &cp_token,
+        &Placement {
+            cell: CellId::new(cell_id(1)).unwrap(),
+            generation: Generation::FIRST,
+        },
+    )
+    .await;
+    assert_eq!(placed["cell"], "cell-01", "{placed}");
+    let map: serde_json::Value = client
+        .get(format!("{cp_url}{}", placement::PLACEMENT_MAP_PATH))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cell1_admin = format!("https://{}:8446", ip(1, AUTH_A));
+    for n in 1..=CELLS {
+        admin_call(
+            &client,
+            Method::PUT,
+            &format!("https://{}:8446{PLACEMENT_MAP_PATH}", ip(n, AUTH_A)),
+            &secrets[usize::from(n - 1)].admin,
+            &map,
+        )
+        .await;
+    }
+    admin_call(
+        &client,
+        Method::POST,
+        &format!("{cell1_admin}{USERS_PATH}"),
+        &secrets[0].admin,
+        &NewUser {
+            contractor_id: contractor.clone(),
+            login: Login::new(LOGIN).unwrap(),
+            role: Role::Technician,
+            password: Some(Password::new(PASSWORD).unwrap()),
+            password_hash: None,
+            status: Default::default(),
+        },
+    )
+    .await;
+    admin_call(
+        &client,
+        Method::PUT,
+        &format!("{cell1_admin}{OWNERSHIP_PATH}"),
+        &secrets[0].admin,
+        &OwnershipBulk {
+            records: [(
+                contractor.clone(),
+                OwnershipRecord::Active {
+                    r#gen: Generation::FIRST,
+                },
+            )]
+            .into(),
+        },
+    )
+    .await;
+    admin_call(
+        &client,
+        Method::PUT,
+        &format!("https://{}:8448{CONTRACTORS_PATH}", ip(1, APP)),
+        &secrets[0].admin,
+        &SeedRequest {
+            contractors: [(contractor.clone(), Generation::FIRST)].into(),
+        },
+    )
+    .await;
+
+    // The operator's inventory: the example, adapted; the files it names beside it.
+    let operator = dir.join("operator");
+    std::fs::create_dir_all(operator.join("tls")).unwrap();
+    for n in 1..=CELLS {
+        std::fs::create_dir_all(operator.join("secrets").join(cell_id(n))).unwrap();
+    }
+    std::fs::write(operator.join("tls/ca.pem"), world.ca.pem()).unwrap();
+    write_private(
+        &operator.join("secrets/control-plane.token"),
+        cp_token.as_bytes(),
+    )
+    .unwrap();
+    for n in 1..=CELLS {
+        write_private(
+            &operator
+                .join("secrets")
+                .join(cell_id(n))
+                .join("admin.token"),
+            secrets[usize::from(n - 1)].admin.as_bytes(),
+        )
+        .unwrap();
+    }
+    let inventory = operator.join("inventory.toml");
+    let example = std::fs::read_to_string(world.dist.join("etc/inventory.toml")).unwrap();
+    let adapt = Adapt {
+        ip: ip(0, 1),
+        root: &operator,
+        cell: None,
+        map_key: &map_key,
+    };
+    std::fs::write(&inventory, adapt.apply(&example)).unwrap();
+
+    // status: every service reachable.
+    let (ok, out, err) = cellctl(&inventory, &["status", "--json"], None).await;
+    assert!(ok, "{err}");
+    let status = json(&out);
+    assert_eq!(status["control_plane"]["reachable"], true, "{status}");
+    for c in status["cells"].as_array().unwrap() {
+        assert_eq!(c["reachable"], true, "{c}");
+    }
+
+    // Sign-in (the contractor's cell from the signed map) and today's route.
+    let password_line = format!("{PASSWORD}\n");
+    let sign_in = || {
+        cellctl(
+            &inventory,
+            &["client", "sign-in", CONTRACTOR, LOGIN, "--json"],
+            Some(&password_line),
+        )
+    };
+    let (ok, out, err) = sign_in().await;
+    assert!(ok, "{err}");
+    assert_eq!(json(&out)["cell_id"], "cell-01", "{out}");
+    let route_load = || {
+        cellctl(
+            &inventory,
+            &["client", "get", "/api/routes/today", "--json"],
+            None,
+        )
+    };
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(json(&out)["status"], 200);
+
+    // Keys rotate: a new current key; the session signed by the old one still opens the route.
+    let (ok, out, err) = cellctl(
+        &inventory,
+        &["keys", "rotate", "--cell", "cell-01", "--json"],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let rotated = json(&out);
+    assert!(rotated["current"].is_string(), "{rotated}");
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "after the rotation: {out}{err}");
+
+    // Revoke the subject: the edge refuses the session once the revocation reached it.
+    let subject = format!("{CONTRACTOR}.{LOGIN}");
+    let (ok, out, err) = cellctl(
+        &inventory,
+        &[
+            "revoke",
+            "subject",
+            &subject,
+            "--reason",
+            "production rehearsal",
+            "--json",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("cell-01"), "{out}");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (ok, out, err) = route_load().await;
+        if !ok {
+            assert!(err.contains("revoked"), "after the revocation: {out}{err}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the revoked session still opens the route"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Signed in again (sessions issued after the revocation are good), then moved to cell-02.
+    let (ok, _, err) = sign_in().await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = cellctl(
+        &inventory,
+        &["migrate", CONTRACTOR, "--to", "cell-02"],
+        None,
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    // The session from before the move follows WRONG_CELL to cell-02 (transfer + rebind)...
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "the old session after the move: {out}{err}");
+    assert_eq!(json(&out)["body"]["generation"], 2, "{out}");
+    // ...and the next sign-in lands on cell-02 (the map says so), and its route opens there.
+    let (ok, out, err) = sign_in().await;
+    assert!(ok, "{err}");
+    assert_eq!(json(&out)["cell_id"], "cell-02", "{out}");
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "at cell-02: {out}{err}");
+    assert_eq!(json(&out)["status"], 200);
+
+    world.check_alive();
+    drop(world);
+    pg.stop().unwrap();
+}
