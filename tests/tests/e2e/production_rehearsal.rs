@@ -671,6 +671,10 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     .await;
     assert!(ok, "{err}");
     assert!(out.contains("cell-01"), "{out}");
+    // It revokes every session issued before `before` (the second after the command ran).
+    let before = json(&out)["report"]["revocation"]["before"]
+        .as_u64()
+        .expect("the revocation's `before`");
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         let (ok, out, err) = route_load().await;
@@ -685,9 +689,23 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Signed in again (sessions issued after the revocation are good), then moved to cell-02.
+    // Signed in again once the clock is past `before` (a session issued in the revocation's own
+    // second is revoked too), its route opens; then the contractor is moved to cell-02.
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while unix_now() < before {
+        assert!(tokio::time::Instant::now() < deadline, "the clock is stuck");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (ok, _, err) = sign_in().await;
     assert!(ok, "{err}");
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "a session issued after the revocation: {out}{err}");
     let (ok, out, err) = cellctl(
         &inventory,
         &["migrate", CONTRACTOR, "--to", "cell-02"],
