@@ -8,7 +8,6 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -213,10 +212,6 @@ impl Metrics {
     }
     /// The text exposition.
     pub(crate) fn render(&self) -> String {
-        let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        runtime::management::exposition(&self.registry)
     }
 }

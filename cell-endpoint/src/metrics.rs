@@ -23,7 +23,6 @@ use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -464,11 +463,7 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        runtime::management::exposition(&self.registry)
     }
 }
 

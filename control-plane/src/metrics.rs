@@ -4,7 +4,6 @@
 //! publication without a change does; `failed`), the version published, and placement changes
 //! by the `cell` they move a contractor to. Every series exists from the start.
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -108,10 +107,6 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        runtime::management::exposition(&self.registry)
     }
 }

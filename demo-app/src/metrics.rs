@@ -10,7 +10,6 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -82,11 +81,7 @@ impl Metrics {
 
     /// The text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+        runtime::management::exposition(&self.registry)
     }
 }
 

@@ -26,6 +26,16 @@ use crate::io::{IoContext as _, IoError};
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The OpenMetrics text exposition of `registry`, for [`Probe::metrics`] (empty if encoding
+/// fails, which writing into a `String` does not).
+pub fn exposition(registry: &prometheus_client::registry::Registry) -> String {
+    let mut out = String::new();
+    if prometheus_client::encoding::text::encode(&mut out, registry).is_err() {
+        out.clear();
+    }
+    out
+}
+
 /// What a server tells its management listener: whether it is ready, and its metrics.
 pub trait Probe: Send + Sync + 'static {
     /// `Ok` when the server can serve; otherwise the body of the `503` (usually `NOT_READY`,
