@@ -142,14 +142,17 @@ async fn fetch_map(fleet: &FleetFile, ca_pem: &[u8], key: &PublicKey) -> Result<
                 .get(&url)
                 .send()
                 .await
-                .map_err(|e| Error::Network(e.to_string()))?;
+                .map_err(|e| sdk::transport::network_error(&e))?;
             if !r.status().is_success() {
                 return Err(Error::InvalidResponse(format!(
                     "{url} answered {}",
                     r.status()
                 )));
             }
-            let b = r.bytes().await.map_err(|e| Error::Network(e.to_string()))?;
+            let b = r
+                .bytes()
+                .await
+                .map_err(|e| sdk::transport::network_error(&e))?;
             SignedMap::verify_bytes(&b, key)?;
             Ok(b.to_vec())
         }

@@ -22,6 +22,15 @@ pub trait SessionStore: Send + Sync {
     fn clear(&self) -> Result<(), CellbindError>;
 }
 
+/// Told about every call the client makes to a cell, once, with its final outcome after the
+/// SDK's retries (so an app can graph failures before a cell apart from failures inside it).
+/// An error thrown here is ignored: it never fails a request. Keep it quick: it runs before
+/// the request's result is delivered.
+#[uniffi::export(foreign)]
+pub trait RequestObserver: Send + Sync {
+    fn on_request(&self, event: RequestEvent) -> Result<(), CellbindError>;
+}
+
 /// How to build a client.
 #[derive(uniffi::Record)]
 pub struct CellbindConfig {
@@ -32,6 +41,9 @@ pub struct CellbindConfig {
     /// CA certificate(s) to trust instead of the built-in roots (dev fleets), PEM.
     pub extra_ca_pem: Option<String>,
     pub store: Arc<dyn SessionStore>,
+    /// Optional: told about every call to a cell.
+    #[uniffi(default)]
+    pub observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl std::fmt::Debug for CellbindConfig {
@@ -40,8 +52,124 @@ impl std::fmt::Debug for CellbindConfig {
             .field("map_bytes", &self.map.len())
             .field("map_public_key", &self.map_public_key)
             .field("extra_ca_pem", &self.extra_ca_pem.is_some())
+            .field("observer", &self.observer.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// A query parameter, unencoded (the SDK percent-encodes it).
+#[derive(uniffi::Record)]
+pub struct QueryParam {
+    pub name: String,
+    pub value: String,
+}
+
+/// An extra request header. The SDK's own (`Authorization`, `Cookie`, `Host`,
+/// `Idempotency-Key`, `Content-Type`, `Content-Length`, `User-Agent`, `X-Cellbind-*`) and
+/// hop-by-hop headers are refused with `InvalidInput`.
+#[derive(uniffi::Record)]
+pub struct Header {
+    pub name: String,
+    pub value: String,
+}
+
+/// Names only: a value may be secret.
+impl std::fmt::Debug for QueryParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryParam")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Names only: a value may be secret.
+impl std::fmt::Debug for Header {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Header")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request to the session's cell.
+#[derive(uniffi::Record)]
+pub struct Request {
+    /// e.g. "GET", "POST".
+    pub method: String,
+    /// e.g. "/api/jobs/j-1/complete": no query (use `query`), no `.`/`..` segments.
+    pub path: String,
+    #[uniffi(default)]
+    pub query: Vec<QueryParam>,
+    #[uniffi(default)]
+    pub headers: Vec<Header>,
+    #[uniffi(default)]
+    pub body: Option<Vec<u8>>,
+    /// The body's content type; `application/json` when there is a body and this is absent.
+    #[uniffi(default)]
+    pub content_type: Option<String>,
+    /// The caller's idempotency key (1–128 of `A-Z a-z 0-9 - _ . : ~`), sent as it is on every
+    /// attempt. Without one, every write gets a random key for this call only: give your own to
+    /// retry a write safely after a `Network` error with `reached_cell` true.
+    #[uniffi(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// Never shows query or header values, the body or the key (any may be secret).
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("query", &self.query.len())
+            .field("headers", &self.headers.len())
+            .field("body_bytes", &self.body.as_ref().map(Vec::len))
+            .field("idempotency_key", &self.idempotency_key.is_some())
+            .finish()
+    }
+}
+
+/// Why a request got no complete answer. `Connect`, `Tls` and `TimeoutBeforeSend` mean the
+/// cell never saw the attempt; `TimeoutAfterSend` and `Interrupted` mean it may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum NetworkErrorKind {
+    /// DNS failure, connection refused, host or network unreachable.
+    Connect,
+    /// The TLS handshake failed (certificate not trusted, protocol error).
+    Tls,
+    /// No connection within the connect timeout.
+    TimeoutBeforeSend,
+    /// Sent (or maybe sent), no answer within the request timeout.
+    TimeoutAfterSend,
+    /// The connection broke after sending or while reading the answer.
+    Interrupted,
+}
+
+/// How a call to a cell ended.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum RequestOutcome {
+    /// An answer with a status below 400.
+    Answered,
+    /// An answer with a status of 400 or more; `code` is its Cellbind error code, if any.
+    Refused { code: Option<String> },
+    /// No complete answer.
+    Network { kind: NetworkErrorKind },
+}
+
+/// One call to a cell, after the SDK's retries. No token, header, body or query.
+#[derive(Debug, Clone, uniffi::Record)]
+pub struct RequestEvent {
+    pub cell_id: String,
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    pub outcome: RequestOutcome,
+    /// The last attempt's HTTP status, when an answer came.
+    pub status: Option<u16>,
+    /// Whether any attempt may have been received by the cell.
+    pub reached_cell: bool,
+    pub attempts: u32,
+    /// From the first attempt to the outcome, retry waits included.
+    pub duration_ms: u64,
 }
 
 /// An answer of the session's cell.
@@ -120,8 +248,21 @@ pub enum CellbindError {
     /// Sign-in was redirected to a cell the signed map does not back.
     #[error("untrusted redirect: {detail}")]
     UntrustedRedirect { detail: String },
-    #[error("network: {detail}")]
-    Network { detail: String },
+    /// No complete answer from the cell. `reached_cell` false: the request certainly had no
+    /// effect; true: a write may have been applied (retry it with the same idempotency key).
+    #[error("network ({kind:?}): {detail}")]
+    Network {
+        kind: NetworkErrorKind,
+        reached_cell: bool,
+        detail: String,
+    },
+    /// An error code this library does not know (a newer server): the one fallback.
+    #[error("{code}: {detail}")]
+    UnknownErrorCode {
+        code: String,
+        status: u16,
+        detail: String,
+    },
     #[error("invalid response: {detail}")]
     InvalidResponse { detail: String },
     #[error("placement map refused: {detail}")]
@@ -177,9 +318,26 @@ impl From<sdk::Error> for CellbindError {
                 ErrorCode::PayloadTooLarge => CellbindError::PayloadTooLarge { detail },
                 ErrorCode::NotReady => CellbindError::NotReady { detail },
                 ErrorCode::NotFound => CellbindError::NotFound { detail },
-                _ => CellbindError::Internal { detail },
+                ErrorCode::Internal => CellbindError::Internal { detail },
+                // a code the protocol gained after this table was written
+                other => CellbindError::UnknownErrorCode {
+                    code: other.as_str().to_owned(),
+                    status: other.status(),
+                    detail,
+                },
             },
-            E::Network(_) => CellbindError::Network { detail },
+            E::Network {
+                kind, reached_cell, ..
+            } => CellbindError::Network {
+                kind: kind.into(),
+                reached_cell,
+                detail,
+            },
+            E::UnknownErrorCode { code, status, .. } => CellbindError::UnknownErrorCode {
+                code,
+                status,
+                detail,
+            },
             E::InvalidResponse(_) => CellbindError::InvalidResponse { detail },
             E::MapRefused(_) => CellbindError::MapRefused { detail },
             E::Store(_) => CellbindError::Store { detail },
@@ -195,6 +353,22 @@ impl From<sdk::Error> for CellbindError {
 impl From<uniffi::UnexpectedUniFFICallbackError> for CellbindError {
     fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
         CellbindError::Store { detail: e.reason }
+    }
+}
+
+impl From<sdk::NetworkErrorKind> for NetworkErrorKind {
+    fn from(k: sdk::NetworkErrorKind) -> Self {
+        use sdk::NetworkErrorKind as K;
+        match k {
+            K::Connect => NetworkErrorKind::Connect,
+            K::Tls => NetworkErrorKind::Tls,
+            K::TimeoutBeforeSend => NetworkErrorKind::TimeoutBeforeSend,
+            K::TimeoutAfterSend => NetworkErrorKind::TimeoutAfterSend,
+            K::Interrupted => NetworkErrorKind::Interrupted,
+            // a kind the SDK gained after this table was written: the conservative "may have
+            // been sent"
+            _ => NetworkErrorKind::Interrupted,
+        }
     }
 }
 
@@ -223,6 +397,62 @@ impl sdk::SessionStore for ForeignStore {
     fn clear(&self) -> Result<(), sdk::StoreError> {
         self.0.clear().map_err(|e| sdk::StoreError(e.to_string()))
     }
+}
+
+/// Adapts the foreign observer to the SDK's observer trait.
+struct ForeignObserver(Arc<dyn RequestObserver>);
+
+impl sdk::RequestObserver for ForeignObserver {
+    fn on_request(&self, e: &sdk::RequestEvent) {
+        // An observer's failure never fails the request.
+        let _ = self.0.on_request(event(e));
+    }
+}
+
+fn event(e: &sdk::RequestEvent) -> RequestEvent {
+    RequestEvent {
+        cell_id: e.cell_id.to_string(),
+        method: e.method.as_str().to_owned(),
+        path: e.path.clone(),
+        outcome: match &e.outcome {
+            sdk::RequestOutcome::Answered => RequestOutcome::Answered,
+            sdk::RequestOutcome::Network { kind } => RequestOutcome::Network {
+                kind: (*kind).into(),
+            },
+            sdk::RequestOutcome::Refused { code } => RequestOutcome::Refused { code: code.clone() },
+            // an outcome the SDK gained after this table was written
+            _ => RequestOutcome::Refused { code: None },
+        },
+        status: e.status,
+        reached_cell: e.reached_cell,
+        attempts: e.attempts,
+        duration_ms: u64::try_from(e.duration.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The SDK's request for a foreign one (the SDK checks it when it is sent).
+fn request(r: Request) -> Result<sdk::Request, CellbindError> {
+    let mut out = sdk::Request::new(http_method(&r.method)?, r.path);
+    for q in r.query {
+        out = out.query(q.name, q.value);
+    }
+    for h in r.headers {
+        out = out.header(h.name, h.value);
+    }
+    out = match (r.body, r.content_type) {
+        (Some(b), Some(ct)) => out.body(b, ct),
+        (Some(b), None) => out.json(b),
+        (None, None) => out,
+        (None, Some(_)) => {
+            return Err(CellbindError::InvalidInput {
+                detail: "a content type without a body".into(),
+            });
+        }
+    };
+    if let Some(k) = r.idempotency_key {
+        out = out.idempotency_key(k);
+    }
+    Ok(out)
 }
 
 fn info(s: sdk::SessionInfo) -> SessionInfo {
@@ -257,6 +487,9 @@ impl CellbindClient {
         if let Some(pem) = config.extra_ca_pem {
             b = b.extra_ca_pem(pem.into_bytes());
         }
+        if let Some(o) = config.observer {
+            b = b.observer(Arc::new(ForeignObserver(o)));
+        }
         Ok(Arc::new(Self { client: b.build()? }))
     }
 
@@ -290,6 +523,16 @@ impl CellbindClient {
     ) -> Result<Response, CellbindError> {
         let method = http_method(&method)?;
         let r = self.client.request(method, &path, body).await?;
+        Ok(Response {
+            status: r.status,
+            body: r.body.to_vec(),
+        })
+    }
+
+    /// Sends a request with query parameters, headers, a body of any content type and an
+    /// optional idempotency key of the caller's own to the session's cell.
+    pub async fn send(&self, request: Request) -> Result<Response, CellbindError> {
+        let r = self.client.send(self::request(request)?).await?;
         Ok(Response {
             status: r.status,
             body: r.body.to_vec(),
@@ -392,7 +635,22 @@ mod tests {
             (rejected(ErrorCode::NotReady), "NotReady"),
             (rejected(ErrorCode::NotFound), "NotFound"),
             (rejected(ErrorCode::Internal), "Internal"),
-            (sdk::Error::Network("x".into()), "Network"),
+            (
+                sdk::Error::Network {
+                    kind: sdk::NetworkErrorKind::TimeoutAfterSend,
+                    reached_cell: true,
+                    detail: "x".into(),
+                },
+                "Network",
+            ),
+            (
+                sdk::Error::UnknownErrorCode {
+                    code: "NEWER_CODE".into(),
+                    status: 422,
+                    message: "m".into(),
+                },
+                "UnknownErrorCode",
+            ),
             (sdk::Error::InvalidResponse("x".into()), "InvalidResponse"),
             (
                 sdk::Error::MapRefused(protocol::map::MapError::BadSignature),
@@ -420,6 +678,83 @@ mod tests {
             }
             e => panic!("{e:?}"),
         }
+        match CellbindError::from(sdk::Error::Network {
+            kind: sdk::NetworkErrorKind::Connect,
+            reached_cell: false,
+            detail: "refused".into(),
+        }) {
+            CellbindError::Network {
+                kind, reached_cell, ..
+            } => assert_eq!((kind, reached_cell), (NetworkErrorKind::Connect, false)),
+            e => panic!("{e:?}"),
+        }
+        match CellbindError::from(sdk::Error::UnknownErrorCode {
+            code: "NEWER_CODE".into(),
+            status: 422,
+            message: "m".into(),
+        }) {
+            CellbindError::UnknownErrorCode { code, status, .. } => {
+                assert_eq!((code.as_str(), status), ("NEWER_CODE", 422))
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn every_network_kind_keeps_its_name() {
+        use sdk::NetworkErrorKind as K;
+        for (k, want) in [
+            (K::Connect, NetworkErrorKind::Connect),
+            (K::Tls, NetworkErrorKind::Tls),
+            (K::TimeoutBeforeSend, NetworkErrorKind::TimeoutBeforeSend),
+            (K::TimeoutAfterSend, NetworkErrorKind::TimeoutAfterSend),
+            (K::Interrupted, NetworkErrorKind::Interrupted),
+        ] {
+            assert_eq!(NetworkErrorKind::from(k), want);
+        }
+    }
+
+    #[test]
+    fn foreign_requests_convert_field_by_field() {
+        let r = request(Request {
+            method: "post".into(),
+            path: "/api/jobs/j-1/complete".into(),
+            query: vec![QueryParam {
+                name: "a".into(),
+                value: "b c".into(),
+            }],
+            headers: vec![Header {
+                name: "X-Request-Id".into(),
+                value: "r-1".into(),
+            }],
+            body: Some(b"x".to_vec()),
+            content_type: Some("text/plain".into()),
+            idempotency_key: Some("k-1".into()),
+        })
+        .unwrap();
+        assert_eq!(r.method(), http::Method::POST);
+        assert_eq!(r.path(), "/api/jobs/j-1/complete");
+        let shown = format!("{r:?}");
+        for part in [
+            "query_names: [\"a\"]",
+            "header_names: [\"X-Request-Id\"]",
+            "body_bytes: Some(1)",
+            "idempotency_key: true",
+        ] {
+            assert!(shown.contains(part), "{part} in {shown}");
+        }
+        assert!(matches!(
+            request(Request {
+                method: "GET".into(),
+                path: "/a".into(),
+                query: vec![],
+                headers: vec![],
+                body: None,
+                content_type: Some("text/plain".into()),
+                idempotency_key: None,
+            }),
+            Err(CellbindError::InvalidInput { .. })
+        ));
     }
 
     #[test]

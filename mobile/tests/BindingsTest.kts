@@ -25,8 +25,13 @@ class MemoryStore : SessionStore {
     override fun clear() { blob = null; clears++ }
 }
 
-fun client(store: SessionStore, key: String = p("map_public_key")) =
-    CellbindClient(CellbindConfig(mapBytes, key, caPem, store))
+class RecordingObserver : RequestObserver {
+    val events = java.util.Collections.synchronizedList(mutableListOf<RequestEvent>())
+    override fun onRequest(event: RequestEvent) { events.add(event) }
+}
+
+fun client(store: SessionStore, key: String = p("map_public_key"), observer: RequestObserver? = null) =
+    CellbindClient(CellbindConfig(mapBytes, key, caPem, store, observer))
 
 inline fun <reified E : CellbindException> expectError(block: () -> Unit): E {
     try {
@@ -106,6 +111,68 @@ val tests = linkedMapOf<String, () -> Unit>(
             runBlocking { c.signIn(contractor, login, password) }
         }
         check(c.session() == null) { "session kept although it could not be saved" }
+    },
+    "send with a query, a header, the caller's key and an observer" to {
+        runBlocking {
+            val obs = RecordingObserver()
+            val c = client(MemoryStore(), observer = obs)
+            c.signIn(contractor, login, password)
+            val r = c.send(Request(
+                method = "GET",
+                path = "/api/routes/today",
+                query = listOf(QueryParam("note", "a b&c")),
+                headers = listOf(Header("X-Request-Id", "kt-r-1")),
+            ))
+            check(r.status.toInt() == 200) { "status ${r.status}" }
+            check(String(r.body).contains("\"contractor_id\":\"$contractor\"")) { String(r.body) }
+
+            val job = "j-kt-key-" + java.util.UUID.randomUUID().toString().take(8)
+            val write = Request(
+                method = "POST",
+                path = "/api/jobs/$job/complete",
+                body = "{}".toByteArray(),
+                idempotencyKey = "kt-" + java.util.UUID.randomUUID(),
+            )
+            val first = c.send(write)
+            val again = c.send(write)
+            check(String(first.body).contains("\"replayed\":false")) { String(first.body) }
+            check(String(again.body).contains("\"replayed\":true")) { "the app did not see the same key: ${String(again.body)}" }
+
+            val events = obs.events.toList()
+            check(events.any { it.reachedCell && it.status?.toInt() == 200 }) { "events $events" }
+            val routes = events.filter { it.path == "/api/routes/today" }
+            check(routes.size == 1 && routes[0].method == "GET" && routes[0].cellId == p("cell_id")) { "events $events" }
+            check(routes[0].outcome is RequestOutcome.Answered) { "outcome ${routes[0].outcome}" }
+
+            val n = obs.events.size
+            expectError<CellbindException.InvalidInput> {
+                runBlocking {
+                    c.send(Request(method = "GET", path = "/api/routes/today",
+                        headers = listOf(Header("Authorization", "Bearer x"))))
+                }
+            }
+            check(obs.events.size == n) { "a refused request was observed" }
+        }
+    },
+    "an unreachable cell is a Connect network error that never reached it" to {
+        val store = MemoryStore()
+        runBlocking { client(store).signIn(contractor, login, password) }
+        // the same session, at an address where nothing listens
+        val blob = store.blob!!
+        val endpoint = Regex("\"endpoint\":\"[^\"]*\"")
+        check(endpoint.containsMatchIn(blob)) { "no endpoint in the stored session" }
+        store.blob = endpoint.replace(blob, "\"endpoint\":\"https://127.0.0.1:1\"")
+        val obs = RecordingObserver()
+        val c = client(store, observer = obs)
+        check(c.restore() != null) { "edited session not restored" }
+        val e = expectError<CellbindException.Network> {
+            runBlocking { c.request("GET", "/api/routes/today", null) }
+        }
+        check(e.kind == NetworkErrorKind.CONNECT) { "kind ${e.kind}" }
+        check(!e.reachedCell) { "reachedCell true for a refused connection" }
+        check(obs.events.size == 1) { "events ${obs.events}" }
+        val ev = obs.events[0]
+        check(ev.outcome == RequestOutcome.Network(NetworkErrorKind.CONNECT) && !ev.reachedCell && ev.status == null) { "event $ev" }
     },
     "bad configuration is Config" to {
         expectError<CellbindException.Config> { client(MemoryStore(), key = "AAAA") }

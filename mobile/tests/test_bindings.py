@@ -43,6 +43,27 @@ class MemoryStore(cellbind.SessionStore):
         self.clears += 1
 
 
+class RecordingObserver(cellbind.RequestObserver):
+    """The foreign request observer: records every event the client reports."""
+
+    def __init__(self):
+        self.events = []
+
+    def on_request(self, event):
+        self.events.append(event)
+
+
+class ThrowingObserver(cellbind.RequestObserver):
+    """An observer that fails: the requests must not."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def on_request(self, event):
+        self.calls += 1
+        raise RuntimeError("observer bug")
+
+
 class BrokenStore(MemoryStore):
     """A store whose save fails with an exception the interface does not declare."""
 
@@ -65,13 +86,14 @@ class Env:
             self.ca = f.read()
         self.tech = fleet["demo"]["technicians"][0]
 
-    def client(self, store, key=None, map_bytes=None):
+    def client(self, store, key=None, map_bytes=None, observer=None):
         return cellbind.CellbindClient(
             cellbind.CellbindConfig(
                 map=self.map if map_bytes is None else map_bytes,
                 map_public_key=self.fleet["map_public_key"] if key is None else key,
                 extra_ca_pem=self.ca,
                 store=store,
+                observer=observer,
             )
         )
 
@@ -175,6 +197,86 @@ async def test_a_failing_foreign_store_is_a_store_error(env):
     assert c.session() is None
 
 
+async def test_send_with_query_headers_key_and_an_observer(env):
+    obs = RecordingObserver()
+    c = env.client(MemoryStore(), observer=obs)
+    await env.sign_in(c)
+    r = await c.send(
+        cellbind.Request(
+            method="GET",
+            path=ROUTES,
+            query=[cellbind.QueryParam(name="note", value="a b&c")],
+            headers=[cellbind.Header(name="X-Request-Id", value="py-r-1")],
+        )
+    )
+    assert r.status == 200, r
+    assert json.loads(r.body)["contractor_id"] == env.tech["contractor_id"]
+
+    # the caller's key reaches the app as it is: the second send is a replay there
+    job = "j-py-key-" + os.urandom(4).hex()
+    key = "py-" + os.urandom(8).hex()
+    write = cellbind.Request(
+        method="POST", path=f"/api/jobs/{job}/complete", body=b"{}", idempotency_key=key
+    )
+    first = await c.send(write)
+    again = await c.send(write)
+    assert first.status == 200 and again.status == 200, (first, again)
+    assert json.loads(first.body)["replayed"] is False, first.body
+    assert json.loads(again.body)["replayed"] is True, again.body
+
+    answered = [e for e in obs.events if e.reached_cell and e.status == 200]
+    assert answered, obs.events
+    routes = [e for e in obs.events if e.path == ROUTES]
+    assert len(routes) == 1, obs.events
+    ev = routes[0]
+    assert ev.method == "GET" and ev.cell_id == env.tech["cell_id"], ev
+    assert ev.outcome == cellbind.RequestOutcome.ANSWERED(), ev.outcome
+    assert ev.attempts >= 1 and ev.duration_ms >= 0, ev
+    assert [e.path for e in obs.events] == ["/v1/sessions", ROUTES, write.path, write.path], obs.events
+
+    # a header the SDK owns is refused before anything is sent
+    n = len(obs.events)
+    await expect_error(
+        cellbind.CellbindError.InvalidInput,
+        c.send(
+            cellbind.Request(
+                method="GET",
+                path=ROUTES,
+                headers=[cellbind.Header(name="Authorization", value="Bearer x")],
+            )
+        ),
+    )
+    assert len(obs.events) == n
+
+
+async def test_an_unreachable_cell_is_a_connect_error_that_never_reached_it(env):
+    store = MemoryStore()
+    await env.sign_in(env.client(store))
+    # the same session, at an address where nothing listens
+    blob = json.loads(store.blob)
+    blob["session"]["endpoint"] = "https://127.0.0.1:1"
+    store.blob = json.dumps(blob)
+    obs = RecordingObserver()
+    c = env.client(store, observer=obs)
+    assert c.restore() is not None
+    e = await expect_error(cellbind.CellbindError.Network, c.request("GET", ROUTES, None))
+    assert e.kind == cellbind.NetworkErrorKind.CONNECT, e
+    assert e.reached_cell is False, e
+    assert len(obs.events) == 1, obs.events
+    ev = obs.events[0]
+    assert ev.outcome == cellbind.RequestOutcome.NETWORK(kind=cellbind.NetworkErrorKind.CONNECT), ev
+    assert ev.reached_cell is False and ev.status is None, ev
+
+
+async def test_a_throwing_observer_does_not_fail_requests(env):
+    obs = ThrowingObserver()
+    c = env.client(MemoryStore(), observer=obs)
+    await env.sign_in(c)
+    r = await c.request("GET", ROUTES, None)
+    assert r.status == 200
+    assert obs.calls == 2, obs.calls
+
+
 TESTS = [
     test_sign_in_request_and_restore,
     test_wrong_password_is_invalid_credentials,
@@ -182,6 +284,9 @@ TESTS = [
     test_cleared_session_then_request_is_not_signed_in,
     test_bad_input_and_config_are_typed,
     test_a_failing_foreign_store_is_a_store_error,
+    test_send_with_query_headers_key_and_an_observer,
+    test_an_unreachable_cell_is_a_connect_error_that_never_reached_it,
+    test_a_throwing_observer_does_not_fail_requests,
 ]
 
 

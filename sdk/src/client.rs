@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use base64::Engine as _;
-use bytes::Bytes;
 use http::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -18,6 +17,8 @@ use protocol::time::{SharedClock, system_clock};
 use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
 
 use crate::Error;
+use crate::observer::{Observer, RequestObserver};
+use crate::request::{Body, Prepared, Request};
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
 use crate::store::{self, MemoryStore, SessionStore};
 use crate::transport::{Call, Response, RetryPolicy, Transport};
@@ -26,8 +27,6 @@ use crate::transport::{Call, Response, RetryPolicy, Transport};
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time allowed for one whole request attempt.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
-/// Longest request path accepted, in bytes.
-pub const MAX_PATH_BYTES: usize = 2048;
 
 const USER_AGENT: &str = concat!("cellbind-sdk/", env!("CARGO_PKG_VERSION"));
 
@@ -42,6 +41,7 @@ pub struct ClientBuilder {
     store: Arc<dyn SessionStore>,
     clock: SharedClock,
     retry: RetryPolicy,
+    observer: Observer,
 }
 
 impl ClientBuilder {
@@ -57,6 +57,7 @@ impl ClientBuilder {
             store: Arc::new(MemoryStore::new()),
             clock: system_clock(),
             retry: RetryPolicy::default(),
+            observer: Observer::default(),
         }
     }
 
@@ -86,6 +87,11 @@ impl ClientBuilder {
         self.retry = retry;
         self
     }
+    /// Tells `observer` about every call to a cell (see [`RequestObserver`]).
+    pub fn observer(mut self, observer: Arc<dyn RequestObserver>) -> Self {
+        self.observer = Observer::new(Some(observer));
+        self
+    }
 
     pub fn build(self) -> Result<Client, Error> {
         let map = SignedMap::verify_bytes(&self.map_bytes, &self.map_key)?;
@@ -112,7 +118,7 @@ impl ClientBuilder {
             .map_err(|e| Error::Config(format!("cannot build the HTTPS client: {e}")))?;
         Ok(Client {
             inner: Arc::new(Inner {
-                transport: Transport::new(http, self.retry),
+                transport: Transport::new(http, self.retry, self.observer),
                 map: RwLock::new(Arc::new(map)),
                 map_key: self.map_key,
                 store: self.store,
@@ -195,7 +201,7 @@ fn answer<T: DeserializeOwned>(resp: &Response, ok: &[u16], what: &str) -> Resul
 }
 
 /// A random idempotency key (128 bits, base64url).
-fn idempotency_key() -> String {
+fn random_idempotency_key() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
 }
 
@@ -204,23 +210,28 @@ impl Client {
         ClientBuilder::new(map_bytes, map_key)
     }
 
-    /// One call to `path` at `at` without an idempotency key (the session API and the map;
-    /// app requests go through [`Client::request`]).
-    async fn send(
+    /// One call to `path` at cell `cell` (endpoint `at`) without an idempotency key (the
+    /// session API and the map; app requests go through [`Client::send`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn call_at(
         &self,
         method: Method,
+        cell: &CellId,
         at: &Endpoint,
         path: &str,
         token: Option<&SessionToken>,
-        body: Option<Bytes>,
+        body: Option<Body>,
         replay_safe: bool,
     ) -> Result<Response, Error> {
         self.inner
             .transport
             .send(Call {
+                cell,
                 method,
+                path,
                 url: at.join(path),
                 token,
+                headers: &[],
                 body,
                 idempotency_key: None,
                 replay_safe,
@@ -228,21 +239,24 @@ impl Client {
             .await
     }
 
-    /// `POST path` at `at` with a JSON body and no session (sign-in, rebind).
+    /// `POST path` at cell `cell` (endpoint `at`) with a JSON body and no session (sign-in,
+    /// rebind).
     async fn post_json(
         &self,
+        cell: &CellId,
         at: &Endpoint,
         path: &str,
         body: &impl Serialize,
         replay_safe: bool,
     ) -> Result<Response, Error> {
         let body = serde_json::to_vec(body).map_err(|e| Error::InvalidInput(e.to_string()))?;
-        self.send(
+        self.call_at(
             Method::POST,
+            cell,
             at,
             path,
             None,
-            Some(Bytes::from(body)),
+            Some(Body::json(body)),
             replay_safe,
         )
         .await
@@ -257,8 +271,9 @@ impl Client {
         path: &str,
         replay_safe: bool,
     ) -> Result<Response, Error> {
-        self.send(
+        self.call_at(
             method,
+            &session.info.cell_id,
             &session.info.endpoint,
             path,
             Some(&session.token),
@@ -447,47 +462,55 @@ impl Client {
         };
         let endpoint = endpoint_of(cell)?;
         let resp = self
-            .post_json(&endpoint, "/v1/sessions", &request, true)
+            .post_json(&cell.id, &endpoint, "/v1/sessions", &request, true)
             .await?;
         session_from(&resp, &cell.id, endpoint, contractor)
     }
 
-    /// Sends a request to the session's cell (never anywhere else). Writes (any method that is
-    /// not GET/HEAD/OPTIONS/TRACE) carry a random `Idempotency-Key`, the same on every retry.
+    /// Sends a request to the session's cell (never anywhere else): `method path` with a JSON
+    /// body when there is one. A thin form of [`Client::send`].
     pub async fn request(
         &self,
         method: Method,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Response, Error> {
-        check_path(path)?;
+        let r = Request::new(method, path);
+        self.send(match body {
+            Some(b) => r.json(b),
+            None => r,
+        })
+        .await
+    }
+
+    /// Sends an app request to the session's cell (never anywhere else). The request is checked
+    /// first ([`Request`] lists what is refused). A write (any method that is not GET, HEAD,
+    /// OPTIONS or TRACE) carries the caller's idempotency key or else a random one, the same on
+    /// every retry and after a transfer to the contractor's new cell.
+    pub async fn send(&self, request: Request) -> Result<Response, Error> {
+        let mut request = request.prepare()?;
         self.renew_if_due().await?;
         let session = self.current().ok_or(Error::NotSignedIn)?;
-        let write = !method.is_safe();
-        let body = body.map(Bytes::from);
-        let key = write.then(idempotency_key);
+        if request.idempotency_key.is_none() && !request.method.is_safe() {
+            request.idempotency_key = Some(random_idempotency_key());
+        }
         // The same request (and idempotency key) for the session and, after a transfer, for
         // its successor.
-        fn call<'s>(
-            s: &'s Session,
-            method: &Method,
-            path: &str,
-            body: &Option<Bytes>,
-            key: &Option<String>,
-        ) -> Call<'s> {
+        fn call<'a>(s: &'a Session, r: &'a Prepared) -> Call<'a> {
             Call {
-                method: method.clone(),
-                url: s.info.endpoint.join(path),
+                cell: &s.info.cell_id,
+                method: r.method.clone(),
+                path: &r.path,
+                url: s.info.endpoint.join(&r.target),
                 token: Some(&s.token),
-                body: body.clone(),
-                idempotency_key: key.clone(),
+                headers: &r.headers,
+                body: r.body.clone(),
+                idempotency_key: r.idempotency_key.clone(),
                 replay_safe: false,
             }
         }
         let transport = &self.inner.transport;
-        let result = transport
-            .send(call(&session, &method, path, &body, &key))
-            .await;
+        let result = transport.send(call(&session, &request)).await;
         match result {
             Err(e) if e.ends_session() => {
                 self.end(&session, &e)?;
@@ -498,11 +521,13 @@ impl Client {
                 owner_endpoint,
             }) => {
                 // DESIGN §7: transfer + rebind (see `transfer`), then retry the request once,
-                // at the new session's cell, with the same idempotency key.
+                // at the new session's cell, with the same idempotency key. The first cell
+                // saw the request (and refused it), so a network error now says it reached.
                 let fresh = self.transfer(&session, owner_cell, owner_endpoint).await?;
                 let retried = transport
-                    .send(call(&fresh, &method, path, &body, &key))
-                    .await;
+                    .send(call(&fresh, &request))
+                    .await
+                    .map_err(|e| e.reached_earlier(true));
                 match retried {
                     Err(e) if e.ends_session() => {
                         self.end(&fresh, &e)?;
@@ -610,8 +635,9 @@ impl Client {
     pub async fn refresh_map(&self) -> Result<MapUpdate, Error> {
         let session = self.current().ok_or(Error::NotSignedIn)?;
         let resp = self
-            .send(
+            .call_at(
                 Method::GET,
+                &session.info.cell_id,
                 &session.info.endpoint,
                 "/v1/placement-map",
                 None,
@@ -680,20 +706,6 @@ fn session_from(
             expires_at: issued.expires_at,
         },
     })
-}
-
-fn check_path(path: &str) -> Result<(), Error> {
-    let ok = path.starts_with('/')
-        && !path.starts_with("//")
-        && path.len() <= MAX_PATH_BYTES
-        && path.bytes().all(|b| b.is_ascii_graphic());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidInput(
-            "path must be an absolute path on the session's cell (\"/api/...\")".into(),
-        ))
-    }
 }
 
 mod transfer;

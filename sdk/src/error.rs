@@ -6,6 +6,66 @@ use std::time::Duration;
 use protocol::map::MapError;
 use protocol::{CellId, ErrorBody, ErrorCode, IdError};
 
+/// Why a request got no complete answer from its cell. The kinds before sending
+/// ([`Connect`](Self::Connect), [`Tls`](Self::Tls), [`TimeoutBeforeSend`](Self::TimeoutBeforeSend))
+/// guarantee that the cell never saw the attempt; the others mean it may have (the SDK cannot
+/// tell a request lost on the way from an answer lost on the way back, so it says "maybe").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NetworkErrorKind {
+    /// No connection: the name did not resolve, the connection was refused, the host or
+    /// network is unreachable. Nothing was sent.
+    Connect,
+    /// The TLS handshake failed (the certificate is not trusted, a protocol error). Nothing of
+    /// the request was sent. Not retried: a certificate does not become valid by waiting.
+    Tls,
+    /// No connection within the connect timeout. Nothing was sent.
+    TimeoutBeforeSend,
+    /// The request was (or may have been) sent and no answer came within the request timeout:
+    /// a write may have been applied.
+    TimeoutAfterSend,
+    /// The connection broke after the request was (or may have been) sent, or while the answer
+    /// was being read: a write may have been applied.
+    Interrupted,
+}
+
+impl NetworkErrorKind {
+    /// Whether an attempt that failed this way may have been received by the cell.
+    pub fn may_have_reached_cell(self) -> bool {
+        match self {
+            NetworkErrorKind::Connect
+            | NetworkErrorKind::Tls
+            | NetworkErrorKind::TimeoutBeforeSend => false,
+            NetworkErrorKind::TimeoutAfterSend | NetworkErrorKind::Interrupted => true,
+        }
+    }
+
+    /// A stable name (for logs and metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkErrorKind::Connect => "connect",
+            NetworkErrorKind::Tls => "tls",
+            NetworkErrorKind::TimeoutBeforeSend => "timeout_before_send",
+            NetworkErrorKind::TimeoutAfterSend => "timeout_after_send",
+            NetworkErrorKind::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for NetworkErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn reached_text(reached: bool) -> &'static str {
+    if reached {
+        "the cell may have received it"
+    } else {
+        "it never reached the cell"
+    }
+}
+
 /// Everything that can go wrong in the SDK.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -80,9 +140,27 @@ pub enum Error {
         status: u16,
         message: String,
     },
-    /// Could not reach the cell (connection, TLS, timeout), after the bounded retries.
-    #[error("network error: {0}")]
-    Network(String),
+    /// No complete answer from the cell, after the bounded retries. `kind` is the last
+    /// attempt's failure; `reached_cell` says whether the cell may have seen the request at
+    /// all (see [`NetworkErrorKind`]).
+    #[error("network error ({kind}; {}): {detail}", reached_text(*reached_cell))]
+    Network {
+        kind: NetworkErrorKind,
+        /// `false`: no attempt of this request left the device, so it certainly had no effect
+        /// and may be sent again as it is. `true`: at least one attempt was (or may have been)
+        /// received by a cell, so a write may have been applied: retry it only with the same
+        /// idempotency key ([`crate::Request::idempotency_key`]).
+        reached_cell: bool,
+        detail: String,
+    },
+    /// An error answer with a code this SDK does not know (a newer server). The one fallback
+    /// for codes added after this SDK was built; nothing in the answer was acted on.
+    #[error("the cell refused the request with an unknown code {code} (HTTP {status}): {message}")]
+    UnknownErrorCode {
+        code: String,
+        status: u16,
+        message: String,
+    },
     /// The cell answered something that is not the protocol.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
@@ -138,6 +216,23 @@ impl Error {
                 status,
                 message: body.message,
             },
+        }
+    }
+
+    /// The same error, with `reached_cell` set when an earlier attempt of the same request
+    /// may have reached a cell (a network error only says so for its own attempt).
+    pub(crate) fn reached_earlier(self, earlier: bool) -> Self {
+        match self {
+            Error::Network {
+                kind,
+                reached_cell,
+                detail,
+            } => Error::Network {
+                kind,
+                reached_cell: reached_cell || earlier,
+                detail,
+            },
+            e => e,
         }
     }
 

@@ -15,11 +15,27 @@
 //!     client.sign_in(&ContractorId::new("c-40711")?, &Login::new("ana")?, &Password::new("pw")?).await?;
 //! }
 //! let route = client.request(http::Method::GET, "/api/routes/today", None).await?;
-//! # let _ = route; Ok(()) }
+//! // headers, query parameters, a body of any type, the caller's own idempotency key:
+//! let done = client
+//!     .send(
+//!         cellbind_sdk::Request::post("/api/jobs/j-1/complete")
+//!             .query("source", "app")
+//!             .header("X-Request-Id", "r-17")
+//!             .json(b"{}".to_vec())
+//!             .idempotency_key("complete-j-1"),
+//!     )
+//!     .await?;
+//! # let _ = (route, done); Ok(()) }
 //! ```
+//!
+//! A network failure says whether the request may have reached the cell
+//! ([`Error::Network`], [`NetworkErrorKind`]); an error code from a newer server is
+//! [`Error::UnknownErrorCode`]; a [`RequestObserver`] sees every call to a cell with its outcome.
 
 mod client;
 mod error;
+pub mod observer;
+pub mod request;
 pub mod session;
 pub mod store;
 pub mod transport;
@@ -30,7 +46,9 @@ pub(crate) mod testing;
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut,
 };
-pub use error::Error;
+pub use error::{Error, NetworkErrorKind};
+pub use observer::{RequestEvent, RequestObserver, RequestOutcome};
+pub use request::Request;
 pub use session::{RENEWAL_WINDOW_S, SessionInfo, State};
 pub use store::{FileStore, MemoryStore, SessionStore, StoreError};
 pub use transport::{Response, RetryPolicy};

@@ -72,6 +72,8 @@ impl Reply {
 pub struct Hit {
     pub method: String,
     pub path: String,
+    /// The raw query string, as sent.
+    pub query: Option<String>,
     pub headers: http::HeaderMap,
     pub body: Vec<u8>,
 }
@@ -167,6 +169,7 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
         s.hits.push(Hit {
             method: parts.method.to_string(),
             path: parts.uri.path().to_owned(),
+            query: parts.uri.query().map(str::to_owned),
             headers: parts.headers.clone(),
             body,
         });

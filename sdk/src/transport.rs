@@ -8,15 +8,35 @@
 //!
 //! The capped exponential sequence comes from `backon`; full jitter draws each wait uniformly
 //! between zero and that ceiling.
+//!
+//! A failure without an answer becomes a typed [`Error::Network`] in one place,
+//! [`network_error`]:
+//!
+//! | reqwest says                                   | kind                  | the cell may have seen it |
+//! |------------------------------------------------|-----------------------|---------------------------|
+//! | connect error with a TLS (rustls) error inside  | `Tls`                 | no                        |
+//! | connect error that timed out                   | `TimeoutBeforeSend`   | no                        |
+//! | any other connect error (DNS, refused, unreachable) | `Connect`        | no                        |
+//! | a timeout after connecting (request or body)   | `TimeoutAfterSend`    | maybe                     |
+//! | anything else (reset, closed mid-answer, body) | `Interrupted`         | maybe                     |
+//!
+//! "Maybe" is the conservative answer: reqwest cannot say whether the request bytes left the
+//! device, so a write may have been applied. Over several attempts, the request may have
+//! reached the cell if any attempt may have. Each call ends with one event to the client's
+//! [`RequestObserver`](crate::RequestObserver), if it has one.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder as _;
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode};
-use protocol::{ErrorBody, ErrorCode, SessionToken};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use protocol::{CellId, ErrorBody, ErrorCode, SessionToken};
+use serde::Deserialize;
 
 use crate::Error;
+use crate::error::NetworkErrorKind;
+use crate::observer::{Observer, RequestEvent, RequestOutcome};
+use crate::request::Body;
 
 /// Most attempts of one request (the first one included).
 pub const DEFAULT_MAX_ATTEMPTS: usize = 4;
@@ -63,10 +83,16 @@ pub struct Response {
 /// One request to send.
 #[derive(Debug)]
 pub(crate) struct Call<'a> {
+    /// The cell it goes to (for the observer).
+    pub cell: &'a CellId,
     pub method: Method,
+    /// The path without the query (for the observer).
+    pub path: &'a str,
     pub url: String,
     pub token: Option<&'a SessionToken>,
-    pub body: Option<Bytes>,
+    /// The app's extra headers, already checked.
+    pub headers: &'a [(HeaderName, HeaderValue)],
+    pub body: Option<Body>,
     pub idempotency_key: Option<String>,
     /// Whether sending it twice is harmless although it is a write without a key (sign-in and
     /// renewal: a second session is as good as the first).
@@ -77,6 +103,7 @@ pub(crate) struct Call<'a> {
 pub(crate) struct Transport {
     http: reqwest::Client,
     policy: RetryPolicy,
+    observer: Observer,
 }
 
 enum Outcome {
@@ -86,14 +113,44 @@ enum Outcome {
     After(Error, Option<Duration>),
 }
 
+/// What the attempts of one call saw (for the observer and `reached_cell`).
+#[derive(Debug, Default)]
+struct Trace {
+    attempts: u32,
+    /// Some attempt may have been received by the cell.
+    reached: bool,
+    /// The last attempt's status and Cellbind error code, when it was answered.
+    status: Option<u16>,
+    code: Option<String>,
+}
+
 impl Transport {
-    pub fn new(http: reqwest::Client, policy: RetryPolicy) -> Self {
-        Self { http, policy }
+    pub fn new(http: reqwest::Client, policy: RetryPolicy, observer: Observer) -> Self {
+        Self {
+            http,
+            policy,
+            observer,
+        }
     }
 
     /// Sends `call`, retrying as the module doc says. Error answers become typed errors;
     /// other answers (2xx, and 3xx/4xx that are not a Cellbind error body) are returned.
     pub async fn send(&self, call: Call<'_>) -> Result<Response, Error> {
+        let started = Instant::now();
+        let mut trace = Trace::default();
+        let result = self
+            .send_retrying(&call, &mut trace)
+            .await
+            .map_err(|e| e.reached_earlier(trace.reached));
+        if self.observer.is_set()
+            && let Some(event) = event(&call, &trace, &result, started.elapsed())
+        {
+            self.observer.tell(&event);
+        }
+        result
+    }
+
+    async fn send_retrying(&self, call: &Call<'_>, trace: &mut Trace) -> Result<Response, Error> {
         let retryable =
             call.method.is_idempotent() || call.idempotency_key.is_some() || call.replay_safe;
         let mut backoff = backon::ExponentialBuilder::default()
@@ -103,7 +160,7 @@ impl Transport {
             .build();
         let mut attempt = 1;
         loop {
-            let outcome = self.once(&call).await;
+            let outcome = self.once(call, trace).await;
             let (err, wait) = match outcome {
                 Outcome::Done(r) => return r,
                 Outcome::Backoff(e, unsent) if retryable || unsent => {
@@ -128,8 +185,14 @@ impl Transport {
         }
     }
 
-    async fn once(&self, call: &Call<'_>) -> Outcome {
+    async fn once(&self, call: &Call<'_>, trace: &mut Trace) -> Outcome {
+        trace.attempts += 1;
+        trace.status = None;
+        trace.code = None;
         let mut req = self.http.request(call.method.clone(), &call.url);
+        for (name, value) in call.headers {
+            req = req.header(name, value);
+        }
         if let Some(t) = call.token {
             req = req.bearer_auth(t.expose());
         }
@@ -138,21 +201,126 @@ impl Transport {
         }
         if let Some(b) = &call.body {
             req = req
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(b.clone());
+                .header(http::header::CONTENT_TYPE, b.content_type.clone())
+                .body(b.bytes.clone());
         }
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return Outcome::Backoff(Error::Network(error_chain(&e)), e.is_connect()),
+            Err(e) => return failed(network_error(&e), trace),
         };
+        trace.reached = true;
         let status = resp.status();
+        trace.status = Some(status.as_u16());
         let retry_after = retry_after(resp.headers());
         let body = match read_capped(resp).await {
             Ok(b) => b,
-            Err(e) => return Outcome::Backoff(e, false),
+            Err(e) => return failed(e, trace),
         };
-        classify(status, retry_after, body)
+        let outcome = classify(status, retry_after, body);
+        trace.code = match &outcome {
+            Outcome::Done(Err(e)) | Outcome::Backoff(e, _) | Outcome::After(e, _) => wire_code(e),
+            Outcome::Done(Ok(_)) => None,
+        };
+        outcome
     }
+}
+
+/// An attempt without a (complete) answer: retried after a backoff unless it is a TLS failure;
+/// retried even for a write without a key when nothing was sent.
+fn failed(e: Error, trace: &mut Trace) -> Outcome {
+    match &e {
+        Error::Network { kind, .. } => {
+            let reached = kind.may_have_reached_cell();
+            trace.reached |= reached;
+            if *kind == NetworkErrorKind::Tls {
+                Outcome::Done(Err(e))
+            } else {
+                Outcome::Backoff(e, !reached)
+            }
+        }
+        _ => Outcome::Done(Err(e)),
+    }
+}
+
+/// The observer's event for a finished call; none when nothing was attempted on the network.
+fn event(
+    call: &Call<'_>,
+    trace: &Trace,
+    result: &Result<Response, Error>,
+    duration: Duration,
+) -> Option<RequestEvent> {
+    let outcome = match (result, trace.status) {
+        (Err(Error::Network { kind, .. }), _) => RequestOutcome::Network { kind: *kind },
+        (_, Some(s)) if s >= 400 => RequestOutcome::Refused {
+            code: trace.code.clone(),
+        },
+        (_, Some(_)) => RequestOutcome::Answered,
+        (_, None) => return None,
+    };
+    Some(RequestEvent {
+        cell_id: call.cell.clone(),
+        method: call.method.clone(),
+        path: call.path.to_owned(),
+        outcome,
+        status: trace.status,
+        reached_cell: trace.reached,
+        attempts: trace.attempts,
+        duration,
+    })
+}
+
+/// The wire code behind a typed error answer.
+fn wire_code(e: &Error) -> Option<String> {
+    let code = match e {
+        Error::InvalidCredentials => ErrorCode::InvalidCredentials,
+        Error::UnknownContractor => ErrorCode::UnknownContractor,
+        Error::SessionExpired => ErrorCode::SessionExpired,
+        Error::SessionRevoked => ErrorCode::SessionRevoked,
+        Error::SessionInvalid => ErrorCode::SessionInvalid,
+        Error::WrongCell { .. } => ErrorCode::WrongCell,
+        Error::HandoffInProgress { .. } => ErrorCode::HandoffInProgress,
+        Error::RateLimited { .. } => ErrorCode::RateLimited,
+        Error::CellStateStale => ErrorCode::CellStateStale,
+        Error::Upstream { code, .. } => return code.map(|c| c.as_str().to_owned()),
+        Error::Rejected { code, .. } => *code,
+        Error::UnknownErrorCode { code, .. } => return Some(code.clone()),
+        _ => return None,
+    };
+    Some(code.as_str().to_owned())
+}
+
+/// An error body whose code this SDK does not know: only the two fields every Cellbind error
+/// body has, and a code shaped like one (`SCREAMING_SNAKE_CASE`).
+#[derive(Deserialize)]
+struct UnknownErrorBody {
+    error: String,
+    message: String,
+}
+
+/// The typed error of a body that has a Cellbind error's shape but not a code this SDK knows.
+fn unknown_error(status: StatusCode, body: &[u8]) -> Option<Error> {
+    let b = serde_json::from_slice::<UnknownErrorBody>(body).ok()?;
+    let shaped = !b.error.is_empty()
+        && b.error.len() <= 64
+        && b.error.starts_with(|c: char| c.is_ascii_uppercase())
+        && b.error
+            .bytes()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_');
+    if !shaped {
+        return None;
+    }
+    if serde_json::from_value::<ErrorCode>(serde_json::Value::String(b.error.clone())).is_ok() {
+        // A code we know, in a body that did not parse: not the protocol.
+        return Some(Error::InvalidResponse(format!(
+            "a {} error body that does not parse",
+            b.error
+        )));
+    }
+    Some(Error::UnknownErrorCode {
+        code: b.error,
+        status: status.as_u16(),
+        message: b.message,
+    })
 }
 
 fn classify(status: StatusCode, retry_after: Option<Duration>, body: Bytes) -> Outcome {
@@ -164,6 +332,13 @@ fn classify(status: StatusCode, retry_after: Option<Duration>, body: Bytes) -> O
     }
     let parsed = serde_json::from_slice::<ErrorBody>(&body).ok();
     let Some(parsed) = parsed else {
+        if let Some(e) = unknown_error(status, &body) {
+            return if status == StatusCode::SERVICE_UNAVAILABLE {
+                Outcome::Backoff(e, false)
+            } else {
+                Outcome::Done(Err(e))
+            };
+        }
         if status.is_server_error() {
             let e = Error::Upstream {
                 status: status.as_u16(),
@@ -223,13 +398,60 @@ async fn read_capped(mut resp: reqwest::Response) -> Result<Bytes, Error> {
                 out.extend_from_slice(&c);
             }
             Ok(None) => return Ok(out.freeze()),
-            Err(e) => return Err(Error::Network(error_chain(&e))),
+            Err(e) => return Err(network_error(&e)),
         }
     }
 }
 
+/// The one mapping from a reqwest failure to a typed error (the table in the module doc).
+/// `reached_cell` is the attempt's own; the transport ORs in earlier attempts.
+pub fn network_error(e: &reqwest::Error) -> Error {
+    let detail = error_chain(e);
+    if e.is_builder() {
+        return Error::InvalidInput(detail);
+    }
+    let kind = if e.is_connect() {
+        if has_tls_error(e) {
+            NetworkErrorKind::Tls
+        } else if e.is_timeout() {
+            NetworkErrorKind::TimeoutBeforeSend
+        } else {
+            NetworkErrorKind::Connect
+        }
+    } else if e.is_timeout() {
+        NetworkErrorKind::TimeoutAfterSend
+    } else {
+        NetworkErrorKind::Interrupted
+    };
+    Error::Network {
+        kind,
+        reached_cell: kind.may_have_reached_cell(),
+        detail,
+    }
+}
+
+/// Whether a rustls error is in the chain. tokio-rustls wraps it in an `io::Error` (which the
+/// connector wraps in another), and an `io::Error`'s `source()` skips the error it wraps, so
+/// wrapped errors are unwrapped with `get_ref` as well.
+fn has_tls_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if c.is::<rustls::Error>() {
+            return true;
+        }
+        cur = match c
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner),
+            None => c.source(),
+        };
+    }
+    false
+}
+
 /// An error with its sources, on one line (reqwest's own Display hides the cause).
-fn error_chain(e: &dyn std::error::Error) -> String {
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -288,6 +510,78 @@ mod tests {
                 body(ErrorCode::SessionRevoked)
             ),
             Outcome::Done(Err(Error::SessionRevoked))
+        ));
+    }
+
+    #[test]
+    fn an_unknown_code_is_the_fallback_and_other_bodies_are_not_guessed_at() {
+        let json = |v: serde_json::Value| Bytes::from(serde_json::to_vec(&v).unwrap());
+        let newer = json(
+            serde_json::json!({"error": "QUOTA_EXCEEDED_V2", "message": "m",
+            "some_new_field": [1, 2]}),
+        );
+        match classify(StatusCode::FORBIDDEN, None, newer.clone()) {
+            Outcome::Done(Err(Error::UnknownErrorCode {
+                code,
+                status,
+                message,
+            })) => {
+                assert_eq!(
+                    (code.as_str(), status, message.as_str()),
+                    ("QUOTA_EXCEEDED_V2", 403, "m")
+                )
+            }
+            _ => panic!("not the fallback"),
+        }
+        // a 503 with an unknown code is retried like any 503
+        assert!(matches!(
+            classify(StatusCode::SERVICE_UNAVAILABLE, None, newer),
+            Outcome::Backoff(Error::UnknownErrorCode { status: 503, .. }, false)
+        ));
+        // not shaped like a Cellbind code: an answer for the app, as before
+        for body in [
+            serde_json::json!({"error": "not found", "message": "m"}),
+            serde_json::json!({"error": "NOT_OURS"}),
+            serde_json::json!({"error": 7, "message": "m"}),
+        ] {
+            assert!(matches!(
+                classify(StatusCode::NOT_FOUND, None, json(body)),
+                Outcome::Done(Ok(Response { status: 404, .. }))
+            ));
+        }
+        // a code we know in a body that does not parse is not the protocol
+        let broken = json(serde_json::json!({"error": "WRONG_CELL", "message": "m",
+            "owner_cell": "NOT A CELL ID"}));
+        assert!(matches!(
+            classify(StatusCode::CONFLICT, None, broken),
+            Outcome::Done(Err(Error::InvalidResponse(_)))
+        ));
+    }
+
+    #[test]
+    fn only_failures_before_sending_say_the_cell_never_saw_it() {
+        use NetworkErrorKind as K;
+        for (kind, reached) in [
+            (K::Connect, false),
+            (K::Tls, false),
+            (K::TimeoutBeforeSend, false),
+            (K::TimeoutAfterSend, true),
+            (K::Interrupted, true),
+        ] {
+            assert_eq!(kind.may_have_reached_cell(), reached, "{kind}");
+        }
+        let e = Error::Network {
+            kind: K::Connect,
+            reached_cell: false,
+            detail: "refused".into(),
+        };
+        assert!(matches!(
+            e.reached_earlier(true),
+            Error::Network {
+                kind: K::Connect,
+                reached_cell: true,
+                ..
+            }
         ));
     }
 }

@@ -432,7 +432,17 @@ async fn restore_with_the_network_off(
     assert_eq!(c.restore().unwrap().as_ref(), Some(expected));
     assert_eq!(c.session().as_ref(), Some(expected));
     let e = c.request(Method::GET, ROUTES, None).await.unwrap_err();
-    assert!(matches!(e, Error::Network(_)), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::Network {
+                kind: cellbind_sdk::NetworkErrorKind::Connect,
+                reached_cell: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(
         c.session().as_ref(),
         Some(expected),

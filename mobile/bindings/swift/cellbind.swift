@@ -487,6 +487,22 @@ fileprivate struct FfiConverterUInt16: FfiConverterPrimitive {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterUInt32: FfiConverterPrimitive {
+    typealias FfiType = UInt32
+    typealias SwiftType = UInt32
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> UInt32 {
+        return try lift(readInt(&buf))
+    }
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterUInt64: FfiConverterPrimitive {
     typealias FfiType = UInt64
     typealias SwiftType = UInt64
@@ -611,6 +627,12 @@ public protocol CellbindClientProtocol: AnyObject, Sendable {
      * Loads the saved session from the store (no network).
      */
     func restore() throws  -> SessionInfo?
+    
+    /**
+     * Sends a request with query parameters, headers, a body of any content type and an
+     * optional idempotency key of the caller's own to the session's cell.
+     */
+    func send(request: Request) async throws  -> Response
     
     /**
      * The current session, if any.
@@ -749,6 +771,26 @@ open func restore()throws  -> SessionInfo?  {
 }
     
     /**
+     * Sends a request with query parameters, headers, a body of any content type and an
+     * optional idempotency key of the caller's own to the session's cell.
+     */
+open func send(request: Request)async throws  -> Response  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_cellbind_mobile_fn_method_cellbindclient_send(
+                        self.uniffiCloneHandle(),FfiConverterTypeRequest_lower(request)
+                )
+            },
+            pollFunc: ffi_cellbind_mobile_rust_future_poll_rust_buffer,
+            completeFunc: ffi_cellbind_mobile_rust_future_complete_rust_buffer,
+            freeFunc: ffi_cellbind_mobile_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeResponse_lift,
+            errorHandler: FfiConverterTypeCellbindError_lift
+        )
+}
+    
+    /**
      * The current session, if any.
      */
 open func session() -> SessionInfo?  {
@@ -842,6 +884,217 @@ public func FfiConverterTypeCellbindClient_lift(_ handle: UInt64) throws -> Cell
 #endif
 public func FfiConverterTypeCellbindClient_lower(_ value: CellbindClient) -> UInt64 {
     return FfiConverterTypeCellbindClient.lower(value)
+}
+
+
+
+
+
+
+/**
+ * Told about every call the client makes to a cell, once, with its final outcome after the
+ * SDK's retries (so an app can graph failures before a cell apart from failures inside it).
+ * An error thrown here is ignored: it never fails a request. Keep it quick: it runs before
+ * the request's result is delivered.
+ */
+public protocol RequestObserver: AnyObject, Sendable {
+    
+    func onRequest(event: RequestEvent) throws 
+    
+}
+/**
+ * Told about every call the client makes to a cell, once, with its final outcome after the
+ * SDK's retries (so an app can graph failures before a cell apart from failures inside it).
+ * An error thrown here is ignored: it never fails a request. Keep it quick: it runs before
+ * the request's result is delivered.
+ */
+open class RequestObserverImpl: RequestObserver, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_cellbind_mobile_fn_clone_requestobserver(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_cellbind_mobile_fn_free_requestobserver(handle, $0) }
+    }
+
+    
+
+    
+open func onRequest(event: RequestEvent)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_requestobserver_on_request(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeRequestEvent_lower(event),uniffiCallStatus
+    )
+}
+}
+    
+
+    
+}
+
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceRequestObserver {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // Store the vtable directly.
+    static let vtable: UniffiVTableCallbackInterfaceRequestObserver = UniffiVTableCallbackInterfaceRequestObserver(
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            do {
+                try FfiConverterTypeRequestObserver.handleMap.remove(handle: uniffiHandle)
+            } catch {
+                print("Uniffi callback interface RequestObserver: handle missing in uniffiFree")
+            }
+        },
+        uniffiClone: { (uniffiHandle: UInt64) -> UInt64 in
+            do {
+                return try FfiConverterTypeRequestObserver.handleMap.clone(handle: uniffiHandle)
+            } catch {
+                fatalError("Uniffi callback interface RequestObserver: handle missing in uniffiClone")
+            }
+        },
+        onRequest: { (
+            uniffiHandle: UInt64,
+            event: RustBuffer,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeRequestObserver.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.onRequest(
+                     event: try FfiConverterTypeRequestEvent_lift(event)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeCellbindError_lower
+            )
+        }
+    )
+
+    // Rust stores this pointer for future callback invocations, so it must live
+    // for the process lifetime (not just for the init function call).
+    //
+    // `nonisolated(unsafe)` is needed under Swift 6 strict concurrency.
+    // This is safe because the pointee is initialized once during static init
+    // and never mutated by either side of the FFI.  Its fields are C function pointers.
+    nonisolated(unsafe) static let vtablePtr: UnsafePointer<UniffiVTableCallbackInterfaceRequestObserver> = {
+        let ptr = UnsafeMutablePointer<UniffiVTableCallbackInterfaceRequestObserver>.allocate(capacity: 1)
+        ptr.initialize(to: vtable)
+        return UnsafePointer(ptr)
+    }()
+}
+
+private func uniffiCallbackInitRequestObserver() {
+    uniffi_cellbind_mobile_fn_init_callback_vtable_requestobserver(UniffiCallbackInterfaceRequestObserver.vtablePtr)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRequestObserver: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<RequestObserver>()
+
+    typealias FfiType = UInt64
+    typealias SwiftType = RequestObserver
+
+    public static func lift(_ handle: UInt64) throws -> RequestObserver {
+        if ((handle & 1) == 0) {
+            // Rust-generated handle, construct a new class that uses the handle to implement the
+            // interface
+            return RequestObserverImpl(unsafeFromHandle: handle)
+        } else {
+            // Swift-generated handle, get the object from the handle map
+            return try handleMap.remove(handle: handle)
+        }
+    }
+
+    public static func lower(_ value: RequestObserver) -> UInt64 {
+         if let rustImpl = value as? RequestObserverImpl {
+             // Rust-implemented object.  Clone the handle and return it
+            return rustImpl.uniffiCloneHandle()
+         } else {
+            // Swift object, generate a new vtable handle and return that.
+            return handleMap.insert(obj: value)
+         }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RequestObserver {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: RequestObserver, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestObserver_lift(_ handle: UInt64) throws -> RequestObserver {
+    return try FfiConverterTypeRequestObserver.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestObserver_lower(_ value: RequestObserver) -> UInt64 {
+    return FfiConverterTypeRequestObserver.lower(value)
 }
 
 
@@ -1156,6 +1409,10 @@ public struct CellbindConfig {
      */
     public var extraCaPem: String?
     public var store: SessionStore
+    /**
+     * Optional: told about every call to a cell.
+     */
+    public var observer: RequestObserver?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1168,11 +1425,15 @@ public struct CellbindConfig {
          */mapPublicKey: String, 
         /**
          * CA certificate(s) to trust instead of the built-in roots (dev fleets), PEM.
-         */extraCaPem: String?, store: SessionStore) {
+         */extraCaPem: String?, store: SessionStore, 
+        /**
+         * Optional: told about every call to a cell.
+         */observer: RequestObserver? = nil) {
         self.map = map
         self.mapPublicKey = mapPublicKey
         self.extraCaPem = extraCaPem
         self.store = store
+        self.observer = observer
     }
 
     
@@ -1194,7 +1455,8 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
                 map: FfiConverterData.read(from: &buf), 
                 mapPublicKey: FfiConverterString.read(from: &buf), 
                 extraCaPem: FfiConverterOptionString.read(from: &buf), 
-                store: FfiConverterTypeSessionStore.read(from: &buf)
+                store: FfiConverterTypeSessionStore.read(from: &buf), 
+                observer: FfiConverterOptionTypeRequestObserver.read(from: &buf)
         )
     }
 
@@ -1203,6 +1465,7 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
         FfiConverterString.write(value.mapPublicKey, into: &buf)
         FfiConverterOptionString.write(value.extraCaPem, into: &buf)
         FfiConverterTypeSessionStore.write(value.store, into: &buf)
+        FfiConverterOptionTypeRequestObserver.write(value.observer, into: &buf)
     }
 }
 
@@ -1219,6 +1482,332 @@ public func FfiConverterTypeCellbindConfig_lift(_ buf: RustBuffer) throws -> Cel
 #endif
 public func FfiConverterTypeCellbindConfig_lower(_ value: CellbindConfig) -> RustBuffer {
     return FfiConverterTypeCellbindConfig.lower(value)
+}
+
+
+/**
+ * An extra request header. The SDK's own (`Authorization`, `Cookie`, `Host`,
+ * `Idempotency-Key`, `Content-Type`, `Content-Length`, `User-Agent`, `X-Cellbind-*`) and
+ * hop-by-hop headers are refused with `InvalidInput`.
+ */
+public struct Header: Equatable, Hashable {
+    public var name: String
+    public var value: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Header: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeHeader: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Header {
+        return
+            try Header(
+                name: FfiConverterString.read(from: &buf), 
+                value: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Header, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterString.write(value.value, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeHeader_lift(_ buf: RustBuffer) throws -> Header {
+    return try FfiConverterTypeHeader.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeHeader_lower(_ value: Header) -> RustBuffer {
+    return FfiConverterTypeHeader.lower(value)
+}
+
+
+/**
+ * A query parameter, unencoded (the SDK percent-encodes it).
+ */
+public struct QueryParam: Equatable, Hashable {
+    public var name: String
+    public var value: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension QueryParam: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeQueryParam: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> QueryParam {
+        return
+            try QueryParam(
+                name: FfiConverterString.read(from: &buf), 
+                value: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: QueryParam, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterString.write(value.value, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeQueryParam_lift(_ buf: RustBuffer) throws -> QueryParam {
+    return try FfiConverterTypeQueryParam.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeQueryParam_lower(_ value: QueryParam) -> RustBuffer {
+    return FfiConverterTypeQueryParam.lower(value)
+}
+
+
+/**
+ * A request to the session's cell.
+ */
+public struct Request: Equatable, Hashable {
+    /**
+     * e.g. "GET", "POST".
+     */
+    public var method: String
+    /**
+     * e.g. "/api/jobs/j-1/complete": no query (use `query`), no `.`/`..` segments.
+     */
+    public var path: String
+    public var query: [QueryParam]
+    public var headers: [Header]
+    public var body: Data?
+    /**
+     * The body's content type; `application/json` when there is a body and this is absent.
+     */
+    public var contentType: String?
+    /**
+     * The caller's idempotency key (1–128 of `A-Z a-z 0-9 - _ . : ~`), sent as it is on every
+     * attempt. Without one, every write gets a random key for this call only: give your own to
+     * retry a write safely after a `Network` error with `reached_cell` true.
+     */
+    public var idempotencyKey: String?
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * e.g. "GET", "POST".
+         */method: String, 
+        /**
+         * e.g. "/api/jobs/j-1/complete": no query (use `query`), no `.`/`..` segments.
+         */path: String, query: [QueryParam] = [], headers: [Header] = [], body: Data? = nil, 
+        /**
+         * The body's content type; `application/json` when there is a body and this is absent.
+         */contentType: String? = nil, 
+        /**
+         * The caller's idempotency key (1–128 of `A-Z a-z 0-9 - _ . : ~`), sent as it is on every
+         * attempt. Without one, every write gets a random key for this call only: give your own to
+         * retry a write safely after a `Network` error with `reached_cell` true.
+         */idempotencyKey: String? = nil) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.contentType = contentType
+        self.idempotencyKey = idempotencyKey
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Request: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRequest: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Request {
+        return
+            try Request(
+                method: FfiConverterString.read(from: &buf), 
+                path: FfiConverterString.read(from: &buf), 
+                query: FfiConverterSequenceTypeQueryParam.read(from: &buf), 
+                headers: FfiConverterSequenceTypeHeader.read(from: &buf), 
+                body: FfiConverterOptionData.read(from: &buf), 
+                contentType: FfiConverterOptionString.read(from: &buf), 
+                idempotencyKey: FfiConverterOptionString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Request, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.method, into: &buf)
+        FfiConverterString.write(value.path, into: &buf)
+        FfiConverterSequenceTypeQueryParam.write(value.query, into: &buf)
+        FfiConverterSequenceTypeHeader.write(value.headers, into: &buf)
+        FfiConverterOptionData.write(value.body, into: &buf)
+        FfiConverterOptionString.write(value.contentType, into: &buf)
+        FfiConverterOptionString.write(value.idempotencyKey, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequest_lift(_ buf: RustBuffer) throws -> Request {
+    return try FfiConverterTypeRequest.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequest_lower(_ value: Request) -> RustBuffer {
+    return FfiConverterTypeRequest.lower(value)
+}
+
+
+/**
+ * One call to a cell, after the SDK's retries. No token, header, body or query.
+ */
+public struct RequestEvent: Equatable, Hashable {
+    public var cellId: String
+    public var method: String
+    /**
+     * The path, without the query.
+     */
+    public var path: String
+    public var outcome: RequestOutcome
+    /**
+     * The last attempt's HTTP status, when an answer came.
+     */
+    public var status: UInt16?
+    /**
+     * Whether any attempt may have been received by the cell.
+     */
+    public var reachedCell: Bool
+    public var attempts: UInt32
+    /**
+     * From the first attempt to the outcome, retry waits included.
+     */
+    public var durationMs: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(cellId: String, method: String, 
+        /**
+         * The path, without the query.
+         */path: String, outcome: RequestOutcome, 
+        /**
+         * The last attempt's HTTP status, when an answer came.
+         */status: UInt16?, 
+        /**
+         * Whether any attempt may have been received by the cell.
+         */reachedCell: Bool, attempts: UInt32, 
+        /**
+         * From the first attempt to the outcome, retry waits included.
+         */durationMs: UInt64) {
+        self.cellId = cellId
+        self.method = method
+        self.path = path
+        self.outcome = outcome
+        self.status = status
+        self.reachedCell = reachedCell
+        self.attempts = attempts
+        self.durationMs = durationMs
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension RequestEvent: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRequestEvent: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RequestEvent {
+        return
+            try RequestEvent(
+                cellId: FfiConverterString.read(from: &buf), 
+                method: FfiConverterString.read(from: &buf), 
+                path: FfiConverterString.read(from: &buf), 
+                outcome: FfiConverterTypeRequestOutcome.read(from: &buf), 
+                status: FfiConverterOptionUInt16.read(from: &buf), 
+                reachedCell: FfiConverterBool.read(from: &buf), 
+                attempts: FfiConverterUInt32.read(from: &buf), 
+                durationMs: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: RequestEvent, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.cellId, into: &buf)
+        FfiConverterString.write(value.method, into: &buf)
+        FfiConverterString.write(value.path, into: &buf)
+        FfiConverterTypeRequestOutcome.write(value.outcome, into: &buf)
+        FfiConverterOptionUInt16.write(value.status, into: &buf)
+        FfiConverterBool.write(value.reachedCell, into: &buf)
+        FfiConverterUInt32.write(value.attempts, into: &buf)
+        FfiConverterUInt64.write(value.durationMs, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestEvent_lift(_ buf: RustBuffer) throws -> RequestEvent {
+    return try FfiConverterTypeRequestEvent.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestEvent_lower(_ value: RequestEvent) -> RustBuffer {
+    return FfiConverterTypeRequestEvent.lower(value)
 }
 
 
@@ -1413,7 +2002,16 @@ enum CellbindError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError 
      */
     case UntrustedRedirect(detail: String
     )
-    case Network(detail: String
+    /**
+     * No complete answer from the cell. `reached_cell` false: the request certainly had no
+     * effect; true: a write may have been applied (retry it with the same idempotency key).
+     */
+    case Network(kind: NetworkErrorKind, reachedCell: Bool, detail: String
+    )
+    /**
+     * An error code this library does not know (a newer server): the one fallback.
+     */
+    case UnknownErrorCode(code: String, status: UInt16, detail: String
     )
     case InvalidResponse(detail: String
     )
@@ -1525,24 +2123,31 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             detail: try FfiConverterString.read(from: &buf)
             )
         case 21: return .Network(
+            kind: try FfiConverterTypeNetworkErrorKind.read(from: &buf), 
+            reachedCell: try FfiConverterBool.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 22: return .InvalidResponse(
+        case 22: return .UnknownErrorCode(
+            code: try FfiConverterString.read(from: &buf), 
+            status: try FfiConverterUInt16.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 23: return .MapRefused(
+        case 23: return .InvalidResponse(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 24: return .Store(
+        case 24: return .MapRefused(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 25: return .Config(
+        case 25: return .Store(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 26: return .InvalidInput(
+        case 26: return .Config(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 27: return .SignInRequired(
+        case 27: return .InvalidInput(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 28: return .SignInRequired(
             detail: try FfiConverterString.read(from: &buf)
             )
 
@@ -1662,38 +2267,47 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Network(detail):
+        case let .Network(kind,reachedCell,detail):
             writeInt(&buf, Int32(21))
+            FfiConverterTypeNetworkErrorKind.write(kind, into: &buf)
+            FfiConverterBool.write(reachedCell, into: &buf)
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .UnknownErrorCode(code,status,detail):
+            writeInt(&buf, Int32(22))
+            FfiConverterString.write(code, into: &buf)
+            FfiConverterUInt16.write(status, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .InvalidResponse(detail):
-            writeInt(&buf, Int32(22))
-            FfiConverterString.write(detail, into: &buf)
-            
-        
-        case let .MapRefused(detail):
             writeInt(&buf, Int32(23))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Store(detail):
+        case let .MapRefused(detail):
             writeInt(&buf, Int32(24))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Config(detail):
+        case let .Store(detail):
             writeInt(&buf, Int32(25))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .InvalidInput(detail):
+        case let .Config(detail):
             writeInt(&buf, Int32(26))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .SignInRequired(detail):
+        case let .InvalidInput(detail):
             writeInt(&buf, Int32(27))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .SignInRequired(detail):
+            writeInt(&buf, Int32(28))
             FfiConverterString.write(detail, into: &buf)
             
         }
@@ -1713,6 +2327,227 @@ public func FfiConverterTypeCellbindError_lift(_ buf: RustBuffer) throws -> Cell
 #endif
 public func FfiConverterTypeCellbindError_lower(_ value: CellbindError) -> RustBuffer {
     return FfiConverterTypeCellbindError.lower(value)
+}
+
+
+/**
+ * Why a request got no complete answer. `Connect`, `Tls` and `TimeoutBeforeSend` mean the
+ * cell never saw the attempt; `TimeoutAfterSend` and `Interrupted` mean it may have.
+ */
+
+public enum NetworkErrorKind: Equatable, Hashable {
+    
+    /**
+     * DNS failure, connection refused, host or network unreachable.
+     */
+    case connect
+    /**
+     * The TLS handshake failed (certificate not trusted, protocol error).
+     */
+    case tls
+    /**
+     * No connection within the connect timeout.
+     */
+    case timeoutBeforeSend
+    /**
+     * Sent (or maybe sent), no answer within the request timeout.
+     */
+    case timeoutAfterSend
+    /**
+     * The connection broke after sending or while reading the answer.
+     */
+    case interrupted
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension NetworkErrorKind: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeNetworkErrorKind: FfiConverterRustBuffer {
+    typealias SwiftType = NetworkErrorKind
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> NetworkErrorKind {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .connect
+        
+        case 2: return .tls
+        
+        case 3: return .timeoutBeforeSend
+        
+        case 4: return .timeoutAfterSend
+        
+        case 5: return .interrupted
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: NetworkErrorKind, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .connect:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .tls:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .timeoutBeforeSend:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .timeoutAfterSend:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .interrupted:
+            writeInt(&buf, Int32(5))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeNetworkErrorKind_lift(_ buf: RustBuffer) throws -> NetworkErrorKind {
+    return try FfiConverterTypeNetworkErrorKind.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeNetworkErrorKind_lower(_ value: NetworkErrorKind) -> RustBuffer {
+    return FfiConverterTypeNetworkErrorKind.lower(value)
+}
+
+
+
+/**
+ * How a call to a cell ended.
+ */
+
+public enum RequestOutcome: Equatable, Hashable {
+    
+    /**
+     * An answer with a status below 400.
+     */
+    case answered
+    /**
+     * An answer with a status of 400 or more; `code` is its Cellbind error code, if any.
+     */
+    case refused(code: String?
+    )
+    /**
+     * No complete answer.
+     */
+    case network(kind: NetworkErrorKind
+    )
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension RequestOutcome: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRequestOutcome: FfiConverterRustBuffer {
+    typealias SwiftType = RequestOutcome
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RequestOutcome {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .answered
+        
+        case 2: return .refused(code: try FfiConverterOptionString.read(from: &buf)
+        )
+        
+        case 3: return .network(kind: try FfiConverterTypeNetworkErrorKind.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: RequestOutcome, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .answered:
+            writeInt(&buf, Int32(1))
+        
+        
+        case let .refused(code):
+            writeInt(&buf, Int32(2))
+            FfiConverterOptionString.write(code, into: &buf)
+            
+        
+        case let .network(kind):
+            writeInt(&buf, Int32(3))
+            FfiConverterTypeNetworkErrorKind.write(kind, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestOutcome_lift(_ buf: RustBuffer) throws -> RequestOutcome {
+    return try FfiConverterTypeRequestOutcome.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRequestOutcome_lower(_ value: RequestOutcome) -> RustBuffer {
+    return FfiConverterTypeRequestOutcome.lower(value)
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionUInt16: FfiConverterRustBuffer {
+    typealias SwiftType = UInt16?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterUInt16.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterUInt16.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
 }
 
 #if swift(>=5.8)
@@ -1790,6 +2625,30 @@ fileprivate struct FfiConverterOptionData: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeRequestObserver: FfiConverterRustBuffer {
+    typealias SwiftType = RequestObserver?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeRequestObserver.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeRequestObserver.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeSessionInfo: FfiConverterRustBuffer {
     typealias SwiftType = SessionInfo?
 
@@ -1808,6 +2667,56 @@ fileprivate struct FfiConverterOptionTypeSessionInfo: FfiConverterRustBuffer {
         case 1: return try FfiConverterTypeSessionInfo.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeHeader: FfiConverterRustBuffer {
+    typealias SwiftType = [Header]
+
+    public static func write(_ value: [Header], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeHeader.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [Header] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [Header]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeHeader.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeQueryParam: FfiConverterRustBuffer {
+    typealias SwiftType = [QueryParam]
+
+    public static func write(_ value: [QueryParam], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeQueryParam.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [QueryParam] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [QueryParam]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeQueryParam.read(from: &buf))
+        }
+        return seq
     }
 }
 private let UNIFFI_RUST_FUTURE_POLL_READY: Int8 = 0
@@ -1883,6 +2792,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_restore() != 32648) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_send() != 38265) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_session() != 50753) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -1890,6 +2802,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out() != 49286) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_requestobserver_on_request() != 51933) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_method_sessionstore_load() != 6854) {
@@ -1905,6 +2820,7 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitRequestObserver()
     uniffiCallbackInitSessionStore()
     return InitializationResult.ok
 }()

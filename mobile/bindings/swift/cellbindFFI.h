@@ -243,6 +243,13 @@ typedef void (*UniffiForeignFutureCompleteVoid)(uint64_t, UniffiForeignFutureRes
     );
 
 #endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_REQUEST_OBSERVER_METHOD0
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_REQUEST_OBSERVER_METHOD0
+typedef void (*UniffiCallbackInterfaceRequestObserverMethod0)(uint64_t, RustBuffer, void* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD0
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD0
 typedef void (*UniffiCallbackInterfaceSessionStoreMethod0)(uint64_t, RustBuffer* _Nonnull, 
@@ -262,6 +269,15 @@ typedef void (*UniffiCallbackInterfaceSessionStoreMethod1)(uint64_t, RustBuffer,
 typedef void (*UniffiCallbackInterfaceSessionStoreMethod2)(uint64_t, void* _Nonnull, 
         RustCallStatus *_Nonnull uniffiCallStatus
     );
+
+#endif
+#ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_REQUEST_OBSERVER
+#define UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_REQUEST_OBSERVER
+typedef struct UniffiVTableCallbackInterfaceRequestObserver {
+    UniffiCallbackInterfaceFree _Nonnull uniffiFree;
+    UniffiCallbackInterfaceClone _Nonnull uniffiClone;
+    UniffiCallbackInterfaceRequestObserverMethod0 _Nonnull onRequest;
+} UniffiVTableCallbackInterfaceRequestObserver;
 
 #endif
 #ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_SESSION_STORE
@@ -305,6 +321,11 @@ uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_request(uint64_t ptr, R
 RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_restore(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SEND
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SEND
+uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_send(uint64_t ptr, RustBuffer request
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SESSION
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SESSION
 RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_session(uint64_t ptr, RustCallStatus *_Nonnull out_status
@@ -318,6 +339,26 @@ uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_sign_in(uint64_t ptr, R
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SIGN_OUT
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SIGN_OUT
 uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_sign_out(uint64_t ptr
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_REQUESTOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_REQUESTOBSERVER
+uint64_t uniffi_cellbind_mobile_fn_clone_requestobserver(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_REQUESTOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_REQUESTOBSERVER
+void uniffi_cellbind_mobile_fn_free_requestobserver(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_REQUESTOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_REQUESTOBSERVER
+void uniffi_cellbind_mobile_fn_init_callback_vtable_requestobserver(const UniffiVTableCallbackInterfaceRequestObserver* _Nonnull vtable
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_REQUESTOBSERVER_ON_REQUEST
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_REQUESTOBSERVER_ON_REQUEST
+void uniffi_cellbind_mobile_fn_method_requestobserver_on_request(uint64_t ptr, RustBuffer event, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_SESSIONSTORE
@@ -628,6 +669,12 @@ uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_restore(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SEND
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SEND
+uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_send(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SESSION
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SESSION
 uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_session(void
@@ -643,6 +690,12 @@ uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_in(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SIGN_OUT
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SIGN_OUT
 uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_REQUESTOBSERVER_ON_REQUEST
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_REQUESTOBSERVER_ON_REQUEST
+uint16_t uniffi_cellbind_mobile_checksum_method_requestobserver_on_request(void
     
 );
 #endif

@@ -254,7 +254,16 @@ async fn connection_errors_surface_as_network_after_retries() {
         .request(Method::GET, "/api/routes/today", None)
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::Network(_)), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::Network {
+                kind: crate::NetworkErrorKind::Connect,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(c.session().is_some(), "a network error keeps the session");
 }
 
@@ -646,10 +655,360 @@ async fn a_client_without_the_dev_ca_does_not_trust_the_cells() {
     let f = FakeFleet::start(1).await;
     f.cells[0].accept_sign_in(NOW + 30 * DAY);
     let map = f.map(1, &[]);
+    let (events, observer) = recorder();
     let c = Client::builder(map.to_json().unwrap(), f.map_key.public_key())
         .retry_policy(crate::testing::fast_retries())
+        .observer(observer)
         .build()
         .unwrap();
-    assert!(matches!(sign_in(&c).await, Err(Error::Network(_))));
+    let e = sign_in(&c).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Network {
+                kind: crate::NetworkErrorKind::Tls,
+                reached_cell: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(f.cells[0].hits(SIGN_IN).len(), 0);
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].attempts, 1, "a TLS failure is not retried");
+    assert_eq!(events[0].status, None);
+}
+
+/// An observer that records every event.
+fn recorder() -> (
+    Arc<std::sync::Mutex<Vec<crate::RequestEvent>>>,
+    Arc<dyn crate::RequestObserver>,
+) {
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let observer = move |e: &crate::RequestEvent| sink.lock().unwrap().push(e.clone());
+    (events, Arc::new(observer))
+}
+
+#[tokio::test]
+async fn send_carries_query_headers_body_and_the_callers_key_on_every_retry() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    let (c, _) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    f.cells[0].push(COMPLETE, Reply::error(ErrorCode::CellStateStale));
+    f.cells[0].always(COMPLETE, Reply::json(200, serde_json::json!({"ok": true})));
+    let r = c
+        .send(
+            crate::Request::post("/api/jobs/j-1/complete")
+                .query("note", "left at the gate & signed")
+                .query("v", "2")
+                .header("X-Request-Id", "r-17")
+                .body(b"done=1".to_vec(), "application/x-www-form-urlencoded")
+                .idempotency_key("job-j-1:complete"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let hits = f.cells[0].hits(COMPLETE);
+    assert_eq!(hits.len(), 2, "the 503 was retried");
+    for h in &hits {
+        assert_eq!(
+            h.query.as_deref(),
+            Some("note=left%20at%20the%20gate%20%26%20signed&v=2")
+        );
+        assert_eq!(h.headers["x-request-id"], "r-17");
+        assert_eq!(
+            h.headers["content-type"],
+            "application/x-www-form-urlencoded"
+        );
+        assert_eq!(h.body, b"done=1");
+        assert_eq!(h.bearer().as_deref(), Some("tok.sign.in"));
+        assert_eq!(
+            h.idempotency_key().as_deref(),
+            Some("job-j-1:complete"),
+            "the caller's key, as it is, on every attempt"
+        );
+    }
+    // the thin form still sends JSON with a key of the SDK's own
+    c.request(Method::POST, "/api/jobs/j-1/complete", Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    let last = f.cells[0].hits(COMPLETE).pop().unwrap();
+    assert_eq!(last.headers["content-type"], "application/json");
+    let key = last.idempotency_key().unwrap();
+    assert_ne!(key, "job-j-1:complete");
+    assert_eq!(key.len(), 22, "128 random bits, base64url");
+}
+
+#[tokio::test]
+async fn a_refused_header_path_or_key_sends_nothing() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::json(200, serde_json::json!({})));
+    let (events, observer) = recorder();
+    let c = f
+        .builder(&f.map(1, &[]))
+        .observer(observer)
+        .build()
+        .unwrap();
+    sign_in(&c).await.unwrap();
+    let before = f.cells[0].all_hits();
+    for r in [
+        crate::Request::get(ROUTES_PATH).header("Authorization", "Bearer someone-else"),
+        crate::Request::get(ROUTES_PATH).header("X-Cellbind-Subject", "c-1.admin"),
+        crate::Request::get(ROUTES_PATH).header("Connection", "close"),
+        crate::Request::get("/api/routes/today?date=2026-01-01"),
+        crate::Request::get("/api/../v1/sessions/current"),
+        crate::Request::post("/api/jobs/j-1/complete").idempotency_key("not a key"),
+    ] {
+        let shown = format!("{r:?}");
+        assert!(
+            matches!(c.send(r).await, Err(Error::InvalidInput(_))),
+            "{shown}"
+        );
+    }
+    assert_eq!(f.cells[0].all_hits(), before, "nothing was sent");
+    assert_eq!(
+        events.lock().unwrap().len(),
+        1,
+        "only the sign-in was a call"
+    );
+}
+
+const ROUTES_PATH: &str = "/api/routes/today";
+
+#[tokio::test]
+async fn a_refused_connection_is_connect_and_never_reached_the_cell() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].handle.shutdown();
+    eventually("the cell to stop", Duration::from_secs(5), || {
+        std::net::TcpStream::connect(f.cells[0].endpoint.trim_start_matches("https://")).is_err()
+    })
+    .await;
+    let (events, observer) = recorder();
+    let c = f
+        .builder(&f.map(1, &[]))
+        .observer(observer)
+        .build()
+        .unwrap();
+    let e = sign_in(&c).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Network {
+                kind: crate::NetworkErrorKind::Connect,
+                reached_cell: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("never reached the cell"), "{e}");
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    let ev = &events[0];
+    assert_eq!(
+        ev.outcome,
+        crate::RequestOutcome::Network {
+            kind: crate::NetworkErrorKind::Connect
+        }
+    );
+    assert!(!ev.reached_cell);
+    assert_eq!(ev.status, None);
+    assert_eq!(ev.attempts, 3, "nothing was sent, so it was retried");
+    assert_eq!(ev.cell_id, f.cells[0].id);
+}
+
+#[tokio::test]
+async fn a_cell_that_takes_the_request_and_never_answers_may_have_applied_it() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    // never answered: the gate gets no permit
+    f.cells[0].always(
+        COMPLETE,
+        Reply::json(200, serde_json::json!({})).gated(Arc::new(Semaphore::new(0))),
+    );
+    let c = f
+        .builder(&f.map(1, &[]))
+        .request_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    sign_in(&c).await.unwrap();
+    let e = c
+        .send(crate::Request::post("/api/jobs/j-1/complete").idempotency_key("k-1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Network {
+                kind: crate::NetworkErrorKind::TimeoutAfterSend,
+                reached_cell: true,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let hits = f.cells[0].hits(COMPLETE);
+    assert_eq!(hits.len(), 3, "a keyed write is retried");
+    assert!(
+        hits.iter()
+            .all(|h| h.idempotency_key().as_deref() == Some("k-1"))
+    );
+    assert!(c.session().is_some());
+}
+
+#[tokio::test]
+async fn an_unknown_error_code_from_a_newer_server_is_the_one_fallback() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].push(
+        ROUTES,
+        Reply::json(
+            422,
+            serde_json::json!({"error": "ROUTE_FROZEN_BY_DISPATCH", "message": "ask dispatch",
+                "frozen_until": 1_800_000_600u64}),
+        ),
+    );
+    let (events, observer) = recorder();
+    let (c, store) = {
+        let store = Arc::new(MemoryStore::new());
+        let c = f
+            .builder(&f.map(1, &[]))
+            .store(store.clone())
+            .observer(observer)
+            .build()
+            .unwrap();
+        (c, store)
+    };
+    sign_in(&c).await.unwrap();
+    let e = c.request(Method::GET, ROUTES_PATH, None).await.unwrap_err();
+    match &e {
+        Error::UnknownErrorCode {
+            code,
+            status,
+            message,
+        } => {
+            assert_eq!(code, "ROUTE_FROZEN_BY_DISPATCH");
+            assert_eq!(*status, 422);
+            assert_eq!(message, "ask dispatch");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(!e.ends_session());
+    assert!(store.load().unwrap().is_some(), "the session is kept");
+    let last = events.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        last.outcome,
+        crate::RequestOutcome::Refused {
+            code: Some("ROUTE_FROZEN_BY_DISPATCH".into())
+        }
+    );
+    assert_eq!(last.status, Some(422));
+}
+
+#[tokio::test]
+async fn the_observer_sees_each_call_once_with_its_final_outcome() {
+    let f = FakeFleet::start(1).await;
+    let cell = &f.cells[0];
+    cell.accept_sign_in(NOW + 30 * DAY);
+    cell.push(ROUTES, Reply::error(ErrorCode::CellStateStale));
+    cell.always(ROUTES, Reply::json(200, serde_json::json!({})));
+    cell.always(COMPLETE, Reply::error(ErrorCode::Forbidden));
+    let (events, observer) = recorder();
+    let c = f
+        .builder(&f.map(1, &[]))
+        .observer(observer)
+        .build()
+        .unwrap();
+    sign_in(&c).await.unwrap();
+    c.send(crate::Request::get(ROUTES_PATH).query("date", "2026-11-30"))
+        .await
+        .unwrap();
+    let e = c
+        .request(Method::POST, "/api/jobs/j-1/complete", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Rejected { .. }), "{e:?}");
+    let events = events.lock().unwrap().clone();
+    let summary: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                e.method.as_str().to_owned(),
+                e.path.clone(),
+                e.outcome.clone(),
+                e.status,
+                e.reached_cell,
+                e.attempts,
+            )
+        })
+        .collect();
+    type Row = (
+        String,
+        String,
+        crate::RequestOutcome,
+        Option<u16>,
+        bool,
+        u32,
+    );
+    let want: Vec<Row> = vec![
+        (
+            "POST".into(),
+            "/v1/sessions".into(),
+            crate::RequestOutcome::Answered,
+            Some(201),
+            true,
+            1,
+        ),
+        (
+            "GET".into(),
+            ROUTES_PATH.into(),
+            crate::RequestOutcome::Answered,
+            Some(200),
+            true,
+            2,
+        ),
+        (
+            "POST".into(),
+            "/api/jobs/j-1/complete".into(),
+            crate::RequestOutcome::Refused {
+                code: Some("FORBIDDEN".into()),
+            },
+            Some(403),
+            true,
+            1,
+        ),
+    ];
+    assert_eq!(summary, want);
+    assert!(events.iter().all(|e| e.cell_id == cell.id));
+    let shown = format!("{events:?}");
+    assert!(
+        !shown.contains("tok.sign.in") && !shown.contains("2026-11-30"),
+        "no token, no query: {shown}"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_observer_does_not_break_requests() {
+    let f = FakeFleet::start(1).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::json(200, serde_json::json!({})));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let observer = move |_: &crate::RequestEvent| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        panic!("observer bug");
+    };
+    let c = f
+        .builder(&f.map(1, &[]))
+        .observer(Arc::new(observer))
+        .build()
+        .unwrap();
+    sign_in(&c).await.unwrap();
+    let r = c.request(Method::GET, ROUTES_PATH, None).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

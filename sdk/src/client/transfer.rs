@@ -117,7 +117,7 @@ impl Client {
         // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
         let endpoint = endpoint_of(owner)?;
         let resp = self
-            .post_json(&endpoint, "/v1/sessions/rebind", &rebind, false)
+            .post_json(&owner.id, &endpoint, "/v1/sessions/rebind", &rebind, false)
             .await?;
         let fresh = session_from(&resp, &owner.id, endpoint, &session.info.contractor_id)?;
         if fresh.info.generation <= session.info.generation
