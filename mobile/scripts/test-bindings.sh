@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Generates the bindings and runs the Python and Kotlin binding tests against a running dev
-# fleet (`cellctl dev`).
+# fleet (`cellctl dev`). The Python tests run against the wheel (mobile/scripts/build-wheel.sh)
+# pip-installed into a fresh virtual environment, as an app developer would use it.
 #
 # usage: test-bindings.sh FLEET_JSON
-# Needs: python3, a JDK (17), JNA (Debian libjna-java; override with JNA_JAR), npm (the Kotlin
-# compiler is installed once into $CELLBIND_TOOLS_DIR, default $CARGO_TARGET_DIR/binding-tools).
+# Needs: python3 with venv, maturin 1.16.0, a JDK (17), JNA (Debian libjna-java; override with
+# JNA_JAR), npm (the Kotlin compiler is installed once into $CELLBIND_TOOLS_DIR, default
+# $CARGO_TARGET_DIR/binding-tools).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -24,8 +26,32 @@ mobile/scripts/build-bindings.sh "$out"
 
 status=0
 
-echo "== python"
-PYTHONPATH="$out/python" python3 mobile/tests/test_bindings.py "$fleet" || status=1
+# The Python tests use the wheel as an app developer would: pip-installed into a fresh venv.
+python_tests() {
+    local wheel_log="$out/build-wheel.log" venv="$out/venv" wheel
+    mobile/scripts/build-wheel.sh "$out/wheel" | tee "$wheel_log" || return 1
+    wheel="$(sed -n 's/^wheel: //p' "$wheel_log" | tail -n 1)"
+    [ -f "$wheel" ] || { echo "build-wheel.sh named no wheel" >&2; return 1; }
+    rm -rf "$venv"
+    python3 -m venv "$venv" || return 1
+    # the wheel has no dependencies: nothing is fetched
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+        "$wheel" || return 1
+    echo "installed $(basename "$wheel"); $(grep '^shipped library' "$wheel_log")"
+    # from outside the source tree, so that only the installed package can be imported
+    (cd "$venv" && "$venv/bin/python" - "$venv" <<'PY'
+import os, sys
+import cellbind
+where = os.path.realpath(cellbind.__file__)
+assert where.startswith(os.path.realpath(sys.argv[1]) + os.sep), f"cellbind imported from {where}"
+print(f"cellbind imported from the venv: {where}")
+PY
+    ) || return 1
+    "$venv/bin/python" mobile/tests/test_bindings.py "$fleet"
+}
+
+echo "== python (the wheel in a fresh venv)"
+python_tests || status=1
 
 echo "== kotlin"
 kdir="$tools/node_modules/kotlin-compiler"

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Binding tests of the `cellbind` Python module against a running dev fleet.
 
-Standard library only. Usage:
+Standard library only. Usage, with the `cellbind` wheel installed (pip) in the interpreter's
+environment:
 
-    PYTHONPATH=DIR python3 test_bindings.py FLEET_JSON
+    python3 test_bindings.py FLEET_JSON
 
-where DIR holds the generated `cellbind.py` next to `libcellbind_mobile.so`
-(mobile/scripts/test-bindings.sh does all of this).
+(mobile/scripts/test-bindings.sh builds the wheel, installs it into a fresh venv and runs this
+with the venv's Python.)
 """
 
 import asyncio
