@@ -214,18 +214,11 @@ impl Config {
                 "key_rotation_interval_s and map_poll_interval_ms must be positive".into(),
             ));
         }
-        if self.listen == self.internal_listen && self.listen.port() != 0 {
-            return Err(Error::Config(
-                "listen and internal_listen must be different addresses".into(),
-            ));
-        }
-        runtime::management::check_distinct(
-            self.management_listen,
-            &[
-                ("listen", self.listen),
-                ("internal_listen", self.internal_listen),
-            ],
-        )
+        runtime::config::distinct_listeners(&[
+            ("listen", self.listen),
+            ("internal_listen", self.internal_listen),
+            ("management_listen", self.management_listen),
+        ])
         .map_err(Error::Config)?;
         if self.control_plane_url.is_some()
             && (self.map_public_key.is_none() || self.ca_cert.is_none())

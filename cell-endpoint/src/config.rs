@@ -200,8 +200,11 @@ impl Config {
 
     /// Refuses a management listener on the public listener's address.
     pub fn validate(&self) -> Result<(), EdgeError> {
-        runtime::management::check_distinct(self.management_listen, &[("listen", self.listen)])
-            .map_err(EdgeError::Config)
+        runtime::config::distinct_listeners(&[
+            ("listen", self.listen),
+            ("management_listen", self.management_listen),
+        ])
+        .map_err(EdgeError::Config)
     }
 
     /// The settings the request path needs (the rest is for the binary's wiring). Fails on a

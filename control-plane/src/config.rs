@@ -95,8 +95,11 @@ impl Config {
     /// Refuses a configuration without cells, with a bucket count out of range, a zero
     /// publication interval or the management listener on the listener's address.
     pub fn validate(&self) -> Result<()> {
-        runtime::management::check_distinct(self.management_listen, &[("listen", self.listen)])
-            .map_err(CpError::Config)?;
+        runtime::config::distinct_listeners(&[
+            ("listen", self.listen),
+            ("management_listen", self.management_listen),
+        ])
+        .map_err(CpError::Config)?;
         if self.cells.is_empty() {
             return Err(CpError::Config("at least one cell is required".into()));
         }

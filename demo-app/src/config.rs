@@ -75,19 +75,11 @@ impl Config {
     /// Refuses settings that would serve the internal routes (or the management ones) where
     /// public traffic arrives.
     pub fn validate(&self) -> Result<()> {
-        if self.listen == self.internal_listen && self.listen.port() != 0 {
-            return Err(AppError::Config(format!(
-                "listen and internal_listen must differ (both are {})",
-                self.listen
-            )));
-        }
-        runtime::management::check_distinct(
-            self.management_listen,
-            &[
-                ("listen", self.listen),
-                ("internal_listen", self.internal_listen),
-            ],
-        )
+        runtime::config::distinct_listeners(&[
+            ("listen", self.listen),
+            ("internal_listen", self.internal_listen),
+            ("management_listen", self.management_listen),
+        ])
         .map_err(AppError::Config)
     }
 }

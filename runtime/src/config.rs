@@ -61,6 +61,19 @@ pub fn parse_str<T: DeserializeOwned + JsonSchema>(
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// Refuses two of a server's listeners on one address (port 0, any free port, never clashes):
+/// `listeners` names each one by its key, e.g. `[("listen", l), ("management_listen", m)]`.
+pub fn distinct_listeners(listeners: &[(&str, std::net::SocketAddr)]) -> Result<(), String> {
+    // Each one against those listed before it: the message names the later one first.
+    for (i, (key, addr)) in listeners.iter().enumerate() {
+        let earlier = listeners.get(..i).unwrap_or_default();
+        if let Some((other, _)) = earlier.iter().find(|(_, a)| a == addr && a.port() != 0) {
+            return Err(format!("{key} and {other} must differ (both are {addr})"));
+        }
+    }
+    Ok(())
+}
+
 /// Serde default of a `u64` field: `#[serde(default = "runtime::config::default_u64::<N>")]`.
 pub const fn default_u64<const N: u64>() -> u64 {
     N
@@ -532,5 +545,21 @@ mod tests {
             md.contains("| `endpoint` | string | required | Its endpoint. |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn no_two_listeners_share_an_address() {
+        let a: std::net::SocketAddr = "127.0.0.1:9101".parse().unwrap();
+        let b: std::net::SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert!(distinct_listeners(&[("listen", b), ("management_listen", a)]).is_ok());
+        let e = distinct_listeners(&[
+            ("listen", b),
+            ("internal_listen", a),
+            ("management_listen", b),
+        ])
+        .unwrap_err();
+        assert!(e.contains("management_listen and listen"), "{e}");
+        assert!(distinct_listeners(&[("listen", any), ("management_listen", any)]).is_ok());
     }
 }

@@ -138,20 +138,6 @@ impl ManagementListener {
     }
 }
 
-/// Refuses a management address equal to one of the server's other listeners (port 0, any
-/// free port, never clashes). `others` names each listener's key.
-pub fn check_distinct(management: SocketAddr, others: &[(&str, SocketAddr)]) -> Result<(), String> {
-    match others
-        .iter()
-        .find(|(_, a)| *a == management && a.port() != 0)
-    {
-        Some((key, a)) => Err(format!(
-            "management_listen and {key} must be different addresses (both are {a})"
-        )),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -218,16 +204,5 @@ mod tests {
             assert_eq!(status, 404, "{method} {path}");
             assert!(body.contains("NOT_FOUND"), "{body}");
         }
-    }
-
-    #[test]
-    fn the_management_address_must_differ_from_the_other_listeners() {
-        let a: SocketAddr = "127.0.0.1:9101".parse().unwrap();
-        let b: SocketAddr = "127.0.0.1:8443".parse().unwrap();
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        assert!(check_distinct(a, &[("listen", b)]).is_ok());
-        let e = check_distinct(b, &[("internal_listen", a), ("listen", b)]).unwrap_err();
-        assert!(e.contains("management_listen and listen"), "{e}");
-        assert!(check_distinct(any, &[("listen", any)]).is_ok());
     }
 }

@@ -691,14 +691,9 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
 
     // Signed in again once the clock is past `before` (a session issued in the revocation's own
     // second is revoked too), its route opens; then the contractor is moved to cell-02.
-    let unix_now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-    };
+    use protocol::time::Clock as _;
     let deadline = tokio::time::Instant::now() + DEADLINE;
-    while unix_now() < before {
+    while protocol::time::SystemClock.now() < before {
         assert!(tokio::time::Instant::now() < deadline, "the clock is stuck");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
