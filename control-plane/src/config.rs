@@ -34,6 +34,17 @@ pub struct CellConfig {
     pub endpoint: String,
     /// The cell's auth-service (admin API).
     pub auth_service_url: String,
+    /// A copy of the PEM certificate chain that the cell's edges serve; its first certificate
+    /// is the end-entity one. Read at every publication: the map pins its public key
+    /// (`tls_pins.current`), and clients refuse the cell if its certificate matches no pin.
+    pub tls_cert_file: PathBuf,
+    /// PEM certificate chain the cell's edge will serve next (a rotation), pinned as
+    /// `tls_pins.next` so that clients accept both. Read at every publication: write the new
+    /// certificate here, publish, wait until clients hold that map, then install it as
+    /// `tls_cert_file` and publish again. While it holds the served certificate, there is no
+    /// next pin. A named file that cannot be read fails the publication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_next_cert_file: Option<PathBuf>,
 }
 
 /// `cellbind-control-plane --config` (see docs/INTERNALS.md). Unknown keys are refused

@@ -3,18 +3,27 @@
 //! the control plane's key; written to the publish directory and served over HTTPS.
 //! A new version is minted only when the content changes; the same version is re-written on
 //! every periodic publication.
+//!
+//! The cells' TLS pins are computed from their certificate files (`tls_cert_file`,
+//! `tls_next_cert_file`) at every publication, so installing a next certificate (or swapping it
+//! in) and publishing yields a new map version without a client release. A file that cannot be
+//! read or holds no certificate fails the publication, naming the file; the map held stays
+//! published.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
-use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, bucket_of};
+use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, SpkiPin, TlsPins, bucket_of};
 use protocol::time::SharedClock;
 use protocol::token::SigningKey;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 use runtime::IoContext as _;
 use runtime::secret::write_atomic;
 
+use crate::config::CellConfig;
 use crate::error::{CpError, Result};
 use crate::metrics::{Metrics, Publication};
 use crate::store::Store;
@@ -40,7 +49,7 @@ pub struct Publisher {
 
 #[derive(Debug)]
 struct Inner {
-    cells: Vec<CellEntry>,
+    cells: Vec<CellConfig>,
     buckets: Vec<u16>,
     key: SigningKey,
     store: Arc<Mutex<Store>>,
@@ -55,7 +64,7 @@ struct Inner {
 
 impl Publisher {
     pub fn new(
-        cells: Vec<CellEntry>,
+        cells: Vec<CellConfig>,
         bucket_count: usize,
         key: SigningKey,
         store: Arc<Mutex<Store>>,
@@ -130,7 +139,40 @@ impl Publisher {
     }
 }
 
+/// The pin of the end-entity certificate (the first one) of a PEM chain file.
+pub fn pin_of_cert_file(path: &Path) -> Result<SpkiPin> {
+    let named = |why: String| CpError::Config(format!("TLS certificate {}: {why}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| named(e.to_string()))?;
+    let leaf = CertificateDer::pem_slice_iter(&pem)
+        .next()
+        .ok_or_else(|| named("holds no PEM certificate".into()))?
+        .map_err(|e| named(e.to_string()))?;
+    SpkiPin::of_certificate_der(&leaf).map_err(|e| named(e.to_string()))
+}
+
 impl Inner {
+    /// The map's cells, with pins read from their certificate files now.
+    fn cell_entries(&self) -> Result<Vec<CellEntry>> {
+        self.cells
+            .iter()
+            .map(|c| {
+                let current = pin_of_cert_file(&c.tls_cert_file)?;
+                let next = c
+                    .tls_next_cert_file
+                    .as_deref()
+                    .map(pin_of_cert_file)
+                    .transpose()?
+                    // a next file that holds the served certificate: no rotation under way
+                    .filter(|next| *next != current);
+                Ok(CellEntry {
+                    id: c.id.clone(),
+                    endpoint: c.endpoint.clone(),
+                    tls_pins: Some(TlsPins { current, next }),
+                })
+            })
+            .collect()
+    }
+
     fn overrides(
         &self,
         store: &Store,
@@ -155,12 +197,11 @@ impl Inner {
             .store
             .lock()
             .map_err(|_| CpError::Internal("store lock poisoned".into()))?;
+        let cells = self.cell_entries()?;
         let overrides = self.overrides(&store)?;
         let held = self.current.read().ok().and_then(|g| g.clone());
         let same = held.as_ref().is_some_and(|h| {
-            h.map.cells == self.cells
-                && h.map.buckets == self.buckets
-                && h.map.overrides == overrides
+            h.map.cells == cells && h.map.buckets == self.buckets && h.map.overrides == overrides
         });
         let (signed, how) = match held {
             Some(h) if same => (h, Publication::Unchanged),
@@ -170,7 +211,7 @@ impl Inner {
                     schema: MAP_SCHEMA,
                     version,
                     issued_at: self.clock.now(),
-                    cells: self.cells.clone(),
+                    cells,
                     buckets: self.buckets.clone(),
                     overrides,
                 };

@@ -19,7 +19,6 @@ use protocol::admin::placement::{
     MAP_PUBLIC_KEY_PATH, MapPublicKey, PLACEMENT_MAP_PATH, PLACEMENT_ROUTE, PUBLISH_PATH,
     PlacementAnswer, Published,
 };
-use protocol::map::CellEntry;
 use protocol::{ErrorBody, ErrorCode};
 use runtime::management::ManagementListener;
 use runtime::{IoContext as _, IoError, Secret, install_crypto_provider, shutdown_signal};
@@ -217,14 +216,7 @@ impl runtime::management::Probe for Management {
 pub async fn state_from_config(config: &Config) -> Result<CpState> {
     let key = load_or_create_map_key(&config.map_key_file)?;
     let store = Arc::new(Mutex::new(Store::open(&config.data_dir)?));
-    let cells = config
-        .cells
-        .iter()
-        .map(|c| CellEntry {
-            id: c.id.clone(),
-            endpoint: c.endpoint.clone(),
-        })
-        .collect();
+    let cells = config.cells.clone();
     let cell_ids: Vec<_> = config.cells.iter().map(|c| c.id.clone()).collect();
     let publisher = Publisher::new(
         cells,

@@ -259,7 +259,32 @@ pub struct Fleet {
     postgres: Option<PgServer>,
     sup: Arc<Supervision>,
     started_in: Duration,
+    /// The CA (in memory only) and the addresses each cell's certificate names.
+    certs: CellCerts,
     _lock: File,
+}
+
+/// The fleet's CA and what it issued to the cells, to issue more (a certificate rotation).
+#[derive(Debug)]
+struct CellCerts {
+    ca: LocalCa,
+    ips: Vec<(CellId, Vec<std::net::IpAddr>)>,
+}
+
+/// A cell's TLS files in the fleet directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellTlsFiles {
+    /// The certificate chain every server of the cell serves (the edge reloads it on change).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The control plane's `tls_cert_file` of the cell (pinned as `current`): its own copy of
+    /// the served certificate, as an operator installs it beside the control plane, so that a
+    /// certificate the edge starts serving is not pinned by itself.
+    pub pinned_cert: PathBuf,
+    /// The control plane's `tls_next_cert_file` of the cell: holds the served certificate
+    /// (no next pin) until a rotation writes the next one here.
+    pub next_cert: PathBuf,
 }
 
 impl Fleet {
@@ -370,7 +395,7 @@ impl Fleet {
         )
         .await;
         match started {
-            Ok((file, management)) => Ok(Fleet {
+            Ok((file, management, certs)) => Ok(Fleet {
                 dir,
                 file,
                 management,
@@ -378,6 +403,7 @@ impl Fleet {
                 postgres,
                 sup,
                 started_in: t0.elapsed(),
+                certs,
                 _lock: lock,
             }),
             Err(e) => {
@@ -396,7 +422,7 @@ impl Fleet {
         sup: &Arc<Supervision>,
         children: &mut Vec<ChildProc>,
         deadline: Instant,
-    ) -> Result<(FleetFile, FleetManagement)> {
+    ) -> Result<(FleetFile, FleetManagement, CellCerts)> {
         // Password hashing runs while the files are written and the processes start.
         let password = seed::demo_password();
         let pw = password.clone();
@@ -412,6 +438,7 @@ impl Fleet {
             &layout.key("control-plane"),
         )?;
         let mut cells = Vec::new();
+        let mut cell_ips = Vec::new();
         for n in 1..=opts.cells {
             let id = cell_id(n)?;
             // One certificate per cell, for every replica's address.
@@ -424,6 +451,16 @@ impl Fleet {
                 &layout.cert(id.as_str()),
                 &layout.key(id.as_str()),
             )?;
+            // The control plane's copies (see `CellTlsFiles`): the pinned certificate, and the
+            // next-certificate file, the same certificate until a rotation.
+            for copy in [
+                layout.pinned_cert(id.as_str()),
+                layout.next_cert(id.as_str()),
+            ] {
+                std::fs::copy(layout.cert(id.as_str()), &copy)
+                    .with_context(|| format!("writing {}", copy.display()))?;
+            }
+            cell_ips.push((id.clone(), ips));
             // Tokens: each cell its own.
             mkdir(&layout.secrets().join(id.as_str()))?;
             let mut admin = None;
@@ -502,6 +539,8 @@ impl Fleet {
                     id: c.id.clone(),
                     endpoint: c.endpoint.clone(),
                     auth_service_url: c.auth_url.clone(),
+                    tls_cert_file: layout.pinned_cert(c.id.as_str()),
+                    tls_next_cert_file: Some(layout.next_cert(c.id.as_str())),
                 })
                 .collect(),
             bucket_count: opts.bucket_count,
@@ -770,7 +809,36 @@ impl Fleet {
                 .collect::<Result<_>>()?,
         };
         file.save_with(&layout.p(FLEET_FILE), &management)?;
-        Ok((file, management))
+        Ok((file, management, CellCerts { ca, ips: cell_ips }))
+    }
+
+    /// A cell's TLS files; `None` for a cell this fleet does not have.
+    pub fn cell_tls_files(&self, cell: &CellId) -> Option<CellTlsFiles> {
+        self.file.cells.iter().find(|c| &c.id == cell)?;
+        let layout = Layout {
+            dir: self.dir.clone(),
+        };
+        Some(CellTlsFiles {
+            cert: layout.cert(cell.as_str()),
+            key: layout.key(cell.as_str()),
+            pinned_cert: layout.pinned_cert(cell.as_str()),
+            next_cert: layout.next_cert(cell.as_str()),
+        })
+    }
+
+    /// A new certificate (PEM) and key (PEM) for `cell` from the fleet's CA, for the same
+    /// addresses as the one it serves: what a certificate rotation installs.
+    pub fn issue_cell_certificate(
+        &self,
+        cell: &CellId,
+    ) -> Result<(String, zeroize::Zeroizing<String>)> {
+        let (_, ips) = self
+            .certs
+            .ips
+            .iter()
+            .find(|(id, _)| id == cell)
+            .ok_or_else(|| FleetError::Fleet(format!("the fleet has no cell {cell}")))?;
+        self.certs.ca.issue(cell.as_str(), ips)
     }
 
     /// The fleet's description (also in `DIR/fleet.json`).

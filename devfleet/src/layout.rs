@@ -46,6 +46,14 @@ impl Layout {
     pub(crate) fn cert(&self, name: &str) -> PathBuf {
         self.p(&format!("tls/{name}.pem"))
     }
+    /// The control plane's copy of a cell's certificate (see `CellTlsFiles`).
+    pub(crate) fn pinned_cert(&self, name: &str) -> PathBuf {
+        self.p(&format!("tls/{name}-pinned.pem"))
+    }
+    /// The control plane's next-certificate file of a cell (see `CellTlsFiles`).
+    pub(crate) fn next_cert(&self, name: &str) -> PathBuf {
+        self.p(&format!("tls/{name}-next.pem"))
+    }
     pub(crate) fn key(&self, name: &str) -> PathBuf {
         self.p(&format!("tls/{name}-key.pem"))
     }

@@ -53,8 +53,8 @@ pub mod seeding;
 pub use certs::{LocalCa, client_trusting, client_trusting_file};
 pub use error::{FleetError, Result};
 pub use fleet::{
-    DEFAULT_DIR, Fleet, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV, TEST_STORE_ENV,
-    auth_service_id, database_name, test_bin_dir,
+    CellTlsFiles, DEFAULT_DIR, Fleet, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV,
+    TEST_STORE_ENV, auth_service_id, database_name, test_bin_dir,
 };
 pub use fleet_file::{
     Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,

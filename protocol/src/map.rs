@@ -3,11 +3,21 @@
 //!
 //! Wire form (the "signed map", served at `GET /v1/placement-map` and built into the SDK):
 //! ```json
-//! {"map":{"schema":1,"version":7,"issued_at":1790000000,
-//!         "cells":[{"id":"cell-01","endpoint":"https://127.0.0.1:8443"}, …],
+//! {"map":{"schema":2,"version":7,"issued_at":1790000000,
+//!         "cells":[{"id":"cell-01","endpoint":"https://127.0.0.1:8443",
+//!                   "tls_pins":{"current":"<base64url SHA-256>","next":"<base64url SHA-256>"}},
+//!                  …],
 //!         "buckets":[0,1,2,3,4,0,…],"overrides":{"c-40711":"cell-04"}},
 //!  "signature":"<base64url Ed25519 signature>"}
 //! ```
+//! `tls_pins` (schema 2): the SHA-256 of the DER `SubjectPublicKeyInfo` of the END-ENTITY
+//! certificate the cell's edge serves ([`SpkiPin`], base64url without padding), `current` and,
+//! during a certificate rotation, `next`. Clients refuse a cell whose certificate matches
+//! neither, even when a trusted CA issued it. `next` is omitted when there is none; `tls_pins`
+//! itself is required: [`PlacementMap::validate`] refuses a cell without it (so the control
+//! plane can never sign one), and an entry whose pins were stripped from a signed map still
+//! parses but no longer matches the signature, so it fails with [`MapError::BadSignature`]:
+//! an unpinned entry is refused by the map signature check, not trusted.
 //! The signature covers `MAP_SIGNING_CONTEXT || canonical(map)`, where `canonical` is the
 //! compact serde_json serialization of [`PlacementMap`] (fixed member order, overrides sorted).
 //! The verifier re-serializes what it parsed, so only the map's content is signed, never
@@ -22,8 +32,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::Digest as _;
+use subtle::ConstantTimeEq as _;
 
 use crate::ids::{CellId, ContractorId};
 use crate::jwks::PublicKey;
@@ -31,7 +42,7 @@ use crate::time::UnixSeconds;
 use crate::token::SigningKey;
 
 /// Schema version of the map document.
-pub const MAP_SCHEMA: u32 = 1;
+pub const MAP_SCHEMA: u32 = 2;
 /// Domain-separation prefix of the map signature.
 pub const MAP_SIGNING_CONTEXT: &[u8] = b"cellbind-placement-map-v1\0";
 /// Prefix of the bucket hash input.
@@ -43,12 +54,136 @@ pub const MAX_CELLS: usize = 1024;
 /// Most buckets a map may hold.
 pub const MAX_BUCKETS: usize = 65_536;
 
-/// One cell and its public endpoint.
+/// One cell, its public endpoint and the pins of its TLS certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CellEntry {
     pub id: CellId,
     pub endpoint: String,
+    /// Required by [`PlacementMap::validate`]; optional in the type only so that a map whose
+    /// pins were stripped parses and is then refused by its signature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_pins: Option<TlsPins>,
+}
+
+/// The SHA-256 of the DER `SubjectPublicKeyInfo` of a certificate, as pinned in the map.
+/// Wire form: base64url without padding (43 characters).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpkiPin([u8; 32]);
+
+/// Why a pin, or the certificate it should be computed from, was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    #[error("a TLS pin is not 32 bytes in base64url without padding")]
+    Encoding,
+    #[error("not a DER X.509 certificate: {0}")]
+    Certificate(String),
+}
+
+impl SpkiPin {
+    /// A pin from its SHA-256 digest.
+    pub const fn from_sha256(digest: [u8; 32]) -> Self {
+        Self(digest)
+    }
+
+    /// The pin of a DER `SubjectPublicKeyInfo`.
+    pub fn of_spki_der(spki: &[u8]) -> Self {
+        Self(sha2::Sha256::digest(spki).into())
+    }
+
+    /// The pin of a DER X.509 certificate: the digest of its `SubjectPublicKeyInfo`, read
+    /// from `tbsCertificate` (version, serial, signature algorithm, issuer, validity and
+    /// subject come first). Only the structure is read; nothing is verified.
+    pub fn of_certificate_der(cert: &[u8]) -> Result<Self, PinError> {
+        use der::{Reader as _, Tag, TagNumber};
+        let bad = |e: der::Error| PinError::Certificate(e.to_string());
+        let mut reader = der::SliceReader::new(cert).map_err(bad)?;
+        let spki = reader
+            .sequence(|cert| {
+                let spki = cert.sequence(|tbs| {
+                    if let Tag::ContextSpecific {
+                        number: TagNumber(0),
+                        ..
+                    } = Tag::peek(tbs)?
+                    {
+                        tbs.tlv_bytes()?; // version
+                    }
+                    for _ in 0..5 {
+                        tbs.tlv_bytes()?; // serial, signature, issuer, validity, subject
+                    }
+                    Tag::peek(tbs)?.assert_eq(Tag::Sequence)?;
+                    let spki = tbs.tlv_bytes()?;
+                    tbs.drain(tbs.remaining_len())?; // unique ids, extensions
+                    Ok::<_, der::Error>(spki)
+                })?;
+                cert.drain(cert.remaining_len())?; // signature algorithm and value
+                Ok::<_, der::Error>(spki)
+            })
+            .map_err(bad)?;
+        reader.finish().map_err(bad)?;
+        Ok(Self::of_spki_der(spki))
+    }
+
+    /// Parses the wire form.
+    pub fn parse(s: &str) -> Result<Self, PinError> {
+        let bytes = URL_SAFE_NO_PAD.decode(s).map_err(|_| PinError::Encoding)?;
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map(Self)
+            .map_err(|_| PinError::Encoding)
+    }
+
+    /// Whether `other` is this pin, in constant time.
+    pub fn matches(&self, other: &SpkiPin) -> bool {
+        self.0.ct_eq(&other.0).into()
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SpkiPin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&URL_SAFE_NO_PAD.encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for SpkiPin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SpkiPin({self})")
+    }
+}
+
+impl Serialize for SpkiPin {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SpkiPin {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        SpkiPin::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The pins of a cell: the certificate served now and, during a rotation, the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsPins {
+    pub current: SpkiPin,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<SpkiPin>,
+}
+
+impl TlsPins {
+    /// Whether `pin` is the current or the next pin (both compared, in constant time).
+    pub fn matches(&self, pin: &SpkiPin) -> bool {
+        let current = self.current.matches(pin);
+        let next = self.next.is_some_and(|n| n.matches(pin));
+        current | next
+    }
 }
 
 /// The map's content.
@@ -110,7 +245,7 @@ impl PlacementMap {
     }
 
     /// Internal consistency: schema, non-empty, indexes in range, unique cells, known overrides,
-    /// https endpoints.
+    /// https endpoints, a TLS pin for every cell.
     pub fn validate(&self) -> Result<(), MapError> {
         if self.schema != MAP_SCHEMA {
             return Err(MapError::Invalid("unknown schema"));
@@ -128,6 +263,9 @@ impl PlacementMap {
             }
             if !c.endpoint.starts_with("https://") || c.endpoint.len() > 256 {
                 return Err(MapError::Invalid("a cell endpoint is not an https URL"));
+            }
+            if c.tls_pins.is_none() {
+                return Err(MapError::Invalid("a cell has no TLS pin"));
             }
         }
         if self.buckets.iter().any(|&b| b as usize >= self.cells.len()) {
@@ -243,6 +381,10 @@ mod tests {
                 .map(|n| CellEntry {
                     id: CellId::new(format!("cell-0{n}")).unwrap(),
                     endpoint: format!("https://127.0.0.{n}:8443"),
+                    tls_pins: Some(TlsPins {
+                        current: SpkiPin::from_sha256([n; 32]),
+                        next: (n == 2).then(|| SpkiPin::from_sha256([0x20 + n; 32])),
+                    }),
                 })
                 .collect(),
             buckets: vec![0, 1, 2, 0, 1, 2, 0, 1],
@@ -283,5 +425,173 @@ mod tests {
         assert!(older.newer_than(Some(&signed)).is_err());
         assert!(signed.newer_than(Some(&older)).is_ok());
         assert!(signed.newer_than(Some(&signed)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod pin_tests {
+    use super::*;
+    use crate::ids::Kid;
+
+    fn key() -> SigningKey {
+        SigningKey::from_seed(Kid::new("cp-1").unwrap(), &[9; 32]).unwrap()
+    }
+
+    fn map(pins: Option<TlsPins>) -> PlacementMap {
+        PlacementMap {
+            schema: MAP_SCHEMA,
+            version: 3,
+            issued_at: 1_790_000_000,
+            cells: vec![CellEntry {
+                id: CellId::new("cell-01").unwrap(),
+                endpoint: "https://127.0.0.1:8443".into(),
+                tls_pins: pins,
+            }],
+            buckets: vec![0, 0],
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    fn pins() -> TlsPins {
+        TlsPins {
+            current: SpkiPin::from_sha256([1; 32]),
+            next: Some(SpkiPin::from_sha256([2; 32])),
+        }
+    }
+
+    /// Signs whatever it is given, as a control plane without `validate` would.
+    fn sign_unchecked(map: &PlacementMap, key: &SigningKey) -> Vec<u8> {
+        let mut msg = MAP_SIGNING_CONTEXT.to_vec();
+        msg.extend(map.canonical_bytes().unwrap());
+        let signed = SignedMap {
+            map: map.clone(),
+            signature: URL_SAFE_NO_PAD.encode(key.sign_raw(&msg)),
+        };
+        signed.to_json().unwrap()
+    }
+
+    #[test]
+    fn a_pin_round_trips_as_43_base64url_characters_and_nothing_else_parses() {
+        let pin = SpkiPin::from_sha256([0xfb; 32]);
+        let wire = pin.to_string();
+        assert_eq!(wire.len(), 43);
+        assert!(!wire.contains(['+', '/', '=']));
+        assert_eq!(SpkiPin::parse(&wire), Ok(pin));
+        let json = serde_json::to_string(&pin).unwrap();
+        assert_eq!(serde_json::from_str::<SpkiPin>(&json).unwrap(), pin);
+        for bad in [
+            "",
+            &wire[..42],
+            &format!("{wire}A"),
+            &format!("{wire}="),
+            &URL_SAFE_NO_PAD.encode([0xfb; 31]),
+            &base64::engine::general_purpose::STANDARD.encode([0xfb; 32]),
+        ] {
+            assert_eq!(SpkiPin::parse(bad), Err(PinError::Encoding), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pins_match_the_current_or_the_next_certificate_only() {
+        let p = pins();
+        assert!(p.matches(&SpkiPin::from_sha256([1; 32])));
+        assert!(p.matches(&SpkiPin::from_sha256([2; 32])));
+        assert!(!p.matches(&SpkiPin::from_sha256([3; 32])));
+        let only_current = TlsPins { next: None, ..p };
+        assert!(!only_current.matches(&SpkiPin::from_sha256([2; 32])));
+        // `next` is left out of the wire form when there is none; unknown members are refused
+        let json = serde_json::to_string(&only_current).unwrap();
+        assert!(!json.contains("next"), "{json}");
+        let extra = json.replace('}', r#","previous":"x"}"#);
+        assert!(serde_json::from_str::<TlsPins>(&extra).is_err());
+    }
+
+    #[test]
+    fn the_pin_of_a_certificate_is_the_digest_of_its_subject_public_key_info() {
+        let cert = rcgen::generate_simple_self_signed(vec!["cell.example".into()]).unwrap();
+        use rcgen::PublicKeyData as _;
+        let expected = SpkiPin::of_spki_der(&cert.signing_key.subject_public_key_info());
+        assert_eq!(
+            SpkiPin::of_certificate_der(cert.cert.der()).unwrap(),
+            expected
+        );
+        // Another key, another pin.
+        let other = rcgen::generate_simple_self_signed(vec!["cell.example".into()]).unwrap();
+        assert_ne!(
+            SpkiPin::of_certificate_der(other.cert.der()).unwrap(),
+            expected
+        );
+        // Not a certificate: an error, never a panic or a pin of something else.
+        let der = cert.cert.der().to_vec();
+        for bad in [&[][..], &der[..der.len() - 1], &der[4..], b"-----BEGIN"] {
+            assert!(matches!(
+                SpkiPin::of_certificate_der(bad),
+                Err(PinError::Certificate(_))
+            ));
+        }
+        let mut trailing = der.clone();
+        trailing.push(0);
+        assert!(SpkiPin::of_certificate_der(&trailing).is_err());
+    }
+
+    #[test]
+    fn a_pinned_map_signs_and_verifies_with_its_pins() {
+        let k = key();
+        let bytes = map(Some(pins())).sign(&k).unwrap().to_json().unwrap();
+        let back = SignedMap::verify_bytes(&bytes, &k.public_key()).unwrap();
+        assert_eq!(back.map.cells[0].tls_pins, Some(pins()));
+        assert_eq!(back.map.schema, 2);
+    }
+
+    #[test]
+    fn an_entry_whose_pins_were_stripped_is_refused_by_the_signature() {
+        let k = key();
+        let bytes = map(Some(pins())).sign(&k).unwrap().to_json().unwrap();
+        let mut doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let entry = doc["map"]["cells"][0].as_object_mut().unwrap();
+        assert!(entry.remove("tls_pins").is_some());
+        let stripped = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(
+            SignedMap::verify_bytes(&stripped, &k.public_key()),
+            Err(MapError::BadSignature)
+        );
+        // only the next pin stripped: refused as well
+        let mut doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        doc["map"]["cells"][0]["tls_pins"]
+            .as_object_mut()
+            .unwrap()
+            .remove("next");
+        assert_eq!(
+            SignedMap::verify_bytes(&serde_json::to_vec(&doc).unwrap(), &k.public_key()),
+            Err(MapError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn an_unpinned_map_is_never_signed_nor_accepted_even_when_signed() {
+        let k = key();
+        assert_eq!(
+            map(None).sign(&k),
+            Err(MapError::Invalid("a cell has no TLS pin"))
+        );
+        let bytes = sign_unchecked(&map(None), &k);
+        assert_eq!(
+            SignedMap::verify_bytes(&bytes, &k.public_key()),
+            Err(MapError::Invalid("a cell has no TLS pin"))
+        );
+    }
+
+    #[test]
+    fn a_schema_1_map_is_refused_even_when_signed() {
+        let k = key();
+        let old = PlacementMap {
+            schema: 1,
+            ..map(Some(pins()))
+        };
+        let bytes = sign_unchecked(&old, &k);
+        assert_eq!(
+            SignedMap::verify_bytes(&bytes, &k.public_key()),
+            Err(MapError::Invalid("unknown schema"))
+        );
     }
 }

@@ -281,6 +281,7 @@ mod tests {
             cells: vec![CellEntry {
                 id: there.clone(),
                 endpoint: "https://two.example".into(),
+                tls_pins: None,
             }],
             buckets: vec![0],
             overrides: Default::default(),

@@ -14,17 +14,23 @@
 //!
 //! | reqwest says                                   | kind                  | the cell may have seen it |
 //! |------------------------------------------------|-----------------------|---------------------------|
+//! | the cell's certificate matches none of its pins | — ([`Error::PinMismatch`]) | no                   |
 //! | connect error with a TLS (rustls) error inside  | `Tls`                 | no                        |
 //! | connect error that timed out                   | `TimeoutBeforeSend`   | no                        |
 //! | any other connect error (DNS, refused, unreachable) | `Connect`        | no                        |
 //! | a timeout after connecting (request or body)   | `TimeoutAfterSend`    | maybe                     |
 //! | anything else (reset, closed mid-answer, body) | `Interrupted`         | maybe                     |
 //!
+//! Every cell is reached through its own HTTPS client, which checks the cell's TLS pins from
+//! the signed map during the handshake (the `pins` module); a pin mismatch is never retried and
+//! is reported to the observer as a TLS failure.
+//!
 //! "Maybe" is the conservative answer: reqwest cannot say whether the request bytes left the
 //! device, so a write may have been applied. Over several attempts, the request may have
 //! reached the cell if any attempt may have. Each call ends with one event to the client's
 //! [`RequestObserver`](crate::RequestObserver), if it has one.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder as _;
@@ -36,6 +42,7 @@ use serde::Deserialize;
 use crate::Error;
 use crate::error::NetworkErrorKind;
 use crate::observer::{Observer, RequestEvent, RequestOutcome};
+use crate::pins::{self, CellClients};
 use crate::request::Body;
 
 /// Most attempts of one request (the first one included).
@@ -101,7 +108,8 @@ pub(crate) struct Call<'a> {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
-    http: reqwest::Client,
+    /// One HTTPS client per cell, checking its pins.
+    clients: Arc<CellClients>,
     policy: RetryPolicy,
     observer: Observer,
 }
@@ -125,9 +133,9 @@ struct Trace {
 }
 
 impl Transport {
-    pub fn new(http: reqwest::Client, policy: RetryPolicy, observer: Observer) -> Self {
+    pub fn new(clients: CellClients, policy: RetryPolicy, observer: Observer) -> Self {
         Self {
-            http,
+            clients: Arc::new(clients),
             policy,
             observer,
         }
@@ -189,7 +197,11 @@ impl Transport {
         trace.attempts += 1;
         trace.status = None;
         trace.code = None;
-        let mut req = self.http.request(call.method.clone(), &call.url);
+        let http = match self.clients.client_for(call.cell) {
+            Ok(c) => c,
+            Err(e) => return Outcome::Done(Err(e)),
+        };
+        let mut req = http.request(call.method.clone(), &call.url);
         for (name, value) in call.headers {
             req = req.header(name, value);
         }
@@ -251,6 +263,9 @@ fn event(
 ) -> Option<RequestEvent> {
     let outcome = match (result, trace.status) {
         (Err(Error::Network { kind, .. }), _) => RequestOutcome::Network { kind: *kind },
+        (Err(Error::PinMismatch { .. }), _) => RequestOutcome::Network {
+            kind: NetworkErrorKind::Tls,
+        },
         (_, Some(s)) if s >= 400 => RequestOutcome::Refused {
             code: trace.code.clone(),
         },
@@ -406,6 +421,9 @@ async fn read_capped(mut resp: reqwest::Response) -> Result<Bytes, Error> {
 /// The one mapping from a reqwest failure to a typed error (the table in the module doc).
 /// `reached_cell` is the attempt's own; the transport ORs in earlier attempts.
 pub fn network_error(e: &reqwest::Error) -> Error {
+    if let Some(cell) = pins::refused_cell(e) {
+        return Error::PinMismatch { cell };
+    }
     let detail = error_chain(e);
     if e.is_builder() {
         return Error::InvalidInput(detail);
@@ -430,24 +448,9 @@ pub fn network_error(e: &reqwest::Error) -> Error {
     }
 }
 
-/// Whether a rustls error is in the chain. tokio-rustls wraps it in an `io::Error` (which the
-/// connector wraps in another), and an `io::Error`'s `source()` skips the error it wraps, so
-/// wrapped errors are unwrapped with `get_ref` as well.
+/// Whether a rustls error is in the chain (through `io::Error` wrappers: [`pins::causes`]).
 fn has_tls_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cur {
-        if c.is::<rustls::Error>() {
-            return true;
-        }
-        cur = match c
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-        {
-            Some(inner) => Some(inner),
-            None => c.source(),
-        };
-    }
-    false
+    pins::causes(e).any(|c| c.is::<rustls::Error>())
 }
 
 /// An error with its sources, on one line (reqwest's own Display hides the cause).

@@ -80,6 +80,11 @@ pub fn signed_map(version: u64, overrides: &[(&str, &str)]) -> SignedMap {
             .map(|n| CellEntry {
                 id: CellId::new(format!("cell-0{n}")).unwrap(),
                 endpoint: format!("https://127.0.0.{n}:8443"),
+                // The auth-service serves the map; it does not check pins.
+                tls_pins: Some(protocol::map::TlsPins {
+                    current: protocol::map::SpkiPin::from_sha256([n; 32]),
+                    next: None,
+                }),
             })
             .collect(),
         buckets: vec![1; 16],

@@ -9,7 +9,7 @@ use control_plane::publish::MAP_FILE;
 use control_plane::store::{Placement, Store};
 use http_body_util::BodyExt as _;
 use protocol::jwks::PublicKey;
-use protocol::map::SignedMap;
+use protocol::map::{SignedMap, SpkiPin};
 use protocol::{CellId, ContractorId, Generation};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -28,10 +28,16 @@ fn config(dir: &std::path::Path, port: u16) -> Config {
         tls_cert: dir.join("cp.pem"),
         tls_key: dir.join("cp-key.pem"),
         cells: (1..=3)
-            .map(|n| CellConfig {
-                id: CellId::new(format!("cell-0{n}")).unwrap(),
-                endpoint: format!("https://127.0.0.{n}:8443"),
-                auth_service_url: format!("https://127.0.0.{n}:8444"),
+            .map(|n| {
+                let cert = dir.join(format!("cell-0{n}.pem"));
+                self_signed(&cert, &dir.join(format!("cell-0{n}-key.pem")));
+                CellConfig {
+                    id: CellId::new(format!("cell-0{n}")).unwrap(),
+                    endpoint: format!("https://127.0.0.{n}:8443"),
+                    auth_service_url: format!("https://127.0.0.{n}:8444"),
+                    tls_cert_file: cert,
+                    tls_next_cert_file: None,
+                }
             })
             .collect(),
         bucket_count: 64,
@@ -329,4 +335,100 @@ async fn serves_the_signed_map_over_tls_and_republishes_it_on_the_interval() {
         0.0
     );
     server.abort();
+}
+
+/// The pin of the key whose PEM is in `key_file`: computed by rcgen, not by the control plane.
+fn pin_of_key(key_file: &std::path::Path) -> SpkiPin {
+    use rcgen::PublicKeyData as _;
+    let pem = std::fs::read_to_string(key_file).unwrap();
+    SpkiPin::of_spki_der(
+        &rcgen::KeyPair::from_pem(&pem)
+            .unwrap()
+            .subject_public_key_info(),
+    )
+}
+
+async fn served(app: &axum::Router, key: &PublicKey) -> SignedMap {
+    let (s, b) = send(app, get("/v1/placement-map")).await;
+    assert_eq!(s, StatusCode::OK);
+    SignedMap::verify_bytes(&b, key).unwrap()
+}
+
+fn publish_request() -> Request<Body> {
+    Request::post("/admin/v1/publish")
+        .header("authorization", format!("Bearer {ADMIN}"))
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_map_pins_each_cells_certificate_and_a_next_certificate_publishes_a_new_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut cfg = config(d, 1);
+    // cell-02 names a next-certificate file; while it holds the served certificate, there is
+    // no next pin.
+    let next_file = d.join("cell-02-next.pem");
+    std::fs::copy(&cfg.cells[1].tls_cert_file, &next_file).unwrap();
+    cfg.cells[1].tls_next_cert_file = Some(next_file.clone());
+    let state = control_plane::server::state_from_config(&cfg)
+        .await
+        .unwrap();
+    let app = control_plane::router(state);
+    let key = public_key(&app).await;
+    let v1 = served(&app, &key).await;
+    for (n, entry) in (1..=3).zip(&v1.map.cells) {
+        let pins = entry.tls_pins.unwrap();
+        let expected = pin_of_key(&d.join(format!("cell-0{n}-key.pem")));
+        assert_eq!((pins.current, pins.next), (expected, None), "{}", entry.id);
+    }
+    let old_pin = v1.map.cells[1].tls_pins.unwrap().current;
+
+    // The operator installs cell-02's next certificate (a chain: the end-entity one first)
+    // and asks for a publication: a new version pins both, without a restart.
+    let next_pem = self_signed(&next_file, &d.join("cell-02-next-key.pem"));
+    let issuer = rcgen::generate_simple_self_signed(vec!["ca".to_owned()]).unwrap();
+    std::fs::write(&next_file, format!("{next_pem}{}", issuer.cert.pem())).unwrap();
+    let new_pin = pin_of_key(&d.join("cell-02-next-key.pem"));
+    let (s, b) = send(&app, publish_request()).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+    let v2 = served(&app, &key).await;
+    assert_eq!(v2.map.version, 2);
+    let pins = v2.map.cells[1].tls_pins.unwrap();
+    assert_eq!((pins.current, pins.next), (old_pin, Some(new_pin)));
+    assert_eq!(v2.map.cells[0].tls_pins, v1.map.cells[0].tls_pins);
+
+    // Rotation done: the next certificate is swapped in as the served one.
+    std::fs::copy(&next_file, &cfg.cells[1].tls_cert_file).unwrap();
+    let (s, _) = send(&app, publish_request()).await;
+    assert_eq!(s, StatusCode::OK);
+    let v3 = served(&app, &key).await;
+    assert_eq!(v3.map.version, 3);
+    let pins = v3.map.cells[1].tls_pins.unwrap();
+    assert_eq!((pins.current, pins.next), (new_pin, None));
+
+    // A certificate file that is gone, or holds no certificate, fails the publication (naming
+    // the file); the map held stays served and written.
+    std::fs::remove_file(&next_file).unwrap();
+    let (s, _) = send(&app, publish_request()).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(served(&app, &key).await, v3);
+    let on_disk = std::fs::read(cfg.publish_dir.join(MAP_FILE)).unwrap();
+    assert_eq!(SignedMap::verify_bytes(&on_disk, &key).unwrap(), v3);
+    let err = control_plane::publish::pin_of_cert_file(&next_file)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cell-02-next.pem"), "{err}");
+    std::fs::write(&next_file, "not a certificate").unwrap();
+    let (s, _) = send(&app, publish_request()).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(served(&app, &key).await, v3);
+    let err = control_plane::server::state_from_config(&cfg)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cell-02-next.pem") && err.contains("no PEM certificate"),
+        "{err}"
+    );
 }

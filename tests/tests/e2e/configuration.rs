@@ -142,6 +142,7 @@ tls_key = "key.pem"
 id = "cell-01"
 endpoint = "https://127.0.0.1:1"
 auth_service_url = "https://127.0.0.1:2"
+tls_cert_file = "cell-01.pem"
 "#,
         // Inside an array of tables.
         misspelt: ("endpoint = ", "endpiont = "),

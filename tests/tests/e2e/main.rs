@@ -13,6 +13,7 @@ mod fleet_basics;
 mod game_day;
 mod hostile_client;
 mod layering;
+mod map_pins;
 mod map_safety;
 mod metrics;
 mod migration_crash;

@@ -162,16 +162,39 @@ impl World {
         runtime::files::private_dir(&var).unwrap();
         std::fs::write(root.join("etc/tls/ca.pem"), self.ca.pem()).unwrap();
         let tls = root.join("etc/tls");
-        self.ca
-            .issue_to(
-                host,
-                &[ip],
-                &tls.join(format!("{}.pem", server.name())),
-                &tls.join(format!("{}.key", server.name())),
-            )
-            .unwrap();
+        let cert = tls.join(format!("{}.pem", server.name()));
+        // (An edge's certificate was issued before the control plane started.)
+        if !cert.exists() {
+            self.ca
+                .issue_to(
+                    host,
+                    &[ip],
+                    &cert,
+                    &tls.join(format!("{}.key", server.name())),
+                )
+                .unwrap();
+        }
         for (name, bytes) in secrets {
             write_private(&root.join("etc/secrets").join(name), bytes).unwrap();
+        }
+    }
+
+    /// Issues each cell's edge certificate and installs a copy beside the control plane (its
+    /// `tls_cert_file`, which the map pins), as an operator does before the first start.
+    fn issue_edge_certificates(&self) {
+        let copies = self.host_root("control-plane").join("etc/cells");
+        std::fs::create_dir_all(&copies).unwrap();
+        for n in 1..=CELLS {
+            let c = cell_id(n);
+            let host = format!("{c}-edge");
+            let tls = self.host_root(&host).join("etc/tls");
+            std::fs::create_dir_all(&tls).unwrap();
+            let cert = tls.join(format!("{}.pem", Server::Edge.name()));
+            let key = tls.join(format!("{}.key", Server::Edge.name()));
+            self.ca
+                .issue_to(&host, &[ip(n, EDGE)], &cert, &key)
+                .unwrap();
+            std::fs::copy(&cert, copies.join(format!("{c}.pem"))).unwrap();
         }
     }
 
@@ -367,7 +390,9 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     // The cells' database server (one database per cell).
     let pg = PgServer::start(&dir.join("postgres")).unwrap();
 
-    // The control plane first: it makes the map signing key the auth-services verify with.
+    // The control plane first: it makes the map signing key the auth-services verify with,
+    // and pins the edges' certificates (issued first).
+    world.issue_edge_certificates();
     let cp_token = random_token().to_string();
     world.prepare_host(
         "control-plane",
