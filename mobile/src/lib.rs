@@ -10,16 +10,35 @@ use protocol::{ContractorId, ErrorCode, Login, Password};
 
 uniffi::setup_scaffolding!("cellbind");
 
-/// Where the app keeps the session (Keychain, Keystore-backed storage, a file…). The blob is
-/// opaque JSON with a schema version; keep it as it is.
+/// Which blob the SDK stores: each slot is saved, loaded and cleared on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum StoreSlot {
+    /// The session (its token included).
+    Session,
+    /// The offline outbox: writes waiting for delivery.
+    Outbox,
+}
+
+/// Where the app keeps the SDK's blobs, one per slot (Keychain, Keystore-backed storage, a
+/// file…). Each blob is opaque JSON with a schema version; keep it as it is. `save` must have
+/// made the blob durable when it returns (an outbox write counts as queued from then on).
 #[uniffi::export(foreign)]
 pub trait SessionStore: Send + Sync {
-    /// The saved blob, or nothing.
-    fn load(&self) -> Result<Option<String>, CellbindError>;
-    /// Replaces the saved blob.
-    fn save(&self, blob: String) -> Result<(), CellbindError>;
-    /// Removes the saved blob.
-    fn clear(&self) -> Result<(), CellbindError>;
+    /// The blob saved in `slot`, or nothing.
+    fn load(&self, slot: StoreSlot) -> Result<Option<String>, CellbindError>;
+    /// Replaces the blob in `slot`.
+    fn save(&self, slot: StoreSlot, blob: String) -> Result<(), CellbindError>;
+    /// Removes the blob in `slot`.
+    fn clear(&self, slot: StoreSlot) -> Result<(), CellbindError>;
+}
+
+/// Told what every outbox flush (also the background ones started by `restore()` and after a
+/// successful request) delivered or had refused for good, in order, once that flush has
+/// finished. An error thrown here is ignored.
+#[uniffi::export(foreign)]
+pub trait OutboxObserver: Send + Sync {
+    fn on_delivered(&self, write: QueuedWrite, status: u16) -> Result<(), CellbindError>;
+    fn on_rejected(&self, rejection: WriteRejection) -> Result<(), CellbindError>;
 }
 
 /// Told about every call the client makes to a cell, once, with its final outcome after the
@@ -44,6 +63,15 @@ pub struct CellbindConfig {
     /// Optional: told about every call to a cell.
     #[uniffi(default)]
     pub observer: Option<Arc<dyn RequestObserver>>,
+    /// Optional: told what outbox flushes delivered or had refused.
+    #[uniffi(default)]
+    pub outbox_observer: Option<Arc<dyn OutboxObserver>>,
+    /// Time allowed to connect (default 5 s).
+    #[uniffi(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// Time allowed for one whole request attempt (default 20 s).
+    #[uniffi(default)]
+    pub request_timeout_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for CellbindConfig {
@@ -53,6 +81,9 @@ impl std::fmt::Debug for CellbindConfig {
             .field("map_public_key", &self.map_public_key)
             .field("extra_ca_pem", &self.extra_ca_pem.is_some())
             .field("observer", &self.observer.is_some())
+            .field("outbox_observer", &self.outbox_observer.is_some())
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
             .finish_non_exhaustive()
     }
 }
@@ -172,6 +203,66 @@ pub struct RequestEvent {
     pub duration_ms: u64,
 }
 
+/// A write waiting in the offline outbox (or handed back by `take_undelivered()` / `sign_out()`).
+#[derive(uniffi::Record)]
+pub struct QueuedWrite {
+    /// Increasing in the order the writes were queued.
+    pub id: u64,
+    pub method: String,
+    pub path: String,
+    pub query: Vec<QueryParam>,
+    pub headers: Vec<Header>,
+    pub body: Option<Vec<u8>>,
+    pub content_type: Option<String>,
+    /// Sent on every attempt of this write.
+    pub idempotency_key: String,
+    /// Unix seconds.
+    pub enqueued_at: u64,
+}
+
+/// Never shows query or header values, the body or the key (any may be secret).
+impl std::fmt::Debug for QueuedWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueuedWrite#{} {} {}", self.id, self.method, self.path)
+    }
+}
+
+/// A write refused for good (removed from the outbox).
+#[derive(Debug, uniffi::Record)]
+pub struct WriteRejection {
+    pub write: QueuedWrite,
+    /// The refusal's HTTP status; 0 when the SDK refused it before sending.
+    pub status: u16,
+    /// The Cellbind error code; empty when the app answered without one.
+    pub code: String,
+    pub detail: String,
+}
+
+/// What one flush did.
+#[derive(Debug, uniffi::Record)]
+pub struct FlushReport {
+    /// Delivered and removed, in order.
+    pub delivered: Vec<QueuedWrite>,
+    /// Refused for good and removed, in order.
+    pub rejected: Vec<WriteRejection>,
+    /// Writes still queued.
+    pub remaining: u64,
+    /// Why the flush stopped with writes left (they are kept, in order).
+    pub stopped: Option<String>,
+    /// The writes' session ended (or another user is signed in): they wait for
+    /// `take_undelivered()`.
+    pub session_ended: bool,
+}
+
+/// What a sign-out did.
+#[derive(Debug, uniffi::Record)]
+pub struct SignOutResult {
+    /// Whether the cell confirmed the revocation.
+    pub revoked: bool,
+    /// The writes the outbox still held (now removed from it): decide what to do with them.
+    pub undelivered: Vec<QueuedWrite>,
+}
+
 /// An answer of the session's cell.
 #[derive(Debug, uniffi::Record)]
 pub struct Response {
@@ -263,6 +354,16 @@ pub enum CellbindError {
         status: u16,
         detail: String,
     },
+    /// The cell's certificate matches none of its pins in the signed map (nothing was sent).
+    #[error("pin mismatch: {detail}")]
+    PinMismatch { cell: String, detail: String },
+    /// The offline outbox is full: nothing was queued.
+    #[error("outbox full: {detail}")]
+    OutboxFull {
+        capacity: u64,
+        capacity_bytes: u64,
+        detail: String,
+    },
     #[error("invalid response: {detail}")]
     InvalidResponse { detail: String },
     #[error("placement map refused: {detail}")]
@@ -338,6 +439,18 @@ impl From<sdk::Error> for CellbindError {
                 status,
                 detail,
             },
+            E::PinMismatch { cell } => CellbindError::PinMismatch {
+                cell: cell.to_string(),
+                detail,
+            },
+            E::OutboxFull {
+                capacity,
+                capacity_bytes,
+            } => CellbindError::OutboxFull {
+                capacity: capacity as u64,
+                capacity_bytes: capacity_bytes as u64,
+                detail,
+            },
             E::InvalidResponse(_) => CellbindError::InvalidResponse { detail },
             E::MapRefused(_) => CellbindError::MapRefused { detail },
             E::Store(_) => CellbindError::Store { detail },
@@ -385,17 +498,96 @@ impl std::fmt::Debug for ForeignStore {
     }
 }
 
-impl sdk::SessionStore for ForeignStore {
-    fn load(&self) -> Result<Option<String>, sdk::StoreError> {
-        self.0.load().map_err(|e| sdk::StoreError(e.to_string()))
+fn slot(s: sdk::StoreSlot) -> Result<StoreSlot, sdk::StoreError> {
+    match s {
+        sdk::StoreSlot::Session => Ok(StoreSlot::Session),
+        sdk::StoreSlot::Outbox => Ok(StoreSlot::Outbox),
+        // a slot the SDK gained after this table was written: never into another slot's blob
+        other => Err(sdk::StoreError(format!(
+            "{other:?} has no foreign store slot in this library"
+        ))),
     }
-    fn save(&self, blob: &str) -> Result<(), sdk::StoreError> {
+}
+
+impl sdk::SessionStore for ForeignStore {
+    fn load(&self, s: sdk::StoreSlot) -> Result<Option<String>, sdk::StoreError> {
         self.0
-            .save(blob.to_owned())
+            .load(slot(s)?)
             .map_err(|e| sdk::StoreError(e.to_string()))
     }
-    fn clear(&self) -> Result<(), sdk::StoreError> {
-        self.0.clear().map_err(|e| sdk::StoreError(e.to_string()))
+    fn save(&self, s: sdk::StoreSlot, blob: &str) -> Result<(), sdk::StoreError> {
+        self.0
+            .save(slot(s)?, blob.to_owned())
+            .map_err(|e| sdk::StoreError(e.to_string()))
+    }
+    fn clear(&self, s: sdk::StoreSlot) -> Result<(), sdk::StoreError> {
+        self.0
+            .clear(slot(s)?)
+            .map_err(|e| sdk::StoreError(e.to_string()))
+    }
+}
+
+/// Adapts the foreign outbox observer to the SDK's.
+struct ForeignOutboxObserver(Arc<dyn OutboxObserver>);
+
+impl sdk::OutboxObserver for ForeignOutboxObserver {
+    fn on_delivered(&self, d: &sdk::Delivered) {
+        // An observer's failure never fails the flush.
+        let _ = self.0.on_delivered(queued(&d.write), d.response.status);
+    }
+    fn on_rejected(&self, r: &sdk::WriteRejection) {
+        let _ = self.0.on_rejected(rejection(r));
+    }
+}
+
+fn queued(w: &sdk::QueuedWrite) -> QueuedWrite {
+    QueuedWrite {
+        id: w.id,
+        method: w.method.as_str().to_owned(),
+        path: w.path.clone(),
+        query: w
+            .query
+            .iter()
+            .map(|(name, value)| QueryParam {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        headers: w
+            .headers
+            .iter()
+            .map(|(name, value)| Header {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        body: w.body.clone(),
+        content_type: w.content_type.clone(),
+        idempotency_key: w.idempotency_key.clone(),
+        enqueued_at: w.enqueued_at,
+    }
+}
+
+fn queued_all(ws: &[sdk::QueuedWrite]) -> Vec<QueuedWrite> {
+    ws.iter().map(queued).collect()
+}
+
+fn rejection(r: &sdk::WriteRejection) -> WriteRejection {
+    WriteRejection {
+        write: queued(&r.write),
+        status: r.status,
+        code: r.code.clone().unwrap_or_default(),
+        detail: r.refusal.detail(),
+    }
+}
+
+fn report(r: sdk::FlushReport) -> FlushReport {
+    FlushReport {
+        delivered: r.delivered.iter().map(|d| queued(&d.write)).collect(),
+        rejected: r.rejected.iter().map(rejection).collect(),
+        remaining: r.remaining as u64,
+        stopped: r.stopped.map(|e| CellbindError::from(e).to_string()),
+        session_ended: r.session_ended,
     }
 }
 
@@ -490,12 +682,43 @@ impl CellbindClient {
         if let Some(o) = config.observer {
             b = b.observer(Arc::new(ForeignObserver(o)));
         }
+        if let Some(o) = config.outbox_observer {
+            b = b.outbox_observer(Arc::new(ForeignOutboxObserver(o)));
+        }
+        if let Some(ms) = config.connect_timeout_ms {
+            b = b.connect_timeout(std::time::Duration::from_millis(ms));
+        }
+        if let Some(ms) = config.request_timeout_ms {
+            b = b.request_timeout(std::time::Duration::from_millis(ms));
+        }
         Ok(Arc::new(Self { client: b.build()? }))
     }
 
-    /// Loads the saved session from the store (no network).
-    pub fn restore(&self) -> Result<Option<SessionInfo>, CellbindError> {
+    /// Loads the saved session from the store. No network inside the call; with a session,
+    /// a flush of the outbox starts in the background (results to the outbox observer).
+    pub async fn restore(&self) -> Result<Option<SessionInfo>, CellbindError> {
         Ok(self.client.restore()?.map(info))
+    }
+
+    /// Queues a write (POST, PUT, PATCH, DELETE) for a later flush and saves it to the store
+    /// before returning. No network. Full: `OutboxFull`, nothing queued.
+    pub fn enqueue(&self, request: Request) -> Result<QueuedWrite, CellbindError> {
+        Ok(queued(&self.client.enqueue(self::request(request)?)?))
+    }
+
+    /// Delivers the queued writes in order until the outbox is empty or a write has to wait.
+    pub async fn flush(&self) -> Result<FlushReport, CellbindError> {
+        Ok(report(self.client.flush().await?))
+    }
+
+    /// The queued writes, oldest first (nothing removed).
+    pub fn outbox(&self) -> Result<Vec<QueuedWrite>, CellbindError> {
+        Ok(queued_all(&self.client.outbox()?))
+    }
+
+    /// Hands back every queued write and empties the outbox.
+    pub fn take_undelivered(&self) -> Result<Vec<QueuedWrite>, CellbindError> {
+        Ok(queued_all(&self.client.take_undelivered()?))
     }
 
     /// Signs in at the contractor's cell and saves the session.
@@ -545,12 +768,13 @@ impl CellbindClient {
     }
 
     /// Signs out: the cell revokes the session (when reachable) and the store is cleared.
-    /// Returns whether the cell confirmed the revocation.
-    pub async fn sign_out(&self) -> Result<bool, CellbindError> {
-        Ok(matches!(
-            self.client.sign_out().await?,
-            sdk::SignOut::Revoked
-        ))
+    /// The writes still queued are handed back (and the outbox emptied), never dropped.
+    pub async fn sign_out(&self) -> Result<SignOutResult, CellbindError> {
+        let out = self.client.sign_out().await?;
+        Ok(SignOutResult {
+            revoked: matches!(out.outcome, sdk::SignOut::Revoked),
+            undelivered: queued_all(&out.undelivered),
+        })
     }
 
     /// Refreshes the placement map from the session's cell; returns the version in use.
@@ -755,6 +979,163 @@ mod tests {
             }),
             Err(CellbindError::InvalidInput { .. })
         ));
+    }
+
+    #[test]
+    fn every_slot_keeps_its_name() {
+        assert_eq!(slot(sdk::StoreSlot::Session).unwrap(), StoreSlot::Session);
+        assert_eq!(slot(sdk::StoreSlot::Outbox).unwrap(), StoreSlot::Outbox);
+    }
+
+    /// A foreign store that records which slot each call was for.
+    #[derive(Default)]
+    struct Slots(std::sync::Mutex<Vec<(StoreSlot, String)>>);
+
+    impl SessionStore for Slots {
+        fn load(&self, slot: StoreSlot) -> Result<Option<String>, CellbindError> {
+            self.0.lock().unwrap().push((slot, "load".into()));
+            Ok(Some(format!("{slot:?}")))
+        }
+        fn save(&self, slot: StoreSlot, blob: String) -> Result<(), CellbindError> {
+            self.0.lock().unwrap().push((slot, blob));
+            Ok(())
+        }
+        fn clear(&self, slot: StoreSlot) -> Result<(), CellbindError> {
+            self.0.lock().unwrap().push((slot, "clear".into()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_foreign_store_gets_each_call_for_its_own_slot() {
+        use sdk::SessionStore as _;
+        let slots = Arc::new(Slots::default());
+        let store = ForeignStore(slots.clone());
+        assert_eq!(
+            store.load(sdk::StoreSlot::Outbox).unwrap().as_deref(),
+            Some("Outbox")
+        );
+        store.save(sdk::StoreSlot::Session, "s").unwrap();
+        store.clear(sdk::StoreSlot::Outbox).unwrap();
+        assert_eq!(
+            *slots.0.lock().unwrap(),
+            vec![
+                (StoreSlot::Outbox, "load".to_owned()),
+                (StoreSlot::Session, "s".to_owned()),
+                (StoreSlot::Outbox, "clear".to_owned()),
+            ]
+        );
+    }
+
+    fn sample_write() -> sdk::QueuedWrite {
+        sdk::QueuedWrite {
+            id: 7,
+            method: http::Method::PUT,
+            path: "/api/jobs/j-1".into(),
+            query: vec![("a".into(), "b c".into())],
+            headers: vec![("X-Request-Id".into(), "r-1".into())],
+            body: Some(b"{}".to_vec()),
+            content_type: Some("application/json".into()),
+            idempotency_key: "k-7".into(),
+            enqueued_at: 1_800_000_000,
+        }
+    }
+
+    #[test]
+    fn queued_writes_convert_field_by_field() {
+        let w = queued(&sample_write());
+        assert_eq!(
+            (w.id, w.method.as_str(), w.path.as_str()),
+            (7, "PUT", "/api/jobs/j-1")
+        );
+        assert_eq!(
+            (w.query[0].name.as_str(), w.query[0].value.as_str()),
+            ("a", "b c")
+        );
+        assert_eq!(
+            (w.headers[0].name.as_str(), w.headers[0].value.as_str()),
+            ("X-Request-Id", "r-1")
+        );
+        assert_eq!(w.body.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(w.content_type.as_deref(), Some("application/json"));
+        assert_eq!(
+            (w.idempotency_key.as_str(), w.enqueued_at),
+            ("k-7", 1_800_000_000)
+        );
+        let shown = format!("{w:?}");
+        assert!(!shown.contains("k-7") && !shown.contains("r-1"), "{shown}");
+    }
+
+    #[test]
+    fn flush_reports_and_rejections_convert() {
+        let answer = |status: u16, body: &str| sdk::Response {
+            status,
+            body: body.to_owned().into(),
+        };
+        let r = report(sdk::FlushReport {
+            delivered: vec![sdk::Delivered {
+                write: sample_write(),
+                response: answer(201, "{}"),
+            }],
+            rejected: vec![
+                sdk::WriteRejection {
+                    write: sample_write(),
+                    status: 400,
+                    code: Some("INVALID_REQUEST".into()),
+                    refusal: sdk::Refusal::Error(sdk::Error::Rejected {
+                        code: ErrorCode::InvalidRequest,
+                        status: 400,
+                        message: "bad job id".into(),
+                    }),
+                },
+                sdk::WriteRejection {
+                    write: sample_write(),
+                    status: 404,
+                    code: None,
+                    refusal: sdk::Refusal::Answer(answer(404, "no such job")),
+                },
+            ],
+            remaining: 3,
+            stopped: Some(sdk::Error::Network {
+                kind: sdk::NetworkErrorKind::TimeoutBeforeSend,
+                reached_cell: false,
+                detail: "connect timeout".into(),
+            }),
+            session_ended: false,
+        });
+        assert_eq!(r.delivered.len(), 1);
+        assert_eq!(r.delivered[0].id, 7);
+        assert_eq!(
+            (r.rejected[0].status, r.rejected[0].code.as_str()),
+            (400, "INVALID_REQUEST")
+        );
+        assert!(
+            r.rejected[0].detail.contains("bad job id"),
+            "{}",
+            r.rejected[0].detail
+        );
+        assert_eq!(
+            (
+                r.rejected[1].status,
+                r.rejected[1].code.as_str(),
+                r.rejected[1].detail.as_str()
+            ),
+            (404, "", "no such job")
+        );
+        assert_eq!(r.remaining, 3);
+        let stopped = r.stopped.unwrap();
+        assert!(
+            stopped.starts_with("network (TimeoutBeforeSend)"),
+            "{stopped}"
+        );
+        assert!(!r.session_ended);
+        let ended = report(sdk::FlushReport {
+            stopped: Some(sdk::Error::SessionRevoked),
+            session_ended: true,
+            ..Default::default()
+        });
+        assert!(ended.session_ended && ended.stopped.unwrap().starts_with("SESSION_REVOKED"));
+        assert_eq!(report(sdk::FlushReport::default()).stopped, None);
     }
 
     #[test]

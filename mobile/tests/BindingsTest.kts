@@ -16,13 +16,23 @@ val contractor = p("contractor_id")
 val login = p("login")
 val password = p("password")
 
+// One blob per slot (the session, the outbox); `blob`, `saves` and `clears` are about the session.
 class MemoryStore : SessionStore {
-    @Volatile var blob: String? = null
+    val blobs = java.util.concurrent.ConcurrentHashMap<StoreSlot, String>()
     @Volatile var saves = 0
     @Volatile var clears = 0
-    override fun load(): String? = blob
-    override fun save(blob: String) { this.blob = blob; saves++ }
-    override fun clear() { blob = null; clears++ }
+    var blob: String?
+        get() = blobs[StoreSlot.SESSION]
+        set(v) { if (v == null) blobs.remove(StoreSlot.SESSION) else blobs[StoreSlot.SESSION] = v }
+    override fun load(slot: StoreSlot): String? = blobs[slot]
+    override fun save(slot: StoreSlot, blob: String) {
+        blobs[slot] = blob
+        if (slot == StoreSlot.SESSION) saves++
+    }
+    override fun clear(slot: StoreSlot) {
+        blobs.remove(slot)
+        if (slot == StoreSlot.SESSION) clears++
+    }
 }
 
 class RecordingObserver : RequestObserver {
@@ -30,8 +40,21 @@ class RecordingObserver : RequestObserver {
     override fun onRequest(event: RequestEvent) { events.add(event) }
 }
 
-fun client(store: SessionStore, key: String = p("map_public_key"), observer: RequestObserver? = null) =
-    CellbindClient(CellbindConfig(mapBytes, key, caPem, store, observer))
+fun client(
+    store: SessionStore,
+    key: String = p("map_public_key"),
+    observer: RequestObserver? = null,
+    connectTimeoutMs: ULong? = null,
+    requestTimeoutMs: ULong? = null,
+) = CellbindClient(CellbindConfig(
+    map = mapBytes,
+    mapPublicKey = key,
+    extraCaPem = caPem,
+    store = store,
+    observer = observer,
+    connectTimeoutMs = connectTimeoutMs,
+    requestTimeoutMs = requestTimeoutMs,
+))
 
 inline fun <reified E : CellbindException> expectError(block: () -> Unit): E {
     try {
@@ -46,6 +69,55 @@ inline fun <reified E : CellbindException> expectError(block: () -> Unit): E {
 }
 
 fun check(cond: Boolean, what: () -> String) { if (!cond) throw AssertionError(what()) }
+
+// --- the offline outbox ---------------------------------------------------------------------
+
+val outboxWrites = 20
+// A seeded contractor of its own (every seeded contractor has the technician logins and the one
+// demo password), so this test never shares one with the tests above or the Python tests.
+val outboxContractor = "c-10022"
+val outboxLogin = "tech-2"
+
+fun signalEdges(sig: String) {
+    val pids = p("edge_pids").split(",")
+    val rc = ProcessBuilder(listOf("kill", "-$sig") + pids).inheritIO().start().waitFor()
+    check(rc == 0) { "kill -$sig ${pids} exited $rc" }
+}
+
+val fleetTls: javax.net.ssl.SSLContext by lazy {
+    val cf = java.security.cert.CertificateFactory.getInstance("X.509")
+    val ks = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType()).apply { load(null, null) }
+    File(p("ca_cert")).inputStream().use { input ->
+        cf.generateCertificates(input).forEachIndexed { i, cert -> ks.setCertificateEntry("ca$i", cert) }
+    }
+    val tmf = javax.net.ssl.TrustManagerFactory.getInstance(javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm())
+    tmf.init(ks)
+    javax.net.ssl.SSLContext.getInstance("TLS").apply { init(null, tmf.trustManagers, null) }
+}
+
+/** The contractor's applied completions at one cell's app (its internal API), as JSON text. */
+fun appCompletions(cell: String, ctr: String): String {
+    val http = java.net.http.HttpClient.newBuilder().sslContext(fleetTls).build()
+    val req = java.net.http.HttpRequest.newBuilder(
+        java.net.URI("${p("app_internal_url.$cell")}/internal/v1/contractors/$ctr/completions"))
+        .header("Authorization", "Bearer ${p("admin_token.$cell")}")
+        .build()
+    val resp = http.send(req, java.net.http.HttpResponse.BodyHandlers.ofString())
+    if (resp.statusCode() == 404) return ""
+    check(resp.statusCode() == 200) { "completions at $cell: HTTP ${resp.statusCode()} ${resp.body()}" }
+    return resp.body()
+}
+
+fun occurrences(text: String, key: String): Int =
+    Regex(Regex.escape("\"idempotency_key\":\"$key\"")).findAll(text).count()
+
+fun waitFor(what: String, timeoutMs: Long = 60_000, cond: () -> Boolean) {
+    val deadline = System.nanoTime() + timeoutMs * 1_000_000
+    while (!cond()) {
+        check(System.nanoTime() < deadline) { "timed out waiting for $what" }
+        Thread.sleep(50)
+    }
+}
 
 val tests = linkedMapOf<String, () -> Unit>(
     "sign in, request, restore in a new client" to {
@@ -64,7 +136,7 @@ val tests = linkedMapOf<String, () -> Unit>(
 
             val c2 = client(store)
             check(c2.session() == null) { "new client has a session before restore" }
-            val restored = c2.restore()
+            val restored = runBlocking { c2.restore() }
             check(restored?.sessionId == info.sessionId) { "restored $restored" }
             val r2 = c2.request("GET", "/api/routes/today", null)
             check(r2.status.toInt() == 200) { "status ${r2.status}" }
@@ -89,22 +161,22 @@ val tests = linkedMapOf<String, () -> Unit>(
         val store = MemoryStore()
         val c = client(store)
         runBlocking { c.signIn(contractor, login, password) }
-        check(runBlocking { c.signOut() }) { "sign-out not confirmed by the cell" }
+        check(runBlocking { c.signOut() }.revoked) { "sign-out not confirmed by the cell" }
         check(store.blob == null) { "store not cleared" }
         expectError<CellbindException.NotSignedIn> {
             runBlocking { c.request("GET", "/api/routes/today", null) }
         }
         val c2 = client(store)
-        check(c2.restore() == null) { "restored a cleared session" }
+        check(runBlocking { c2.restore() } == null) { "restored a cleared session" }
         expectError<CellbindException.NotSignedIn> {
             runBlocking { c2.request("GET", "/api/routes/today", null) }
         }
     },
     "a failing foreign store is Store" to {
         val broken = object : SessionStore {
-            override fun load(): String? = null
-            override fun save(blob: String) { throw IllegalStateException("keystore unavailable") }
-            override fun clear() {}
+            override fun load(slot: StoreSlot): String? = null
+            override fun save(slot: StoreSlot, blob: String) { throw IllegalStateException("keystore unavailable") }
+            override fun clear(slot: StoreSlot) {}
         }
         val c = client(broken)
         expectError<CellbindException.Store> {
@@ -164,7 +236,7 @@ val tests = linkedMapOf<String, () -> Unit>(
         store.blob = endpoint.replace(blob, "\"endpoint\":\"https://127.0.0.1:1\"")
         val obs = RecordingObserver()
         val c = client(store, observer = obs)
-        check(c.restore() != null) { "edited session not restored" }
+        check(runBlocking { c.restore() } != null) { "edited session not restored" }
         val e = expectError<CellbindException.Network> {
             runBlocking { c.request("GET", "/api/routes/today", null) }
         }
@@ -173,6 +245,76 @@ val tests = linkedMapOf<String, () -> Unit>(
         check(obs.events.size == 1) { "events ${obs.events}" }
         val ev = obs.events[0]
         check(ev.outcome == RequestOutcome.Network(NetworkErrorKind.CONNECT) && !ev.reachedCell && ev.status == null) { "event $ev" }
+    },
+    "outbox: 20 writes queued offline, client restarted, contractor moved, delivered once at the new owner" to {
+        runBlocking {
+            val store = MemoryStore()
+            val c = client(store, connectTimeoutMs = 1_000UL, requestTimeoutMs = 2_000UL)
+            val info = c.signIn(outboxContractor, outboxLogin, password)
+            val source = info.cellId
+            val target = p("cell_ids").split(",").first { it != source }
+            val run = java.util.UUID.randomUUID().toString().take(8)
+            var keys: List<String> = emptyList()
+            var restarted: CellbindClient? = null
+            signalEdges("STOP")
+            try {
+                val queued = (0 until outboxWrites).map { i ->
+                    c.enqueue(Request(method = "POST", path = "/api/jobs/j-kt-outbox-$run-$i/complete",
+                        body = "{}".toByteArray()))
+                }
+                keys = queued.map { it.idempotencyKey }
+                check(keys.toSet().size == outboxWrites) { "keys $keys" }
+                val blob = store.blobs[StoreSlot.OUTBOX] ?: error("outbox not persisted")
+                check(blob.contains("\"schema\":1") && !blob.contains(password)) { "outbox blob" }
+
+                val obs = RecordingObserver()
+                val c2 = client(store, observer = obs, connectTimeoutMs = 1_000UL, requestTimeoutMs = 2_000UL)
+                restarted = c2
+                val restored = c2.restore()
+                check(restored?.sessionId == info.sessionId) { "restored $restored" }
+                check(c2.outbox().map { it.idempotencyKey } == keys) { "outbox after restore" }
+                waitFor("the restore flush to fail") { obs.events.any { it.outcome is RequestOutcome.Network } }
+                val report = c2.flush()
+                check(report.delivered.isEmpty() && report.remaining.toInt() == outboxWrites && report.stopped != null) { "offline flush $report" }
+            } finally {
+                signalEdges("CONT")
+            }
+            val c2 = restarted ?: error("no restarted client")
+
+            val migrate = ProcessBuilder(p("cellctl"), "migrate", outboxContractor, "--to", target, "--fleet", p("fleet_json"))
+                .redirectErrorStream(true).start()
+            val output = migrate.inputStream.bufferedReader().readText()
+            check(migrate.waitFor() == 0) { "cellctl migrate failed: $output" }
+            check(c2.outbox().size == outboxWrites) { "outbox changed while idle" }
+
+            val report = c2.flush()
+            check(report.delivered.map { it.idempotencyKey } == keys) { "delivered ${report.delivered.size}: $report" }
+            check(report.rejected.isEmpty() && report.remaining.toInt() == 0 && report.stopped == null) { "report $report" }
+            check(c2.outbox().isEmpty()) { "outbox not empty" }
+            check(c2.session()?.cellId == target) { "session at ${c2.session()?.cellId}, not $target" }
+
+            val atTarget = appCompletions(target, outboxContractor)
+            val atSource = appCompletions(source, outboxContractor)
+            for (k in keys) {
+                check(occurrences(atTarget, k) == 1) { "key $k applied ${occurrences(atTarget, k)} times at $target" }
+                check(occurrences(atSource, k) == 0) { "key $k applied at the old owner $source" }
+            }
+        }
+    },
+    "outbox: sign-out hands undelivered writes back" to {
+        runBlocking {
+            val store = MemoryStore()
+            val c = client(store)
+            c.signIn(contractor, login, password)
+            val w = c.enqueue(Request(method = "POST", path = "/api/jobs/j-kt-out-1/complete", body = "{}".toByteArray()))
+            expectError<CellbindException.InvalidInput> {
+                runBlocking { c.enqueue(Request(method = "GET", path = "/api/routes/today")) }
+            }
+            val out = c.signOut()
+            check(out.revoked) { "sign-out not confirmed" }
+            check(out.undelivered.map { it.id } == listOf(w.id)) { "undelivered ${out.undelivered}" }
+            check(store.blobs[StoreSlot.OUTBOX] == null && store.blob == null) { "store not cleared" }
+        }
     },
     "bad configuration is Config" to {
         expectError<CellbindException.Config> { client(MemoryStore(), key = "AAAA") }

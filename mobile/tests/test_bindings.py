@@ -13,9 +13,14 @@ with the venv's Python.)
 import asyncio
 import json
 import os
+import pathlib
+import signal
 import ssl
+import subprocess
 import sys
+import time
 import traceback
+import urllib.error
 import urllib.request
 
 import cellbind
@@ -25,23 +30,34 @@ UNKNOWN_CONTRACTOR = "c-999999999"
 
 
 class MemoryStore(cellbind.SessionStore):
-    """The foreign session store: a Python object the Rust side calls back."""
+    """The foreign session store: a Python object the Rust side calls back. One blob per slot
+    (the session, the outbox); `blob`, `saves` and `clears` are about the session slot."""
 
     def __init__(self):
-        self.blob = None
+        self.blobs = {}
         self.saves = 0
         self.clears = 0
 
-    def load(self):
-        return self.blob
+    @property
+    def blob(self):
+        return self.blobs.get(cellbind.StoreSlot.SESSION)
 
-    def save(self, blob):
-        self.blob = blob
-        self.saves += 1
+    @blob.setter
+    def blob(self, value):
+        self.blobs[cellbind.StoreSlot.SESSION] = value
 
-    def clear(self):
-        self.blob = None
-        self.clears += 1
+    def load(self, slot):
+        return self.blobs.get(slot)
+
+    def save(self, slot, blob):
+        self.blobs[slot] = blob
+        if slot == cellbind.StoreSlot.SESSION:
+            self.saves += 1
+
+    def clear(self, slot):
+        self.blobs.pop(slot, None)
+        if slot == cellbind.StoreSlot.SESSION:
+            self.clears += 1
 
 
 class RecordingObserver(cellbind.RequestObserver):
@@ -68,8 +84,22 @@ class ThrowingObserver(cellbind.RequestObserver):
 class BrokenStore(MemoryStore):
     """A store whose save fails with an exception the interface does not declare."""
 
-    def save(self, blob):
+    def save(self, slot, blob):
         raise OSError("keychain unavailable")
+
+
+class RecordingOutboxObserver(cellbind.OutboxObserver):
+    """The foreign outbox observer: what background flushes delivered or had refused."""
+
+    def __init__(self):
+        self.delivered = []
+        self.rejected = []
+
+    def on_delivered(self, write, status):
+        self.delivered.append((write, status))
+
+    def on_rejected(self, rejection):
+        self.rejected.append(rejection)
 
 
 def fetch_map(fleet):
@@ -87,7 +117,8 @@ class Env:
             self.ca = f.read()
         self.tech = fleet["demo"]["technicians"][0]
 
-    def client(self, store, key=None, map_bytes=None, observer=None):
+    def client(self, store, key=None, map_bytes=None, observer=None, outbox_observer=None,
+               connect_timeout_ms=None, request_timeout_ms=None):
         return cellbind.CellbindClient(
             cellbind.CellbindConfig(
                 map=self.map if map_bytes is None else map_bytes,
@@ -95,6 +126,9 @@ class Env:
                 extra_ca_pem=self.ca,
                 store=store,
                 observer=observer,
+                outbox_observer=outbox_observer,
+                connect_timeout_ms=connect_timeout_ms,
+                request_timeout_ms=request_timeout_ms,
             )
         )
 
@@ -145,7 +179,7 @@ async def test_sign_in_request_and_restore(env):
     # a new client object, restored from the foreign store (no sign-in)
     c2 = env.client(store)
     assert c2.session() is None
-    restored = c2.restore()
+    restored = await c2.restore()
     assert restored is not None and restored.session_id == info.session_id, restored
     assert c2.session().cell_id == info.cell_id
     r2 = await c2.request("GET", ROUTES, None)
@@ -173,12 +207,12 @@ async def test_cleared_session_then_request_is_not_signed_in(env):
     store = MemoryStore()
     c = env.client(store)
     await env.sign_in(c)
-    assert await c.sign_out() is True
+    assert (await c.sign_out()).revoked is True
     assert store.blob is None and store.clears >= 1
     await expect_error(cellbind.CellbindError.NotSignedIn, c.request("GET", ROUTES, None))
     # and a new client over the cleared store has nothing to restore
     c2 = env.client(store)
-    assert c2.restore() is None
+    assert await c2.restore() is None
     await expect_error(cellbind.CellbindError.NotSignedIn, c2.request("GET", ROUTES, None))
 
 
@@ -259,7 +293,7 @@ async def test_an_unreachable_cell_is_a_connect_error_that_never_reached_it(env)
     store.blob = json.dumps(blob)
     obs = RecordingObserver()
     c = env.client(store, observer=obs)
-    assert c.restore() is not None
+    assert await c.restore() is not None
     e = await expect_error(cellbind.CellbindError.Network, c.request("GET", ROUTES, None))
     assert e.kind == cellbind.NetworkErrorKind.CONNECT, e
     assert e.reached_cell is False, e
@@ -278,6 +312,178 @@ async def test_a_throwing_observer_does_not_fail_requests(env):
     assert obs.calls == 2, obs.calls
 
 
+# --- the offline outbox -------------------------------------------------------------------
+
+OUTBOX_WRITES = 20
+# Seeded contractors of their own (every seeded contractor has the technician logins and the
+# one demo password), so the outbox tests never share a contractor with the tests above, the
+# CLI test or the Kotlin tests.
+OUTBOX_CONTRACTOR = "c-10021"
+OUTBOX_SMALL_CONTRACTOR = "c-10023"
+OUTBOX_LOGIN = "tech-2"
+# Short timeouts: with the edges stopped, every attempt waits for one.
+OFFLINE_CONNECT_TIMEOUT_MS = 1_000
+OFFLINE_REQUEST_TIMEOUT_MS = 2_000
+MIGRATE_TIMEOUT_S = 180
+
+
+def cellctl_path():
+    if os.environ.get("CELLCTL"):
+        return os.environ["CELLCTL"]
+    root = pathlib.Path(__file__).resolve().parents[2]
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    return str(target / "debug" / "cellctl")
+
+
+def signal_edges(env, sig):
+    for cell in env.fleet["cells"]:
+        os.kill(cell["endpoint_pid"], sig)
+
+
+def app_completions(env, cell_id, contractor):
+    """The contractor's applied completions in the app data of one cell (its internal API)."""
+    cell = next(c for c in env.fleet["cells"] if c["id"] == cell_id)
+    ctx = ssl.create_default_context(cafile=env.fleet["ca_cert"])
+    req = urllib.request.Request(
+        f"{cell['app_internal_url']}/internal/v1/contractors/{contractor}/completions",
+        headers={"Authorization": f"Bearer {cell['admin_token']}"},
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return json.loads(r.read())["completions"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return []
+        raise
+
+
+async def wait_for(what, cond, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_outbox_delivers_exactly_once_across_restart_and_migration(env):
+    """Acceptance: edges unreachable, 20 completions queued, the client dropped and restored
+    from the same store, the contractor migrated, the edges back: each write applied exactly
+    once, at the new owner."""
+    ctr, password = OUTBOX_CONTRACTOR, env.tech["password"]
+    store = MemoryStore()
+    c = env.client(store, connect_timeout_ms=OFFLINE_CONNECT_TIMEOUT_MS,
+                   request_timeout_ms=OFFLINE_REQUEST_TIMEOUT_MS)
+    info = await c.sign_in(ctr, OUTBOX_LOGIN, password)
+    source = info.cell_id
+    target = next(cell["id"] for cell in env.fleet["cells"] if cell["id"] != source)
+    run = os.urandom(4).hex()
+
+    signal_edges(env, signal.SIGSTOP)
+    try:
+        queued = []
+        for i in range(OUTBOX_WRITES):
+            queued.append(c.enqueue(cellbind.Request(
+                method="POST", path=f"/api/jobs/j-outbox-{run}-{i}/complete", body=b"{}")))
+        keys = [w.idempotency_key for w in queued]
+        assert len(set(keys)) == OUTBOX_WRITES, keys
+        assert [w.id for w in queued] == sorted(w.id for w in queued), queued
+        # persisted in its own schema-versioned blob before enqueue returned
+        blob = json.loads(store.blobs[cellbind.StoreSlot.OUTBOX])
+        assert blob["schema"] == 1 and len(blob["entries"]) == OUTBOX_WRITES, blob.keys()
+        assert password not in store.blobs[cellbind.StoreSlot.OUTBOX]
+        del c
+
+        # the app restarts: a new client over the same store
+        obs = RecordingObserver()
+        c2 = env.client(store, observer=obs, connect_timeout_ms=OFFLINE_CONNECT_TIMEOUT_MS,
+                        request_timeout_ms=OFFLINE_REQUEST_TIMEOUT_MS)
+        restored = await c2.restore()
+        assert restored is not None and restored.session_id == info.session_id, restored
+        assert [w.idempotency_key for w in c2.outbox()] == keys
+        # restore() started a flush in the background; it reaches no edge
+        await wait_for("the restore flush to fail", lambda: any(
+            isinstance(e.outcome, cellbind.RequestOutcome.NETWORK) for e in obs.events))
+        report = await c2.flush()
+        assert report.delivered == [] and report.rejected == [], report
+        assert report.remaining == OUTBOX_WRITES and report.stopped, report
+        assert not report.session_ended, report
+    finally:
+        signal_edges(env, signal.SIGCONT)
+
+    # the contractor moves while the writes wait on the device (cells up, device idle)
+    moved = subprocess.run(
+        [cellctl_path(), "migrate", ctr, "--to", target, "--fleet", env.fleet_path],
+        capture_output=True, text=True, timeout=MIGRATE_TIMEOUT_S)
+    assert moved.returncode == 0, (moved.stdout, moved.stderr)
+    assert len(c2.outbox()) == OUTBOX_WRITES
+
+    report = await c2.flush()
+    assert [w.idempotency_key for w in report.delivered] == keys, report
+    assert report.rejected == [] and report.remaining == 0 and report.stopped is None, report
+    assert c2.outbox() == []
+    assert c2.session().cell_id == target, c2.session()
+    assert json.loads(store.blobs[cellbind.StoreSlot.OUTBOX])["entries"] == []
+    again = await c2.flush()
+    assert again.delivered == [] and again.remaining == 0, again
+
+    applied = [x for x in app_completions(env, target, ctr) if x.get("idempotency_key") in keys]
+    assert sorted(x["idempotency_key"] for x in applied) == sorted(keys), applied
+    assert sorted(x["job_id"] for x in applied) == sorted(
+        f"j-outbox-{run}-{i}" for i in range(OUTBOX_WRITES)), applied
+    at_source = [x for x in app_completions(env, source, ctr) if x.get("idempotency_key") in keys]
+    assert at_source == [], at_source
+
+
+async def test_outbox_rejections_background_flush_sign_out_and_bounds(env):
+    ctr, password = OUTBOX_SMALL_CONTRACTOR, env.tech["password"]
+    store = MemoryStore()
+    outbox_obs = RecordingOutboxObserver()
+    c = env.client(store, outbox_observer=outbox_obs)
+    await c.sign_in(ctr, OUTBOX_LOGIN, password)
+    run = os.urandom(4).hex()
+
+    # a read is not queued; a bad write is refused for good at flush time, the next one lands
+    await expect_error_sync(cellbind.CellbindError.InvalidInput, lambda: c.enqueue(
+        cellbind.Request(method="GET", path=ROUTES)))
+    bad = c.enqueue(cellbind.Request(method="POST", path="/api/jobs/j~bad/complete", body=b"{}"))
+    good = c.enqueue(cellbind.Request(method="POST", path=f"/api/jobs/j-ok-{run}/complete",
+                                      body=b"{}", idempotency_key=f"py-outbox-{run}"))
+    assert good.idempotency_key == f"py-outbox-{run}"
+    report = await c.flush()
+    assert [r.write.id for r in report.rejected] == [bad.id], report
+    assert report.rejected[0].status == 400 and report.rejected[0].code == "INVALID_REQUEST", report
+    assert [w.id for w in report.delivered] == [good.id] and report.remaining == 0, report
+
+    # a successful request flushes what is queued, in the background
+    later = c.enqueue(cellbind.Request(method="POST", path=f"/api/jobs/j-bg-{run}/complete",
+                                       body=b"{}"))
+    r = await c.request("GET", ROUTES, None)
+    assert r.status == 200
+    await wait_for("the background flush",
+                   lambda: later.id in [w.id for w, _ in outbox_obs.delivered])
+    assert [st for w, st in outbox_obs.delivered if w.id == later.id] == [200], outbox_obs.delivered
+    assert c.outbox() == []
+
+    # bounded: the 101st write is refused and nothing changes
+    for i in range(100):
+        c.enqueue(cellbind.Request(method="POST", path=f"/api/jobs/j-full-{run}-{i}/complete",
+                                   body=b"{}"))
+    before = store.blobs[cellbind.StoreSlot.OUTBOX]
+    full = await expect_error_sync(cellbind.CellbindError.OutboxFull, lambda: c.enqueue(
+        cellbind.Request(method="POST", path=f"/api/jobs/j-over-{run}/complete", body=b"{}")))
+    assert full.capacity == 100, full
+    assert store.blobs[cellbind.StoreSlot.OUTBOX] == before
+
+    # sign-out hands the undelivered writes back instead of dropping them
+    out = await c.sign_out()
+    assert out.revoked is True
+    assert len(out.undelivered) == 100, len(out.undelivered)
+    assert out.undelivered[0].path == f"/api/jobs/j-full-{run}-0/complete"
+    assert store.blobs.get(cellbind.StoreSlot.OUTBOX) is None and store.blob is None
+    await expect_error_sync(cellbind.CellbindError.NotSignedIn, lambda: c.enqueue(
+        cellbind.Request(method="POST", path=f"/api/jobs/j-late-{run}/complete", body=b"{}")))
+
+
 TESTS = [
     test_sign_in_request_and_restore,
     test_wrong_password_is_invalid_credentials,
@@ -288,12 +494,15 @@ TESTS = [
     test_send_with_query_headers_key_and_an_observer,
     test_an_unreachable_cell_is_a_connect_error_that_never_reached_it,
     test_a_throwing_observer_does_not_fail_requests,
+    test_outbox_delivers_exactly_once_across_restart_and_migration,
+    test_outbox_rejections_background_flush_sign_out_and_bounds,
 ]
 
 
 async def main(path):
     with open(path) as f:
         env = Env(json.load(f))
+    env.fleet_path = path
     failed = 0
     for t in TESTS:
         try:

@@ -1,8 +1,9 @@
 //! The client: map lookup, sign-in with at most one redirect, requests to the session's cell,
-//! renewal, restore, sign-out and map refresh (DESIGN §7).
+//! renewal, restore, sign-out and map refresh (DESIGN §7); the offline outbox's queue and
+//! flush are in `client/outbox.rs` ([`crate::outbox`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -18,9 +19,11 @@ use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, Sess
 
 use crate::Error;
 use crate::observer::{Observer, RequestObserver};
+use crate::outbox::{OutboxObserver, OutboxSettings, QueuedWrite};
+use crate::pins;
 use crate::request::{Body, Prepared, Request};
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
-use crate::store::{self, MemoryStore, SessionStore};
+use crate::store::{self, MemoryStore, SessionStore, StoreSlot};
 use crate::transport::{Call, Response, RetryPolicy, Transport};
 
 /// Time allowed to establish a connection.
@@ -42,6 +45,7 @@ pub struct ClientBuilder {
     clock: SharedClock,
     retry: RetryPolicy,
     observer: Observer,
+    outbox: OutboxSettings,
 }
 
 impl ClientBuilder {
@@ -58,6 +62,7 @@ impl ClientBuilder {
             clock: system_clock(),
             retry: RetryPolicy::default(),
             observer: Observer::default(),
+            outbox: OutboxSettings::default(),
         }
     }
 
@@ -92,33 +97,44 @@ impl ClientBuilder {
         self.observer = Observer::new(Some(observer));
         self
     }
+    /// Bounds of the offline outbox: most writes, most body bytes (all writes together).
+    /// Defaults: [`crate::outbox::DEFAULT_OUTBOX_MAX_WRITES`],
+    /// [`crate::outbox::DEFAULT_OUTBOX_MAX_BYTES`].
+    pub fn outbox_limits(mut self, max_writes: usize, max_bytes: usize) -> Self {
+        self.outbox.max_writes = max_writes;
+        self.outbox.max_bytes = max_bytes;
+        self
+    }
+    /// Tells `observer` what every outbox flush delivered or had refused for good.
+    pub fn outbox_observer(mut self, observer: Arc<dyn OutboxObserver>) -> Self {
+        self.outbox.observer = Some(observer);
+        self
+    }
 
     pub fn build(self) -> Result<Client, Error> {
         let map = SignedMap::verify_bytes(&self.map_bytes, &self.map_key)?;
         // One crypto provider everywhere; an Err only means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut http = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .https_only(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(self.connect_timeout)
-            .timeout(self.request_timeout);
-        if let Some(pem) = &self.extra_ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| Error::Config(format!("CA certificate PEM is not readable: {e}")))?;
-            if certs.is_empty() {
-                return Err(Error::Config(
-                    "CA certificate PEM holds no certificate".into(),
-                ));
-            }
-            http = http.tls_certs_only(certs);
-        }
-        let http = http
-            .build()
-            .map_err(|e| Error::Config(format!("cannot build the HTTPS client: {e}")))?;
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        // The CA chain and host name check; each cell's pins are checked after it.
+        let base = pins::base_verifier(self.extra_ca_pem.as_deref(), provider.clone())?;
+        let settings = pins::HttpSettings {
+            user_agent: USER_AGENT,
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+        };
         Ok(Client {
-            inner: Arc::new(Inner {
-                transport: Transport::new(http, self.retry, self.observer),
+            // The transport reads each cell's pins from the map the client holds at the time
+            // of the call (so an adopted map's pins apply at once); a weak reference, so the
+            // client does not own itself.
+            inner: Arc::new_cyclic(|me: &Weak<Inner>| Inner {
+                transport: Transport::new(
+                    pins::CellClients::new(base, provider, settings, pins_of(me.clone())),
+                    self.retry,
+                    self.observer,
+                ),
                 map: RwLock::new(Arc::new(map)),
                 map_key: self.map_key,
                 store: self.store,
@@ -127,9 +143,19 @@ impl ClientBuilder {
                 sign_in_lock: tokio::sync::Mutex::new(()),
                 renew_lock: tokio::sync::Mutex::new(()),
                 renewals_wanted: AtomicUsize::new(0),
+                outbox: outbox::OutboxState::new(self.outbox),
             }),
         })
     }
+}
+
+/// The pins of a cell in the map `client` holds (none once the client is gone).
+fn pins_of(client: Weak<Inner>) -> pins::PinsOf {
+    Arc::new(move |cell: &CellId| {
+        let inner = client.upgrade()?;
+        let map = inner.map.read().ok()?;
+        map.map.cell(cell)?.tls_pins
+    })
 }
 
 /// The Cellbind client. Cheap to clone; clones share everything.
@@ -153,6 +179,7 @@ struct Inner {
     renew_lock: tokio::sync::Mutex<()>,
     /// Requests that found their session in the renewal window (observability and tests).
     renewals_wanted: AtomicUsize,
+    outbox: outbox::OutboxState,
 }
 
 /// A map refresh that took effect.
@@ -162,8 +189,19 @@ pub struct MapUpdate {
     pub version: u64,
 }
 
+/// What a sign-out did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SignOutResult {
+    pub outcome: SignOut,
+    /// The writes the outbox still held (now removed from it): the app decides what to do with
+    /// them.
+    pub undelivered: Vec<QueuedWrite>,
+}
+
 /// How a sign-out ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SignOut {
     /// The cell revoked the session.
     Revoked,
@@ -287,15 +325,15 @@ impl Client {
     fn save(&self, session: &Session) -> Result<(), Error> {
         self.inner
             .store
-            .save(&store::encode(session)?)
+            .save(StoreSlot::Session, &store::encode(session)?)
             .map_err(|e| Error::Store(e.to_string()))
     }
 
-    /// Empties the store.
+    /// Removes the session from the store (the outbox stays).
     fn clear_store(&self) -> Result<(), Error> {
         self.inner
             .store
-            .clear()
+            .clear(StoreSlot::Session)
             .map_err(|e| Error::Store(e.to_string()))
     }
 
@@ -350,15 +388,18 @@ impl Client {
         self.inner.renewals_wanted.load(Ordering::SeqCst)
     }
 
-    /// Loads the session from the store. No network. `Ok(None)` when the store is empty.
+    /// Loads the session from the store. No network in the call. `Ok(None)` when the store
+    /// holds no session. Called inside a tokio runtime with a session, it starts a flush of
+    /// the outbox in the background ([`crate::outbox`]).
     pub fn restore(&self) -> Result<Option<SessionInfo>, Error> {
         if let Some(s) = self.current() {
+            self.flush_in_background();
             return Ok(Some(s.info()));
         }
         let blob = self
             .inner
             .store
-            .load()
+            .load(StoreSlot::Session)
             .map_err(|e| Error::Store(e.to_string()))?;
         let Some(blob) = blob else {
             return Ok(None);
@@ -366,6 +407,7 @@ impl Client {
         let session = store::decode(&blob)?;
         let info = session.info();
         self.transition(Event::Restored(session))?;
+        self.flush_in_background();
         Ok(Some(info))
     }
 
@@ -486,8 +528,18 @@ impl Client {
     /// Sends an app request to the session's cell (never anywhere else). The request is checked
     /// first ([`Request`] lists what is refused). A write (any method that is not GET, HEAD,
     /// OPTIONS or TRACE) carries the caller's idempotency key or else a random one, the same on
-    /// every retry and after a transfer to the contractor's new cell.
+    /// every retry and after a transfer to the contractor's new cell. After a success, a flush
+    /// of the outbox starts in the background if writes are queued and none runs.
     pub async fn send(&self, request: Request) -> Result<Response, Error> {
+        let result = self.send_now(request).await;
+        if result.is_ok() {
+            self.flush_in_background();
+        }
+        result
+    }
+
+    /// [`Client::send`] without the outbox trigger (the outbox's own path).
+    async fn send_now(&self, request: Request) -> Result<Response, Error> {
         let mut request = request.prepare()?;
         self.renew_if_due().await?;
         let session = self.current().ok_or(Error::NotSignedIn)?;
@@ -606,7 +658,20 @@ impl Client {
     }
 
     /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
-    pub async fn sign_out(&self) -> Result<SignOut, Error> {
+    /// The writes still in the outbox are handed back (and the outbox emptied), never dropped:
+    /// if the outbox cannot be read ([`Error::Store`]) nothing changes, and if it cannot be
+    /// emptied after the session ended the writes stay for [`Client::take_undelivered`].
+    pub async fn sign_out(&self) -> Result<SignOutResult, Error> {
+        self.outbox()?;
+        let outcome = self.sign_out_session().await?;
+        let undelivered = self.take_undelivered()?;
+        Ok(SignOutResult {
+            outcome,
+            undelivered,
+        })
+    }
+
+    async fn sign_out_session(&self) -> Result<SignOut, Error> {
         let Some(session) = self.current() else {
             self.clear_store()?;
             return Ok(SignOut::NotSignedIn);
@@ -708,6 +773,7 @@ fn session_from(
     })
 }
 
+mod outbox;
 mod transfer;
 
 #[cfg(test)]

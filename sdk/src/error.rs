@@ -161,6 +161,18 @@ pub enum Error {
         status: u16,
         message: String,
     },
+    /// The cell's TLS certificate matches neither of the SPKI pins (current, next) that the
+    /// signed map publishes for it, even if a trusted CA issued it. Nothing was sent. Not
+    /// retried: a newer signed map (publishing the certificate's pin) is the way forward.
+    #[error("the certificate of {cell} matches none of its pins in the signed map")]
+    PinMismatch { cell: CellId },
+    /// The offline outbox holds `capacity` writes (or `capacity_bytes` of bodies) already:
+    /// nothing was queued. Flush it (or take its writes back) first.
+    #[error("the outbox is full ({capacity} writes, {capacity_bytes} bytes); nothing was queued")]
+    OutboxFull {
+        capacity: usize,
+        capacity_bytes: usize,
+    },
     /// The cell answered something that is not the protocol.
     #[error("invalid response: {0}")]
     InvalidResponse(String),

@@ -31,10 +31,29 @@
 //! A network failure says whether the request may have reached the cell
 //! ([`Error::Network`], [`NetworkErrorKind`]); an error code from a newer server is
 //! [`Error::UnknownErrorCode`]; a [`RequestObserver`] sees every call to a cell with its outcome.
+//!
+//! Writes made without signal go to the offline [`outbox`]: [`Client::enqueue`] saves them
+//! through the app's store before returning, [`Client::flush`] (also started by itself at
+//! [`Client::restore`] and after a successful request) delivers them in order, each exactly
+//! once, at the contractor's cell of the moment:
+//!
+//! ```no_run
+//! # async fn demo(client: cellbind_sdk::Client) -> Result<(), cellbind_sdk::Error> {
+//! let queued = client.enqueue(
+//!     cellbind_sdk::Request::post("/api/jobs/j-1/complete").json(b"{}".to_vec()),
+//! )?;
+//! let report = client.flush().await?;
+//! for rejected in &report.rejected {
+//!     eprintln!("write {} refused for good: {}", rejected.write.id, rejected.refusal.detail());
+//! }
+//! # let _ = queued; Ok(()) }
+//! ```
 
 mod client;
 mod error;
 pub mod observer;
+pub mod outbox;
+mod pins;
 pub mod request;
 pub mod session;
 pub mod store;
@@ -45,10 +64,14 @@ pub(crate) mod testing;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut,
+    SignOutResult,
 };
 pub use error::{Error, NetworkErrorKind};
 pub use observer::{RequestEvent, RequestObserver, RequestOutcome};
+pub use outbox::{
+    Delivered, FlushReport, OUTBOX_SCHEMA, OutboxObserver, QueuedWrite, Refusal, WriteRejection,
+};
 pub use request::Request;
 pub use session::{RENEWAL_WINDOW_S, SessionInfo, State};
-pub use store::{FileStore, MemoryStore, SessionStore, StoreError};
+pub use store::{FileStore, MemoryStore, SessionStore, StoreError, StoreSlot};
 pub use transport::{Response, RetryPolicy};

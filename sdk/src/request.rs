@@ -70,12 +70,12 @@ const RESERVED_HEADERS: [&str; 17] = [
 /// ```
 #[derive(Clone)]
 pub struct Request {
-    method: Method,
-    path: String,
-    query: Vec<(String, String)>,
-    headers: Vec<(String, String)>,
-    body: Option<(Bytes, String)>,
-    idempotency_key: Option<String>,
+    pub(crate) method: Method,
+    pub(crate) path: String,
+    pub(crate) query: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Option<(Bytes, String)>,
+    pub(crate) idempotency_key: Option<String>,
 }
 
 /// Never prints query values, header values, the body or the key: any of them may be secret.

@@ -16,6 +16,8 @@
 //!
 //! Every transition is in [`State::next`], one `match`. A state that has a session
 //! ([`State::session`]) can serve requests; only `SignedOut` and a first `SigningIn` cannot.
+//! "Store cleared" is the session's slot only: the offline outbox ([`crate::outbox`]) is kept
+//! when a session ends, and handed back to the app by `sign_out()` or `take_undelivered()`.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,9 @@
-//! Session persistence. The SDK hands the store an opaque blob (JSON with a schema version);
-//! apps keep it wherever secrets belong on their platform (Keychain, Keystore-backed storage).
-//! [`MemoryStore`] keeps it in memory; [`FileStore`] in a file readable by its owner only.
+//! Persistence. The SDK hands the store opaque blobs (JSON, each with its own schema version),
+//! one per [`StoreSlot`]: the session, and the offline outbox ([`crate::outbox`]). Apps keep
+//! them wherever secrets belong on their platform (Keychain, Keystore-backed storage).
+//! [`MemoryStore`] keeps them in memory; [`FileStore`] in files readable by their owner only.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -18,14 +20,25 @@ pub const PERSISTED_SCHEMA: u32 = 1;
 #[error("{0}")]
 pub struct StoreError(pub String);
 
-/// Where the session blob lives. Implementations must be cheap and may block briefly.
+/// Which blob: each slot is saved, loaded and cleared on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreSlot {
+    /// The session (its token included).
+    Session,
+    /// The offline outbox: writes waiting for delivery ([`crate::outbox`]).
+    Outbox,
+}
+
+/// Where the blobs live, one per [`StoreSlot`]. Implementations must be cheap and may block
+/// briefly; `save` must have made the blob durable when it returns.
 pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
-    /// The saved blob, or `None` when nothing was saved.
-    fn load(&self) -> Result<Option<String>, StoreError>;
-    /// Replaces the saved blob.
-    fn save(&self, blob: &str) -> Result<(), StoreError>;
-    /// Removes the saved blob (no error when there is none).
-    fn clear(&self) -> Result<(), StoreError>;
+    /// The blob saved in `slot`, or `None` when nothing was saved.
+    fn load(&self, slot: StoreSlot) -> Result<Option<String>, StoreError>;
+    /// Replaces the blob in `slot`.
+    fn save(&self, slot: StoreSlot, blob: &str) -> Result<(), StoreError>;
+    /// Removes the blob in `slot` (no error when there is none).
+    fn clear(&self, slot: StoreSlot) -> Result<(), StoreError>;
 }
 
 /// The persisted form of a session.
@@ -64,41 +77,38 @@ pub(crate) fn decode(blob: &str) -> Result<Session, Error> {
     Ok(p.session)
 }
 
-/// A store in memory (the default; sessions do not survive the process).
+/// A store in memory (the default; nothing survives the process).
 #[derive(Debug, Default)]
-pub struct MemoryStore(Mutex<Option<String>>);
+pub struct MemoryStore(Mutex<HashMap<StoreSlot, String>>);
 
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
+
+    fn slots(&self) -> Result<std::sync::MutexGuard<'_, HashMap<StoreSlot, String>>, StoreError> {
+        self.0
+            .lock()
+            .map_err(|_| StoreError("memory store poisoned".into()))
+    }
 }
 
 impl SessionStore for MemoryStore {
-    fn load(&self) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .0
-            .lock()
-            .map_err(|_| StoreError("memory store poisoned".into()))?
-            .clone())
+    fn load(&self, slot: StoreSlot) -> Result<Option<String>, StoreError> {
+        Ok(self.slots()?.get(&slot).cloned())
     }
-    fn save(&self, blob: &str) -> Result<(), StoreError> {
-        *self
-            .0
-            .lock()
-            .map_err(|_| StoreError("memory store poisoned".into()))? = Some(blob.to_owned());
+    fn save(&self, slot: StoreSlot, blob: &str) -> Result<(), StoreError> {
+        self.slots()?.insert(slot, blob.to_owned());
         Ok(())
     }
-    fn clear(&self) -> Result<(), StoreError> {
-        *self
-            .0
-            .lock()
-            .map_err(|_| StoreError("memory store poisoned".into()))? = None;
+    fn clear(&self, slot: StoreSlot) -> Result<(), StoreError> {
+        self.slots()?.remove(&slot);
         Ok(())
     }
 }
 
-/// A store in one file, written atomically (temporary file + rename) with mode 0600.
+/// A store in files, each written atomically (temporary file + rename) with mode 0600: the
+/// session at the given path, the outbox at the same path with `.outbox` appended.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     path: PathBuf,
@@ -108,8 +118,20 @@ impl FileStore {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self { path: path.into() }
     }
+    /// The session's file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+    /// The file of `slot`.
+    pub fn path_of(&self, slot: StoreSlot) -> PathBuf {
+        match slot {
+            StoreSlot::Session => self.path.clone(),
+            StoreSlot::Outbox => {
+                let mut p = self.path.clone().into_os_string();
+                p.push(".outbox");
+                PathBuf::from(p)
+            }
+        }
     }
 }
 
@@ -118,17 +140,19 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
 }
 
 impl SessionStore for FileStore {
-    fn load(&self) -> Result<Option<String>, StoreError> {
-        match std::fs::read_to_string(&self.path) {
+    fn load(&self, slot: StoreSlot) -> Result<Option<String>, StoreError> {
+        let path = self.path_of(slot);
+        match std::fs::read_to_string(&path) {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("cannot read", &self.path, e)),
+            Err(e) => Err(io_err("cannot read", &path, e)),
         }
     }
 
-    fn save(&self, blob: &str) -> Result<(), StoreError> {
+    fn save(&self, slot: StoreSlot, blob: &str) -> Result<(), StoreError> {
         use std::io::Write as _;
-        let dir = match self.path.parent() {
+        let path = self.path_of(slot);
+        let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
@@ -145,16 +169,17 @@ impl SessionStore for FileStore {
             std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o600))
                 .map_err(|e| io_err("cannot restrict", tmp.path(), e))?;
         }
-        tmp.persist(&self.path)
-            .map_err(|e| io_err("cannot replace", &self.path, e.error))?;
+        tmp.persist(&path)
+            .map_err(|e| io_err("cannot replace", &path, e.error))?;
         Ok(())
     }
 
-    fn clear(&self) -> Result<(), StoreError> {
-        match std::fs::remove_file(&self.path) {
+    fn clear(&self, slot: StoreSlot) -> Result<(), StoreError> {
+        let path = self.path_of(slot);
+        match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err("cannot remove", &self.path, e)),
+            Err(e) => Err(io_err("cannot remove", &path, e)),
         }
     }
 }
@@ -200,22 +225,57 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn file_store_is_private_and_clears() {
+    fn file_store_keeps_each_slot_in_its_own_private_file() {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let store = FileStore::new(dir.path().join("sub/session.json"));
-        assert_eq!(store.load().unwrap(), None);
-        store.save("{\"a\":1}").unwrap();
-        let mode = std::fs::metadata(store.path())
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(store.load().unwrap().as_deref(), Some("{\"a\":1}"));
-        store.save("{\"a\":2}").unwrap();
-        assert_eq!(store.load().unwrap().as_deref(), Some("{\"a\":2}"));
-        store.clear().unwrap();
-        store.clear().unwrap();
-        assert_eq!(store.load().unwrap(), None);
+        let outbox = dir.path().join("sub/session.json.outbox");
+        assert_eq!(store.path_of(StoreSlot::Outbox), outbox);
+        for slot in [StoreSlot::Session, StoreSlot::Outbox] {
+            assert_eq!(store.load(slot).unwrap(), None);
+        }
+        store.save(StoreSlot::Session, "{\"a\":1}").unwrap();
+        store.save(StoreSlot::Outbox, "{\"o\":1}").unwrap();
+        for path in [store.path().to_path_buf(), outbox.clone()] {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
+        assert_eq!(std::fs::read_to_string(&outbox).unwrap(), "{\"o\":1}");
+        assert_eq!(
+            store.load(StoreSlot::Session).unwrap().as_deref(),
+            Some("{\"a\":1}")
+        );
+        store.save(StoreSlot::Session, "{\"a\":2}").unwrap();
+        assert_eq!(
+            store.load(StoreSlot::Session).unwrap().as_deref(),
+            Some("{\"a\":2}")
+        );
+        // clearing one slot leaves the other
+        store.clear(StoreSlot::Session).unwrap();
+        store.clear(StoreSlot::Session).unwrap();
+        assert_eq!(store.load(StoreSlot::Session).unwrap(), None);
+        assert_eq!(
+            store.load(StoreSlot::Outbox).unwrap().as_deref(),
+            Some("{\"o\":1}")
+        );
+        store.clear(StoreSlot::Outbox).unwrap();
+        assert!(!outbox.exists());
+    }
+
+    #[test]
+    fn memory_store_keeps_one_blob_per_slot() {
+        let store = MemoryStore::new();
+        store.save(StoreSlot::Session, "s").unwrap();
+        store.save(StoreSlot::Outbox, "o").unwrap();
+        assert_eq!(
+            store.load(StoreSlot::Session).unwrap().as_deref(),
+            Some("s")
+        );
+        store.clear(StoreSlot::Outbox).unwrap();
+        assert_eq!(store.load(StoreSlot::Outbox).unwrap(), None);
+        assert_eq!(
+            store.load(StoreSlot::Session).unwrap().as_deref(),
+            Some("s")
+        );
     }
 }

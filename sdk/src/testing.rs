@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
-use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap};
+use protocol::map::{CellEntry, MAP_SCHEMA, PlacementMap, SignedMap, SpkiPin, TlsPins};
 use protocol::time::FakeClock;
 use protocol::token::SigningKey;
 use protocol::{CellId, ContractorId, ErrorBody, ErrorCode, Kid, SessionId};
@@ -201,6 +201,8 @@ pub struct FakeFleet {
     pub cells: Vec<FakeCell>,
     pub map_key: SigningKey,
     pub clock: FakeClock,
+    /// The pin of the certificate every fake cell serves.
+    pub pin: SpkiPin,
 }
 
 impl FakeFleet {
@@ -216,6 +218,10 @@ impl FakeFleet {
             .unwrap()
             .signed_by(&leaf_key, &issuer)
             .unwrap();
+        let pin = {
+            use rcgen::PublicKeyData as _;
+            SpkiPin::of_spki_der(&leaf_key.subject_public_key_info())
+        };
         let tls = axum_server::tls_rustls::RustlsConfig::from_pem(
             leaf.pem().into_bytes(),
             leaf_key.serialize_pem().into_bytes(),
@@ -250,7 +256,25 @@ impl FakeFleet {
             cells,
             map_key: SigningKey::from_seed(Kid::new("cp-test").unwrap(), &[7; 32]).unwrap(),
             clock: FakeClock::at(NOW),
+            pin,
         }
+    }
+
+    /// The pins of the served certificate, as the fixture maps publish them.
+    pub fn pins(&self) -> TlsPins {
+        TlsPins {
+            current: self.pin,
+            next: None,
+        }
+    }
+
+    /// A signed map like [`FakeFleet::map`] whose cells all have `pins`.
+    pub fn map_with_pins(&self, version: u64, pins: TlsPins) -> SignedMap {
+        let mut map = self.map(version, &[]).map;
+        for c in &mut map.cells {
+            c.tls_pins = Some(pins);
+        }
+        map.sign(&self.map_key).unwrap()
     }
 
     /// A signed map: every bucket on cell index 0, plus overrides.
@@ -265,6 +289,7 @@ impl FakeFleet {
                 .map(|c| CellEntry {
                     id: c.id.clone(),
                     endpoint: c.endpoint.clone(),
+                    tls_pins: Some(self.pins()),
                 })
                 .collect(),
             buckets: vec![0; 8],
@@ -301,6 +326,18 @@ pub fn fast_retries() -> RetryPolicy {
         max_backoff: Duration::from_millis(5),
         max_retry_after: Duration::from_secs(2),
     }
+}
+
+/// A source cell's answer to `POST /v1/sessions/transfer`: a ticket for `owner`.
+pub fn transfer_answer(owner: &FakeCell) -> Reply {
+    Reply::json(
+        200,
+        serde_json::json!({
+            "ticket": "tic.ket.sig",
+            "target_cell": owner.id.as_str(),
+            "target_endpoint": owner.endpoint,
+        }),
+    )
 }
 
 /// Polls `cond` until it holds or `deadline` passes.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellbind_sdk::{Client, Error, FileStore, MemoryStore, SessionStore};
+use cellbind_sdk::{Client, Error, FileStore, MemoryStore, SessionStore, StoreSlot};
 use devfleet::{DemoUser, Fleet, FleetFile, FleetOptions};
 use http::Method;
 use protocol::jwks::PublicKey;
@@ -223,7 +223,7 @@ async fn first_sign_in_with_the_built_in_map(ctx: &Ctx) {
     assert_eq!(info.cell_id, cell);
     let d = delta(&before, &ctx.sign_ins().await);
     assert_eq!(d.iter().sum::<u64>(), 1, "{d:?}");
-    assert!(store.load().unwrap().is_some());
+    assert!(store.load(StoreSlot::Session).unwrap().is_some());
     let route = route_of(&c).await;
     assert_eq!(route["contractor_id"], t.contractor_id.as_str());
     let w = c
@@ -311,7 +311,7 @@ async fn cells_that_keep_disagreeing_fail_after_two_attempts(ctx: &Ctx) {
         "exactly two sign-in attempts: {d:?}"
     );
     assert_eq!(d[3], 0, "the third cell is never asked: {d:?}");
-    assert!(store.load().unwrap().is_none());
+    assert!(store.load(StoreSlot::Session).unwrap().is_none());
     assert!(c.session().is_none());
 }
 
@@ -369,7 +369,7 @@ async fn renewal_in_the_window_gets_a_new_session(ctx: &Ctx) {
     assert!(renewed.expires_at >= first.expires_at);
     assert!(
         store
-            .load()
+            .load(StoreSlot::Session)
             .unwrap()
             .unwrap()
             .contains(renewed.session_id.as_str())
@@ -384,11 +384,16 @@ async fn a_revoked_session_is_typed_and_clears_the_store(ctx: &Ctx) {
     sign_in(&c, &t).await.unwrap();
     // the same session on a second device, which signs out (the cell revokes it)
     let other_store = Arc::new(MemoryStore::new());
-    other_store.save(&store.load().unwrap().unwrap()).unwrap();
+    other_store
+        .save(
+            StoreSlot::Session,
+            &store.load(StoreSlot::Session).unwrap().unwrap(),
+        )
+        .unwrap();
     let other = ctx.client(other_store);
     other.restore().unwrap().unwrap();
     assert_eq!(
-        other.sign_out().await.unwrap(),
+        other.sign_out().await.unwrap().outcome,
         cellbind_sdk::SignOut::Revoked
     );
     let deadline = tokio::time::Instant::now() + PROPAGATION_DEADLINE;
@@ -405,7 +410,10 @@ async fn a_revoked_session_is_typed_and_clears_the_store(ctx: &Ctx) {
         }
     };
     assert!(matches!(err, Error::SessionRevoked), "{err:?}");
-    assert!(store.load().unwrap().is_none(), "revoked clears the store");
+    assert!(
+        store.load(StoreSlot::Session).unwrap().is_none(),
+        "revoked clears the store"
+    );
     assert!(c.session().is_none());
     assert!(matches!(
         c.request(Method::GET, ROUTES, None).await,

@@ -613,6 +613,22 @@ fileprivate struct FfiConverterData: FfiConverterRustBuffer {
 public protocol CellbindClientProtocol: AnyObject, Sendable {
     
     /**
+     * Queues a write (POST, PUT, PATCH, DELETE) for a later flush and saves it to the store
+     * before returning. No network. Full: `OutboxFull`, nothing queued.
+     */
+    func enqueue(request: Request) throws  -> QueuedWrite
+    
+    /**
+     * Delivers the queued writes in order until the outbox is empty or a write has to wait.
+     */
+    func flush() async throws  -> FlushReport
+    
+    /**
+     * The queued writes, oldest first (nothing removed).
+     */
+    func outbox() throws  -> [QueuedWrite]
+    
+    /**
      * Refreshes the placement map from the session's cell; returns the version in use.
      */
     func refreshMap() async throws  -> UInt64
@@ -624,9 +640,10 @@ public protocol CellbindClientProtocol: AnyObject, Sendable {
     func request(method: String, path: String, body: Data?) async throws  -> Response
     
     /**
-     * Loads the saved session from the store (no network).
+     * Loads the saved session from the store. No network inside the call; with a session,
+     * a flush of the outbox starts in the background (results to the outbox observer).
      */
-    func restore() throws  -> SessionInfo?
+    func restore() async throws  -> SessionInfo?
     
     /**
      * Sends a request with query parameters, headers, a body of any content type and an
@@ -646,9 +663,14 @@ public protocol CellbindClientProtocol: AnyObject, Sendable {
     
     /**
      * Signs out: the cell revokes the session (when reachable) and the store is cleared.
-     * Returns whether the cell confirmed the revocation.
+     * The writes still queued are handed back (and the outbox emptied), never dropped.
      */
-    func signOut() async throws  -> Bool
+    func signOut() async throws  -> SignOutResult
+    
+    /**
+     * Hands back every queued write and empties the outbox.
+     */
+    func takeUndelivered() throws  -> [QueuedWrite]
     
 }
 /**
@@ -720,6 +742,51 @@ public convenience init(config: CellbindConfig)throws  {
 
     
     /**
+     * Queues a write (POST, PUT, PATCH, DELETE) for a later flush and saves it to the store
+     * before returning. No network. Full: `OutboxFull`, nothing queued.
+     */
+open func enqueue(request: Request)throws  -> QueuedWrite  {
+    return try  FfiConverterTypeQueuedWrite_lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_cellbindclient_enqueue(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeRequest_lower(request),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Delivers the queued writes in order until the outbox is empty or a write has to wait.
+     */
+open func flush()async throws  -> FlushReport  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_cellbind_mobile_fn_method_cellbindclient_flush(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_cellbind_mobile_rust_future_poll_rust_buffer,
+            completeFunc: ffi_cellbind_mobile_rust_future_complete_rust_buffer,
+            freeFunc: ffi_cellbind_mobile_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeFlushReport_lift,
+            errorHandler: FfiConverterTypeCellbindError_lift
+        )
+}
+    
+    /**
+     * The queued writes, oldest first (nothing removed).
+     */
+open func outbox()throws  -> [QueuedWrite]  {
+    return try  FfiConverterSequenceTypeQueuedWrite.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_cellbindclient_outbox(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
      * Refreshes the placement map from the session's cell; returns the version in use.
      */
 open func refreshMap()async throws  -> UInt64  {
@@ -759,15 +826,23 @@ open func request(method: String, path: String, body: Data?)async throws  -> Res
 }
     
     /**
-     * Loads the saved session from the store (no network).
+     * Loads the saved session from the store. No network inside the call; with a session,
+     * a flush of the outbox starts in the background (results to the outbox observer).
      */
-open func restore()throws  -> SessionInfo?  {
-    return try  FfiConverterOptionTypeSessionInfo.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
-        uniffiCallStatus in
-    uniffi_cellbind_mobile_fn_method_cellbindclient_restore(
-            self.uniffiCloneHandle(),uniffiCallStatus
-    )
-})
+open func restore()async throws  -> SessionInfo?  {
+    return
+        try  await uniffiRustCallAsync(
+            rustFutureFunc: {
+                uniffi_cellbind_mobile_fn_method_cellbindclient_restore(
+                        self.uniffiCloneHandle()
+                )
+            },
+            pollFunc: ffi_cellbind_mobile_rust_future_poll_rust_buffer,
+            completeFunc: ffi_cellbind_mobile_rust_future_complete_rust_buffer,
+            freeFunc: ffi_cellbind_mobile_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterOptionTypeSessionInfo.lift,
+            errorHandler: FfiConverterTypeCellbindError_lift
+        )
 }
     
     /**
@@ -823,9 +898,9 @@ open func signIn(contractorId: String, login: String, password: String)async thr
     
     /**
      * Signs out: the cell revokes the session (when reachable) and the store is cleared.
-     * Returns whether the cell confirmed the revocation.
+     * The writes still queued are handed back (and the outbox emptied), never dropped.
      */
-open func signOut()async throws  -> Bool  {
+open func signOut()async throws  -> SignOutResult  {
     return
         try  await uniffiRustCallAsync(
             rustFutureFunc: {
@@ -833,12 +908,24 @@ open func signOut()async throws  -> Bool  {
                         self.uniffiCloneHandle()
                 )
             },
-            pollFunc: ffi_cellbind_mobile_rust_future_poll_i8,
-            completeFunc: ffi_cellbind_mobile_rust_future_complete_i8,
-            freeFunc: ffi_cellbind_mobile_rust_future_free_i8,
-            liftFunc: FfiConverterBool.lift,
+            pollFunc: ffi_cellbind_mobile_rust_future_poll_rust_buffer,
+            completeFunc: ffi_cellbind_mobile_rust_future_complete_rust_buffer,
+            freeFunc: ffi_cellbind_mobile_rust_future_free_rust_buffer,
+            liftFunc: FfiConverterTypeSignOutResult_lift,
             errorHandler: FfiConverterTypeCellbindError_lift
         )
+}
+    
+    /**
+     * Hands back every queued write and empties the outbox.
+     */
+open func takeUndelivered()throws  -> [QueuedWrite]  {
+    return try  FfiConverterSequenceTypeQueuedWrite.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_cellbindclient_take_undelivered(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
 }
     
 
@@ -884,6 +971,254 @@ public func FfiConverterTypeCellbindClient_lift(_ handle: UInt64) throws -> Cell
 #endif
 public func FfiConverterTypeCellbindClient_lower(_ value: CellbindClient) -> UInt64 {
     return FfiConverterTypeCellbindClient.lower(value)
+}
+
+
+
+
+
+
+/**
+ * Told what every outbox flush (also the background ones started by `restore()` and after a
+ * successful request) delivered or had refused for good, in order, once that flush has
+ * finished. An error thrown here is ignored.
+ */
+public protocol OutboxObserver: AnyObject, Sendable {
+    
+    func onDelivered(write: QueuedWrite, status: UInt16) throws 
+    
+    func onRejected(rejection: WriteRejection) throws 
+    
+}
+/**
+ * Told what every outbox flush (also the background ones started by `restore()` and after a
+ * successful request) delivered or had refused for good, in order, once that flush has
+ * finished. An error thrown here is ignored.
+ */
+open class OutboxObserverImpl: OutboxObserver, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_cellbind_mobile_fn_clone_outboxobserver(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_cellbind_mobile_fn_free_outboxobserver(handle, $0) }
+    }
+
+    
+
+    
+open func onDelivered(write: QueuedWrite, status: UInt16)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_outboxobserver_on_delivered(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeQueuedWrite_lower(write),
+        FfiConverterUInt16.lower(status),uniffiCallStatus
+    )
+}
+}
+    
+open func onRejected(rejection: WriteRejection)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_outboxobserver_on_rejected(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWriteRejection_lower(rejection),uniffiCallStatus
+    )
+}
+}
+    
+
+    
+}
+
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceOutboxObserver {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // Store the vtable directly.
+    static let vtable: UniffiVTableCallbackInterfaceOutboxObserver = UniffiVTableCallbackInterfaceOutboxObserver(
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            do {
+                try FfiConverterTypeOutboxObserver.handleMap.remove(handle: uniffiHandle)
+            } catch {
+                print("Uniffi callback interface OutboxObserver: handle missing in uniffiFree")
+            }
+        },
+        uniffiClone: { (uniffiHandle: UInt64) -> UInt64 in
+            do {
+                return try FfiConverterTypeOutboxObserver.handleMap.clone(handle: uniffiHandle)
+            } catch {
+                fatalError("Uniffi callback interface OutboxObserver: handle missing in uniffiClone")
+            }
+        },
+        onDelivered: { (
+            uniffiHandle: UInt64,
+            write: RustBuffer,
+            status: UInt16,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeOutboxObserver.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.onDelivered(
+                     write: try FfiConverterTypeQueuedWrite_lift(write),
+                     status: try FfiConverterUInt16.lift(status)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeCellbindError_lower
+            )
+        },
+        onRejected: { (
+            uniffiHandle: UInt64,
+            rejection: RustBuffer,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeOutboxObserver.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.onRejected(
+                     rejection: try FfiConverterTypeWriteRejection_lift(rejection)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeCellbindError_lower
+            )
+        }
+    )
+
+    // Rust stores this pointer for future callback invocations, so it must live
+    // for the process lifetime (not just for the init function call).
+    //
+    // `nonisolated(unsafe)` is needed under Swift 6 strict concurrency.
+    // This is safe because the pointee is initialized once during static init
+    // and never mutated by either side of the FFI.  Its fields are C function pointers.
+    nonisolated(unsafe) static let vtablePtr: UnsafePointer<UniffiVTableCallbackInterfaceOutboxObserver> = {
+        let ptr = UnsafeMutablePointer<UniffiVTableCallbackInterfaceOutboxObserver>.allocate(capacity: 1)
+        ptr.initialize(to: vtable)
+        return UnsafePointer(ptr)
+    }()
+}
+
+private func uniffiCallbackInitOutboxObserver() {
+    uniffi_cellbind_mobile_fn_init_callback_vtable_outboxobserver(UniffiCallbackInterfaceOutboxObserver.vtablePtr)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeOutboxObserver: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<OutboxObserver>()
+
+    typealias FfiType = UInt64
+    typealias SwiftType = OutboxObserver
+
+    public static func lift(_ handle: UInt64) throws -> OutboxObserver {
+        if ((handle & 1) == 0) {
+            // Rust-generated handle, construct a new class that uses the handle to implement the
+            // interface
+            return OutboxObserverImpl(unsafeFromHandle: handle)
+        } else {
+            // Swift-generated handle, get the object from the handle map
+            return try handleMap.remove(handle: handle)
+        }
+    }
+
+    public static func lower(_ value: OutboxObserver) -> UInt64 {
+         if let rustImpl = value as? OutboxObserverImpl {
+             // Rust-implemented object.  Clone the handle and return it
+            return rustImpl.uniffiCloneHandle()
+         } else {
+            // Swift object, generate a new vtable handle and return that.
+            return handleMap.insert(obj: value)
+         }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> OutboxObserver {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: OutboxObserver, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeOutboxObserver_lift(_ handle: UInt64) throws -> OutboxObserver {
+    return try FfiConverterTypeOutboxObserver.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeOutboxObserver_lower(_ value: OutboxObserver) -> UInt64 {
+    return FfiConverterTypeOutboxObserver.lower(value)
 }
 
 
@@ -1103,30 +1438,32 @@ public func FfiConverterTypeRequestObserver_lower(_ value: RequestObserver) -> U
 
 
 /**
- * Where the app keeps the session (Keychain, Keystore-backed storage, a file…). The blob is
- * opaque JSON with a schema version; keep it as it is.
+ * Where the app keeps the SDK's blobs, one per slot (Keychain, Keystore-backed storage, a
+ * file…). Each blob is opaque JSON with a schema version; keep it as it is. `save` must have
+ * made the blob durable when it returns (an outbox write counts as queued from then on).
  */
 public protocol SessionStore: AnyObject, Sendable {
     
     /**
-     * The saved blob, or nothing.
+     * The blob saved in `slot`, or nothing.
      */
-    func load() throws  -> String?
+    func load(slot: StoreSlot) throws  -> String?
     
     /**
-     * Replaces the saved blob.
+     * Replaces the blob in `slot`.
      */
-    func save(blob: String) throws 
+    func save(slot: StoreSlot, blob: String) throws 
     
     /**
-     * Removes the saved blob.
+     * Removes the blob in `slot`.
      */
-    func clear() throws 
+    func clear(slot: StoreSlot) throws 
     
 }
 /**
- * Where the app keeps the session (Keychain, Keystore-backed storage, a file…). The blob is
- * opaque JSON with a schema version; keep it as it is.
+ * Where the app keeps the SDK's blobs, one per slot (Keychain, Keystore-backed storage, a
+ * file…). Each blob is opaque JSON with a schema version; keep it as it is. `save` must have
+ * made the blob durable when it returns (an outbox write counts as queued from then on).
  */
 open class SessionStoreImpl: SessionStore, @unchecked Sendable {
     fileprivate let handle: UInt64
@@ -1182,36 +1519,39 @@ open class SessionStoreImpl: SessionStore, @unchecked Sendable {
 
     
     /**
-     * The saved blob, or nothing.
+     * The blob saved in `slot`, or nothing.
      */
-open func load()throws  -> String?  {
+open func load(slot: StoreSlot)throws  -> String?  {
     return try  FfiConverterOptionString.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
         uniffiCallStatus in
     uniffi_cellbind_mobile_fn_method_sessionstore_load(
-            self.uniffiCloneHandle(),uniffiCallStatus
+            self.uniffiCloneHandle(),
+        FfiConverterTypeStoreSlot_lower(slot),uniffiCallStatus
     )
 })
 }
     
     /**
-     * Replaces the saved blob.
+     * Replaces the blob in `slot`.
      */
-open func save(blob: String)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+open func save(slot: StoreSlot, blob: String)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
         uniffiCallStatus in
     uniffi_cellbind_mobile_fn_method_sessionstore_save(
             self.uniffiCloneHandle(),
+        FfiConverterTypeStoreSlot_lower(slot),
         FfiConverterString.lower(blob),uniffiCallStatus
     )
 }
 }
     
     /**
-     * Removes the saved blob.
+     * Removes the blob in `slot`.
      */
-open func clear()throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+open func clear(slot: StoreSlot)throws   {try rustCallWithError(FfiConverterTypeCellbindError_lift) {
         uniffiCallStatus in
     uniffi_cellbind_mobile_fn_method_sessionstore_clear(
-            self.uniffiCloneHandle(),uniffiCallStatus
+            self.uniffiCloneHandle(),
+        FfiConverterTypeStoreSlot_lower(slot),uniffiCallStatus
     )
 }
 }
@@ -1246,6 +1586,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
         },
         load: { (
             uniffiHandle: UInt64,
+            slot: RustBuffer,
             uniffiOutReturn: UnsafeMutablePointer<RustBuffer>,
             uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
         ) in
@@ -1255,6 +1596,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
                     throw UniffiInternalError.unexpectedStaleHandle
                 }
                 return try uniffiObj.load(
+                     slot: try FfiConverterTypeStoreSlot_lift(slot)
                 )
             }
 
@@ -1269,6 +1611,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
         },
         save: { (
             uniffiHandle: UInt64,
+            slot: RustBuffer,
             blob: RustBuffer,
             uniffiOutReturn: UnsafeMutableRawPointer,
             uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
@@ -1279,6 +1622,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
                     throw UniffiInternalError.unexpectedStaleHandle
                 }
                 return try uniffiObj.save(
+                     slot: try FfiConverterTypeStoreSlot_lift(slot),
                      blob: try FfiConverterString.lift(blob)
                 )
             }
@@ -1294,6 +1638,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
         },
         clear: { (
             uniffiHandle: UInt64,
+            slot: RustBuffer,
             uniffiOutReturn: UnsafeMutableRawPointer,
             uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
         ) in
@@ -1303,6 +1648,7 @@ fileprivate struct UniffiCallbackInterfaceSessionStore {
                     throw UniffiInternalError.unexpectedStaleHandle
                 }
                 return try uniffiObj.clear(
+                     slot: try FfiConverterTypeStoreSlot_lift(slot)
                 )
             }
 
@@ -1413,6 +1759,18 @@ public struct CellbindConfig {
      * Optional: told about every call to a cell.
      */
     public var observer: RequestObserver?
+    /**
+     * Optional: told what outbox flushes delivered or had refused.
+     */
+    public var outboxObserver: OutboxObserver?
+    /**
+     * Time allowed to connect (default 5 s).
+     */
+    public var connectTimeoutMs: UInt64?
+    /**
+     * Time allowed for one whole request attempt (default 20 s).
+     */
+    public var requestTimeoutMs: UInt64?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1428,12 +1786,24 @@ public struct CellbindConfig {
          */extraCaPem: String?, store: SessionStore, 
         /**
          * Optional: told about every call to a cell.
-         */observer: RequestObserver? = nil) {
+         */observer: RequestObserver? = nil, 
+        /**
+         * Optional: told what outbox flushes delivered or had refused.
+         */outboxObserver: OutboxObserver? = nil, 
+        /**
+         * Time allowed to connect (default 5 s).
+         */connectTimeoutMs: UInt64? = nil, 
+        /**
+         * Time allowed for one whole request attempt (default 20 s).
+         */requestTimeoutMs: UInt64? = nil) {
         self.map = map
         self.mapPublicKey = mapPublicKey
         self.extraCaPem = extraCaPem
         self.store = store
         self.observer = observer
+        self.outboxObserver = outboxObserver
+        self.connectTimeoutMs = connectTimeoutMs
+        self.requestTimeoutMs = requestTimeoutMs
     }
 
     
@@ -1456,7 +1826,10 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
                 mapPublicKey: FfiConverterString.read(from: &buf), 
                 extraCaPem: FfiConverterOptionString.read(from: &buf), 
                 store: FfiConverterTypeSessionStore.read(from: &buf), 
-                observer: FfiConverterOptionTypeRequestObserver.read(from: &buf)
+                observer: FfiConverterOptionTypeRequestObserver.read(from: &buf), 
+                outboxObserver: FfiConverterOptionTypeOutboxObserver.read(from: &buf), 
+                connectTimeoutMs: FfiConverterOptionUInt64.read(from: &buf), 
+                requestTimeoutMs: FfiConverterOptionUInt64.read(from: &buf)
         )
     }
 
@@ -1466,6 +1839,9 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
         FfiConverterOptionString.write(value.extraCaPem, into: &buf)
         FfiConverterTypeSessionStore.write(value.store, into: &buf)
         FfiConverterOptionTypeRequestObserver.write(value.observer, into: &buf)
+        FfiConverterOptionTypeOutboxObserver.write(value.outboxObserver, into: &buf)
+        FfiConverterOptionUInt64.write(value.connectTimeoutMs, into: &buf)
+        FfiConverterOptionUInt64.write(value.requestTimeoutMs, into: &buf)
     }
 }
 
@@ -1482,6 +1858,107 @@ public func FfiConverterTypeCellbindConfig_lift(_ buf: RustBuffer) throws -> Cel
 #endif
 public func FfiConverterTypeCellbindConfig_lower(_ value: CellbindConfig) -> RustBuffer {
     return FfiConverterTypeCellbindConfig.lower(value)
+}
+
+
+/**
+ * What one flush did.
+ */
+public struct FlushReport: Equatable, Hashable {
+    /**
+     * Delivered and removed, in order.
+     */
+    public var delivered: [QueuedWrite]
+    /**
+     * Refused for good and removed, in order.
+     */
+    public var rejected: [WriteRejection]
+    /**
+     * Writes still queued.
+     */
+    public var remaining: UInt64
+    /**
+     * Why the flush stopped with writes left (they are kept, in order).
+     */
+    public var stopped: String?
+    /**
+     * The writes' session ended (or another user is signed in): they wait for
+     * `take_undelivered()`.
+     */
+    public var sessionEnded: Bool
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Delivered and removed, in order.
+         */delivered: [QueuedWrite], 
+        /**
+         * Refused for good and removed, in order.
+         */rejected: [WriteRejection], 
+        /**
+         * Writes still queued.
+         */remaining: UInt64, 
+        /**
+         * Why the flush stopped with writes left (they are kept, in order).
+         */stopped: String?, 
+        /**
+         * The writes' session ended (or another user is signed in): they wait for
+         * `take_undelivered()`.
+         */sessionEnded: Bool) {
+        self.delivered = delivered
+        self.rejected = rejected
+        self.remaining = remaining
+        self.stopped = stopped
+        self.sessionEnded = sessionEnded
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension FlushReport: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeFlushReport: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> FlushReport {
+        return
+            try FlushReport(
+                delivered: FfiConverterSequenceTypeQueuedWrite.read(from: &buf), 
+                rejected: FfiConverterSequenceTypeWriteRejection.read(from: &buf), 
+                remaining: FfiConverterUInt64.read(from: &buf), 
+                stopped: FfiConverterOptionString.read(from: &buf), 
+                sessionEnded: FfiConverterBool.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: FlushReport, into buf: inout [UInt8]) {
+        FfiConverterSequenceTypeQueuedWrite.write(value.delivered, into: &buf)
+        FfiConverterSequenceTypeWriteRejection.write(value.rejected, into: &buf)
+        FfiConverterUInt64.write(value.remaining, into: &buf)
+        FfiConverterOptionString.write(value.stopped, into: &buf)
+        FfiConverterBool.write(value.sessionEnded, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFlushReport_lift(_ buf: RustBuffer) throws -> FlushReport {
+    return try FfiConverterTypeFlushReport.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFlushReport_lower(_ value: FlushReport) -> RustBuffer {
+    return FfiConverterTypeFlushReport.lower(value)
 }
 
 
@@ -1598,6 +2075,109 @@ public func FfiConverterTypeQueryParam_lift(_ buf: RustBuffer) throws -> QueryPa
 #endif
 public func FfiConverterTypeQueryParam_lower(_ value: QueryParam) -> RustBuffer {
     return FfiConverterTypeQueryParam.lower(value)
+}
+
+
+/**
+ * A write waiting in the offline outbox (or handed back by `take_undelivered()` / `sign_out()`).
+ */
+public struct QueuedWrite: Equatable, Hashable {
+    /**
+     * Increasing in the order the writes were queued.
+     */
+    public var id: UInt64
+    public var method: String
+    public var path: String
+    public var query: [QueryParam]
+    public var headers: [Header]
+    public var body: Data?
+    public var contentType: String?
+    /**
+     * Sent on every attempt of this write.
+     */
+    public var idempotencyKey: String
+    /**
+     * Unix seconds.
+     */
+    public var enqueuedAt: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Increasing in the order the writes were queued.
+         */id: UInt64, method: String, path: String, query: [QueryParam], headers: [Header], body: Data?, contentType: String?, 
+        /**
+         * Sent on every attempt of this write.
+         */idempotencyKey: String, 
+        /**
+         * Unix seconds.
+         */enqueuedAt: UInt64) {
+        self.id = id
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.contentType = contentType
+        self.idempotencyKey = idempotencyKey
+        self.enqueuedAt = enqueuedAt
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension QueuedWrite: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeQueuedWrite: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> QueuedWrite {
+        return
+            try QueuedWrite(
+                id: FfiConverterUInt64.read(from: &buf), 
+                method: FfiConverterString.read(from: &buf), 
+                path: FfiConverterString.read(from: &buf), 
+                query: FfiConverterSequenceTypeQueryParam.read(from: &buf), 
+                headers: FfiConverterSequenceTypeHeader.read(from: &buf), 
+                body: FfiConverterOptionData.read(from: &buf), 
+                contentType: FfiConverterOptionString.read(from: &buf), 
+                idempotencyKey: FfiConverterString.read(from: &buf), 
+                enqueuedAt: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: QueuedWrite, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.id, into: &buf)
+        FfiConverterString.write(value.method, into: &buf)
+        FfiConverterString.write(value.path, into: &buf)
+        FfiConverterSequenceTypeQueryParam.write(value.query, into: &buf)
+        FfiConverterSequenceTypeHeader.write(value.headers, into: &buf)
+        FfiConverterOptionData.write(value.body, into: &buf)
+        FfiConverterOptionString.write(value.contentType, into: &buf)
+        FfiConverterString.write(value.idempotencyKey, into: &buf)
+        FfiConverterUInt64.write(value.enqueuedAt, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeQueuedWrite_lift(_ buf: RustBuffer) throws -> QueuedWrite {
+    return try FfiConverterTypeQueuedWrite.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeQueuedWrite_lower(_ value: QueuedWrite) -> RustBuffer {
+    return FfiConverterTypeQueuedWrite.lower(value)
 }
 
 
@@ -1946,6 +2526,152 @@ public func FfiConverterTypeSessionInfo_lower(_ value: SessionInfo) -> RustBuffe
 
 
 /**
+ * What a sign-out did.
+ */
+public struct SignOutResult: Equatable, Hashable {
+    /**
+     * Whether the cell confirmed the revocation.
+     */
+    public var revoked: Bool
+    /**
+     * The writes the outbox still held (now removed from it): decide what to do with them.
+     */
+    public var undelivered: [QueuedWrite]
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Whether the cell confirmed the revocation.
+         */revoked: Bool, 
+        /**
+         * The writes the outbox still held (now removed from it): decide what to do with them.
+         */undelivered: [QueuedWrite]) {
+        self.revoked = revoked
+        self.undelivered = undelivered
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension SignOutResult: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSignOutResult: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SignOutResult {
+        return
+            try SignOutResult(
+                revoked: FfiConverterBool.read(from: &buf), 
+                undelivered: FfiConverterSequenceTypeQueuedWrite.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: SignOutResult, into buf: inout [UInt8]) {
+        FfiConverterBool.write(value.revoked, into: &buf)
+        FfiConverterSequenceTypeQueuedWrite.write(value.undelivered, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSignOutResult_lift(_ buf: RustBuffer) throws -> SignOutResult {
+    return try FfiConverterTypeSignOutResult.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSignOutResult_lower(_ value: SignOutResult) -> RustBuffer {
+    return FfiConverterTypeSignOutResult.lower(value)
+}
+
+
+/**
+ * A write refused for good (removed from the outbox).
+ */
+public struct WriteRejection: Equatable, Hashable {
+    public var write: QueuedWrite
+    /**
+     * The refusal's HTTP status; 0 when the SDK refused it before sending.
+     */
+    public var status: UInt16
+    /**
+     * The Cellbind error code; empty when the app answered without one.
+     */
+    public var code: String
+    public var detail: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(write: QueuedWrite, 
+        /**
+         * The refusal's HTTP status; 0 when the SDK refused it before sending.
+         */status: UInt16, 
+        /**
+         * The Cellbind error code; empty when the app answered without one.
+         */code: String, detail: String) {
+        self.write = write
+        self.status = status
+        self.code = code
+        self.detail = detail
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension WriteRejection: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeWriteRejection: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> WriteRejection {
+        return
+            try WriteRejection(
+                write: FfiConverterTypeQueuedWrite.read(from: &buf), 
+                status: FfiConverterUInt16.read(from: &buf), 
+                code: FfiConverterString.read(from: &buf), 
+                detail: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: WriteRejection, into buf: inout [UInt8]) {
+        FfiConverterTypeQueuedWrite.write(value.write, into: &buf)
+        FfiConverterUInt16.write(value.status, into: &buf)
+        FfiConverterString.write(value.code, into: &buf)
+        FfiConverterString.write(value.detail, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeWriteRejection_lift(_ buf: RustBuffer) throws -> WriteRejection {
+    return try FfiConverterTypeWriteRejection.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeWriteRejection_lower(_ value: WriteRejection) -> RustBuffer {
+    return FfiConverterTypeWriteRejection.lower(value)
+}
+
+
+/**
  * Every error: one variant per code of the cell API, then the client-side failures.
  */
 public 
@@ -2012,6 +2738,16 @@ enum CellbindError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError 
      * An error code this library does not know (a newer server): the one fallback.
      */
     case UnknownErrorCode(code: String, status: UInt16, detail: String
+    )
+    /**
+     * The cell's certificate matches none of its pins in the signed map (nothing was sent).
+     */
+    case PinMismatch(cell: String, detail: String
+    )
+    /**
+     * The offline outbox is full: nothing was queued.
+     */
+    case OutboxFull(capacity: UInt64, capacityBytes: UInt64, detail: String
     )
     case InvalidResponse(detail: String
     )
@@ -2132,22 +2868,31 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             status: try FfiConverterUInt16.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 23: return .InvalidResponse(
+        case 23: return .PinMismatch(
+            cell: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 24: return .MapRefused(
+        case 24: return .OutboxFull(
+            capacity: try FfiConverterUInt64.read(from: &buf), 
+            capacityBytes: try FfiConverterUInt64.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 25: return .Store(
+        case 25: return .InvalidResponse(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 26: return .Config(
+        case 26: return .MapRefused(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 27: return .InvalidInput(
+        case 27: return .Store(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 28: return .SignInRequired(
+        case 28: return .Config(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 29: return .InvalidInput(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 30: return .SignInRequired(
             detail: try FfiConverterString.read(from: &buf)
             )
 
@@ -2281,33 +3026,46 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .InvalidResponse(detail):
+        case let .PinMismatch(cell,detail):
             writeInt(&buf, Int32(23))
+            FfiConverterString.write(cell, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .MapRefused(detail):
+        case let .OutboxFull(capacity,capacityBytes,detail):
             writeInt(&buf, Int32(24))
+            FfiConverterUInt64.write(capacity, into: &buf)
+            FfiConverterUInt64.write(capacityBytes, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Store(detail):
+        case let .InvalidResponse(detail):
             writeInt(&buf, Int32(25))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Config(detail):
+        case let .MapRefused(detail):
             writeInt(&buf, Int32(26))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .InvalidInput(detail):
+        case let .Store(detail):
             writeInt(&buf, Int32(27))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .SignInRequired(detail):
+        case let .Config(detail):
             writeInt(&buf, Int32(28))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .InvalidInput(detail):
+            writeInt(&buf, Int32(29))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .SignInRequired(detail):
+            writeInt(&buf, Int32(30))
             FfiConverterString.write(detail, into: &buf)
             
         }
@@ -2526,6 +3284,81 @@ public func FfiConverterTypeRequestOutcome_lower(_ value: RequestOutcome) -> Rus
 }
 
 
+
+/**
+ * Which blob the SDK stores: each slot is saved, loaded and cleared on its own.
+ */
+
+public enum StoreSlot: Equatable, Hashable {
+    
+    /**
+     * The session (its token included).
+     */
+    case session
+    /**
+     * The offline outbox: writes waiting for delivery.
+     */
+    case outbox
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension StoreSlot: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeStoreSlot: FfiConverterRustBuffer {
+    typealias SwiftType = StoreSlot
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> StoreSlot {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .session
+        
+        case 2: return .outbox
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: StoreSlot, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .session:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .outbox:
+            writeInt(&buf, Int32(2))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreSlot_lift(_ buf: RustBuffer) throws -> StoreSlot {
+    return try FfiConverterTypeStoreSlot.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreSlot_lower(_ value: StoreSlot) -> RustBuffer {
+    return FfiConverterTypeStoreSlot.lower(value)
+}
+
+
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
@@ -2617,6 +3450,30 @@ fileprivate struct FfiConverterOptionData: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterData.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeOutboxObserver: FfiConverterRustBuffer {
+    typealias SwiftType = OutboxObserver?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeOutboxObserver.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeOutboxObserver.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }
@@ -2719,6 +3576,56 @@ fileprivate struct FfiConverterSequenceTypeQueryParam: FfiConverterRustBuffer {
         return seq
     }
 }
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeQueuedWrite: FfiConverterRustBuffer {
+    typealias SwiftType = [QueuedWrite]
+
+    public static func write(_ value: [QueuedWrite], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeQueuedWrite.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [QueuedWrite] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [QueuedWrite]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeQueuedWrite.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeWriteRejection: FfiConverterRustBuffer {
+    typealias SwiftType = [WriteRejection]
+
+    public static func write(_ value: [WriteRejection], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeWriteRejection.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [WriteRejection] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [WriteRejection]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeWriteRejection.read(from: &buf))
+        }
+        return seq
+    }
+}
 private let UNIFFI_RUST_FUTURE_POLL_READY: Int8 = 0
 private let UNIFFI_RUST_FUTURE_POLL_WAKE: Int8 = 1
 
@@ -2783,13 +3690,22 @@ private let initializationResult: InitializationResult = {
     if bindings_contract_version != scaffolding_contract_version {
         return InitializationResult.contractVersionMismatch
     }
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_enqueue() != 47876) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_flush() != 21943) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_outbox() != 34724) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_refresh_map() != 3961) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_request() != 29459) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_restore() != 32648) {
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_restore() != 39354) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_send() != 38265) {
@@ -2801,25 +3717,35 @@ private let initializationResult: InitializationResult = {
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_in() != 12157) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out() != 49286) {
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out() != 27882) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_cellbindclient_take_undelivered() != 16701) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_outboxobserver_on_delivered() != 47441) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_outboxobserver_on_rejected() != 20971) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_method_requestobserver_on_request() != 51933) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cellbind_mobile_checksum_method_sessionstore_load() != 6854) {
+    if (uniffi_cellbind_mobile_checksum_method_sessionstore_load() != 48743) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cellbind_mobile_checksum_method_sessionstore_save() != 8032) {
+    if (uniffi_cellbind_mobile_checksum_method_sessionstore_save() != 29814) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cellbind_mobile_checksum_method_sessionstore_clear() != 299) {
+    if (uniffi_cellbind_mobile_checksum_method_sessionstore_clear() != 12055) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cellbind_mobile_checksum_constructor_cellbindclient_new() != 40790) {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitOutboxObserver()
     uniffiCallbackInitRequestObserver()
     uniffiCallbackInitSessionStore()
     return InitializationResult.ok

@@ -243,6 +243,20 @@ typedef void (*UniffiForeignFutureCompleteVoid)(uint64_t, UniffiForeignFutureRes
     );
 
 #endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD0
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD0
+typedef void (*UniffiCallbackInterfaceOutboxObserverMethod0)(uint64_t, RustBuffer, uint16_t, void* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD1
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD1
+typedef void (*UniffiCallbackInterfaceOutboxObserverMethod1)(uint64_t, RustBuffer, void* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_REQUEST_OBSERVER_METHOD0
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_REQUEST_OBSERVER_METHOD0
 typedef void (*UniffiCallbackInterfaceRequestObserverMethod0)(uint64_t, RustBuffer, void* _Nonnull, 
@@ -252,23 +266,33 @@ typedef void (*UniffiCallbackInterfaceRequestObserverMethod0)(uint64_t, RustBuff
 #endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD0
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD0
-typedef void (*UniffiCallbackInterfaceSessionStoreMethod0)(uint64_t, RustBuffer* _Nonnull, 
+typedef void (*UniffiCallbackInterfaceSessionStoreMethod0)(uint64_t, RustBuffer, RustBuffer* _Nonnull, 
         RustCallStatus *_Nonnull uniffiCallStatus
     );
 
 #endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD1
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD1
-typedef void (*UniffiCallbackInterfaceSessionStoreMethod1)(uint64_t, RustBuffer, void* _Nonnull, 
+typedef void (*UniffiCallbackInterfaceSessionStoreMethod1)(uint64_t, RustBuffer, RustBuffer, void* _Nonnull, 
         RustCallStatus *_Nonnull uniffiCallStatus
     );
 
 #endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD2
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_SESSION_STORE_METHOD2
-typedef void (*UniffiCallbackInterfaceSessionStoreMethod2)(uint64_t, void* _Nonnull, 
+typedef void (*UniffiCallbackInterfaceSessionStoreMethod2)(uint64_t, RustBuffer, void* _Nonnull, 
         RustCallStatus *_Nonnull uniffiCallStatus
     );
+
+#endif
+#ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_OUTBOX_OBSERVER
+#define UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_OUTBOX_OBSERVER
+typedef struct UniffiVTableCallbackInterfaceOutboxObserver {
+    UniffiCallbackInterfaceFree _Nonnull uniffiFree;
+    UniffiCallbackInterfaceClone _Nonnull uniffiClone;
+    UniffiCallbackInterfaceOutboxObserverMethod0 _Nonnull onDelivered;
+    UniffiCallbackInterfaceOutboxObserverMethod1 _Nonnull onRejected;
+} UniffiVTableCallbackInterfaceOutboxObserver;
 
 #endif
 #ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_REQUEST_OBSERVER
@@ -306,6 +330,21 @@ void uniffi_cellbind_mobile_fn_free_cellbindclient(uint64_t handle, RustCallStat
 uint64_t uniffi_cellbind_mobile_fn_constructor_cellbindclient_new(RustBuffer config, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_ENQUEUE
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_ENQUEUE
+RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_enqueue(uint64_t ptr, RustBuffer request, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_FLUSH
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_FLUSH
+uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_flush(uint64_t ptr
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_OUTBOX
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_OUTBOX
+RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_outbox(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_REFRESH_MAP
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_REFRESH_MAP
 uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_refresh_map(uint64_t ptr
@@ -318,7 +357,7 @@ uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_request(uint64_t ptr, R
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_RESTORE
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_RESTORE
-RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_restore(uint64_t ptr, RustCallStatus *_Nonnull out_status
+uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_restore(uint64_t ptr
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SEND
@@ -339,6 +378,36 @@ uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_sign_in(uint64_t ptr, R
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SIGN_OUT
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_SIGN_OUT
 uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_sign_out(uint64_t ptr
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
+RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_take_undelivered(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_OUTBOXOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_OUTBOXOBSERVER
+uint64_t uniffi_cellbind_mobile_fn_clone_outboxobserver(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_OUTBOXOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_OUTBOXOBSERVER
+void uniffi_cellbind_mobile_fn_free_outboxobserver(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_OUTBOXOBSERVER
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_OUTBOXOBSERVER
+void uniffi_cellbind_mobile_fn_init_callback_vtable_outboxobserver(const UniffiVTableCallbackInterfaceOutboxObserver* _Nonnull vtable
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_OUTBOXOBSERVER_ON_DELIVERED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_OUTBOXOBSERVER_ON_DELIVERED
+void uniffi_cellbind_mobile_fn_method_outboxobserver_on_delivered(uint64_t ptr, RustBuffer write, uint16_t status, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_OUTBOXOBSERVER_ON_REJECTED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_OUTBOXOBSERVER_ON_REJECTED
+void uniffi_cellbind_mobile_fn_method_outboxobserver_on_rejected(uint64_t ptr, RustBuffer rejection, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_REQUESTOBSERVER
@@ -378,17 +447,17 @@ void uniffi_cellbind_mobile_fn_init_callback_vtable_sessionstore(const UniffiVTa
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_LOAD
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_LOAD
-RustBuffer uniffi_cellbind_mobile_fn_method_sessionstore_load(uint64_t ptr, RustCallStatus *_Nonnull out_status
+RustBuffer uniffi_cellbind_mobile_fn_method_sessionstore_load(uint64_t ptr, RustBuffer slot, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_SAVE
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_SAVE
-void uniffi_cellbind_mobile_fn_method_sessionstore_save(uint64_t ptr, RustBuffer blob, RustCallStatus *_Nonnull out_status
+void uniffi_cellbind_mobile_fn_method_sessionstore_save(uint64_t ptr, RustBuffer slot, RustBuffer blob, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_CLEAR
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_SESSIONSTORE_CLEAR
-void uniffi_cellbind_mobile_fn_method_sessionstore_clear(uint64_t ptr, RustCallStatus *_Nonnull out_status
+void uniffi_cellbind_mobile_fn_method_sessionstore_clear(uint64_t ptr, RustBuffer slot, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_FFI_CELLBIND_MOBILE_RUSTBUFFER_ALLOC
@@ -651,6 +720,24 @@ void ffi_cellbind_mobile_rust_future_free_void(uint64_t handle
 void ffi_cellbind_mobile_rust_future_complete_void(uint64_t handle, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_ENQUEUE
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_ENQUEUE
+uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_enqueue(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_FLUSH
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_FLUSH
+uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_flush(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_OUTBOX
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_OUTBOX
+uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_outbox(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_REFRESH_MAP
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_REFRESH_MAP
 uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_refresh_map(void
@@ -690,6 +777,24 @@ uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_in(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SIGN_OUT
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_SIGN_OUT
 uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
+uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_take_undelivered(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_OUTBOXOBSERVER_ON_DELIVERED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_OUTBOXOBSERVER_ON_DELIVERED
+uint16_t uniffi_cellbind_mobile_checksum_method_outboxobserver_on_delivered(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_OUTBOXOBSERVER_ON_REJECTED
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_OUTBOXOBSERVER_ON_REJECTED
+uint16_t uniffi_cellbind_mobile_checksum_method_outboxobserver_on_rejected(void
     
 );
 #endif

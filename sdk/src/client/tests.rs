@@ -7,7 +7,7 @@ use protocol::{ContractorId, ErrorCode, Login, Password};
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually};
+use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually, transfer_answer};
 
 const SIGN_IN: &str = "POST /v1/sessions";
 const RENEW: &str = "POST /v1/sessions/renew";
@@ -44,7 +44,10 @@ async fn first_sign_in_goes_to_the_maps_cell_and_is_stored() {
     assert_eq!(body["contractor_id"], "c-40711");
     assert_eq!(body["login"], "ana");
     assert_eq!(f.cells[1].all_hits(), 0);
-    let blob = store.load().unwrap().expect("session stored");
+    let blob = store
+        .load(StoreSlot::Session)
+        .unwrap()
+        .expect("session stored");
     assert!(blob.contains("\"schema\":1"));
 }
 
@@ -86,7 +89,7 @@ async fn cells_that_keep_disagreeing_fail_after_exactly_two_attempts() {
     let attempts: usize = f.cells.iter().map(|c| c.hits(SIGN_IN).len()).sum();
     assert_eq!(attempts, 2);
     assert_eq!(f.cells[2].all_hits(), 0, "never a second redirect");
-    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(store.load(StoreSlot::Session).unwrap(), None);
     assert_eq!(c.state_name(), "SignedOut");
 }
 
@@ -323,13 +326,17 @@ async fn expired_revoked_and_invalid_sessions_clear_the_store() {
         f.cells[0].always(ROUTES, Reply::error(code));
         let (c, store) = f.client_mem(&f.map(1, &[]));
         sign_in(&c).await.unwrap();
-        assert!(store.load().unwrap().is_some());
+        assert!(store.load(StoreSlot::Session).unwrap().is_some());
         let e = c
             .request(Method::GET, "/api/routes/today", None)
             .await
             .unwrap_err();
         assert!(check(&e), "{code}: {e:?}");
-        assert_eq!(store.load().unwrap(), None, "{code} clears the store");
+        assert_eq!(
+            store.load(StoreSlot::Session).unwrap(),
+            None,
+            "{code} clears the store"
+        );
         assert_eq!(c.session(), None);
         assert_eq!(f.cells[0].hits(ROUTES).len(), 1, "not retried");
         assert!(matches!(
@@ -341,17 +348,6 @@ async fn expired_revoked_and_invalid_sessions_clear_the_store() {
 
 const TRANSFER: &str = "POST /v1/sessions/transfer";
 const REBIND: &str = "POST /v1/sessions/rebind";
-
-fn transfer_answer(owner: &crate::testing::FakeCell) -> Reply {
-    Reply::json(
-        200,
-        serde_json::json!({
-            "ticket": "tic.ket.sig",
-            "target_cell": owner.id.as_str(),
-            "target_endpoint": owner.endpoint,
-        }),
-    )
-}
 
 #[tokio::test]
 async fn wrong_cell_with_a_session_transfers_rebinds_and_retries_once() {
@@ -391,7 +387,7 @@ async fn wrong_cell_with_a_session_transfers_rebinds_and_retries_once() {
     let now = c.session().unwrap();
     assert_eq!(now.cell_id, f.cells[1].id);
     assert_eq!(now.generation.get(), 4);
-    let stored = store::decode(&store.load().unwrap().unwrap()).unwrap();
+    let stored = store::decode(&store.load(StoreSlot::Session).unwrap().unwrap()).unwrap();
     assert_eq!(stored.info.cell_id, f.cells[1].id);
 }
 
@@ -416,7 +412,7 @@ async fn a_refused_transfer_or_rebind_asks_for_a_new_sign_in() {
         assert!(matches!(e, Error::SignInRequired), "{e:?}");
         assert!(e.ends_session());
         assert!(c.session().is_none());
-        assert!(store.load().unwrap().is_none());
+        assert!(store.load(StoreSlot::Session).unwrap().is_none());
         assert_eq!(
             f.cells[1].hits(ROUTES).len(),
             0,
@@ -443,7 +439,7 @@ async fn wrong_cell_naming_an_owner_outside_the_signed_map_goes_nowhere() {
     assert_eq!(f.cells[0].hits(TRANSFER).len(), 0, "no ticket asked for");
     assert_eq!(f.cells[1].all_hits(), 0);
     assert!(c.session().is_some());
-    assert!(store.load().unwrap().is_some());
+    assert!(store.load(StoreSlot::Session).unwrap().is_some());
 }
 
 #[tokio::test]
@@ -465,7 +461,7 @@ async fn restore_reads_the_store_only() {
     let empty = f.client(&map, Arc::new(MemoryStore::new()));
     assert_eq!(empty.restore().unwrap(), None);
     let bad = Arc::new(MemoryStore::new());
-    bad.save("{\"schema\":2}").unwrap();
+    bad.save(StoreSlot::Session, "{\"schema\":2}").unwrap();
     assert!(matches!(
         f.client(&map, bad).restore(),
         Err(Error::Store(_))
@@ -571,7 +567,13 @@ async fn renewal_happens_in_the_window_once_for_concurrent_requests() {
             .all(|h| h.bearer().as_deref() == Some("tok.re.newed"))
     );
     assert_eq!(c.session().unwrap().expires_at, NOW + 53 * DAY);
-    assert!(store.load().unwrap().unwrap().contains("tok.re.newed"));
+    assert!(
+        store
+            .load(StoreSlot::Session)
+            .unwrap()
+            .unwrap()
+            .contains("tok.re.newed")
+    );
 }
 
 #[tokio::test]
@@ -593,7 +595,7 @@ async fn a_failed_renewal_keeps_the_session_and_a_revoked_one_ends_it() {
         c.request(Method::GET, "/api/routes/today", None).await,
         Err(Error::SessionRevoked)
     ));
-    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(store.load(StoreSlot::Session).unwrap(), None);
     assert_eq!(c.state_name(), "SignedOut");
     assert_eq!(
         cell.hits(ROUTES).len(),
@@ -612,10 +614,10 @@ async fn sign_out_revokes_and_forgets() {
     );
     let (c, store) = f.client_mem(&f.map(1, &[]));
     sign_in(&c).await.unwrap();
-    assert_eq!(c.sign_out().await.unwrap(), SignOut::Revoked);
-    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(c.sign_out().await.unwrap().outcome, SignOut::Revoked);
+    assert_eq!(store.load(StoreSlot::Session).unwrap(), None);
     assert_eq!(c.session(), None);
-    assert_eq!(c.sign_out().await.unwrap(), SignOut::NotSignedIn);
+    assert_eq!(c.sign_out().await.unwrap().outcome, SignOut::NotSignedIn);
     // the cell unreachable: forgotten locally all the same
     sign_in(&c).await.unwrap();
     f.cells[0].handle.shutdown();
@@ -624,10 +626,10 @@ async fn sign_out_revokes_and_forgets() {
     })
     .await;
     assert!(matches!(
-        c.sign_out().await.unwrap(),
+        c.sign_out().await.unwrap().outcome,
         SignOut::LocalOnly { .. }
     ));
-    assert_eq!(store.load().unwrap(), None);
+    assert_eq!(store.load(StoreSlot::Session).unwrap(), None);
 }
 
 #[tokio::test]
@@ -898,7 +900,10 @@ async fn an_unknown_error_code_from_a_newer_server_is_the_one_fallback() {
         e => panic!("{e:?}"),
     }
     assert!(!e.ends_session());
-    assert!(store.load().unwrap().is_some(), "the session is kept");
+    assert!(
+        store.load(StoreSlot::Session).unwrap().is_some(),
+        "the session is kept"
+    );
     let last = events.lock().unwrap().last().cloned().unwrap();
     assert_eq!(
         last.outcome,
