@@ -18,8 +18,9 @@ if [ $# -ne 1 ]; then
 fi
 mkdir -p "$1"
 out="$(realpath "$1")"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
+# shellcheck source=mobile/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$CB_ROOT"
 
 have="$(maturin --version 2>/dev/null || true)"
 if [ "$have" != "maturin $maturin_version" ]; then
@@ -89,12 +90,6 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     print(sum(i.file_size for i in z.infolist() if i.filename.endswith(".so")))
 PY
 )"
-budget=3000000  # bytes: the size-first profile's target (mobile/PACKAGING.md)
-if [ "$lib_size" -le "$budget" ]; then
-    verdict="within the $budget-byte budget"
-else
-    verdict="OVER the $budget-byte budget by $((lib_size - budget)) bytes"
-fi
-echo "shipped library (stripped, x86_64): $lib_size bytes ($(awk -v b="$lib_size" 'BEGIN { printf "%.2f", b / 1048576 }') MiB), $verdict"
+cb_size_report "stripped, x86_64" "$lib_size"
 echo "wheel size: $(stat -c %s "$out/$wheel_name") bytes"
 echo "wheel: $out/$wheel_name"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Generates the bindings and runs the Python and Kotlin binding tests against a running dev
 # fleet (`cellctl dev`). The Python tests run against the wheel (mobile/scripts/build-wheel.sh)
-# pip-installed into a fresh virtual environment, as an app developer would use it.
+# pip-installed into a fresh virtual environment, the Kotlin tests against the JVM jar
+# (mobile/scripts/build-jar.sh) with the native library loaded from inside it, as an app
+# developer would use them.
 #
 # usage: test-bindings.sh FLEET_JSON
-# Needs: python3 with venv, maturin 1.16.0, a JDK (17), JNA (Debian libjna-java; override with
-# JNA_JAR), npm (the Kotlin compiler is installed once into $CELLBIND_TOOLS_DIR, default
-# $CARGO_TARGET_DIR/binding-tools).
+# Needs: python3 with venv, maturin 1.16.0, a JDK or JRE (17), JNA (Debian libjna-java; override
+# with JNA_JAR), npm (the Kotlin compiler is installed once into $CELLBIND_TOOLS_DIR, default
+# $CARGO_TARGET_DIR/binding-tools), binutils' strip, unzip.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -14,13 +16,12 @@ if [ $# -ne 1 ]; then
     exit 2
 fi
 fleet="$(realpath "$1")"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=mobile/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+root="$CB_ROOT"
 cd "$root"
 target="${CARGO_TARGET_DIR:-$root/target}"
 out="$target/bindings"
-tools="${CELLBIND_TOOLS_DIR:-$target/binding-tools}"
-kotlin_version="2.4.20"
-jna="${JNA_JAR:-/usr/share/java/jna.jar}"
 
 mobile/scripts/build-bindings.sh "$out"
 
@@ -53,20 +54,21 @@ PY
 echo "== python (the wheel in a fresh venv)"
 python_tests || status=1
 
-echo "== kotlin"
-kdir="$tools/node_modules/kotlin-compiler"
-if [ ! -x "$kdir/bin/kotlinc" ] || ! grep -q "\"version\": \"$kotlin_version\"" "$kdir/package.json"; then
-    mkdir -p "$tools"
-    npm install --prefix "$tools" --no-audit --no-fund "kotlin-compiler@$kotlin_version"
-fi
-kotlinc="$kdir/bin/kotlinc"
-coroutines="$kdir/lib/kotlinx-coroutines-core-jvm.jar"
-[ -f "$jna" ] || { echo "JNA not found at $jna (apt-get install libjna-java)" >&2; exit 1; }
+# The Kotlin tests use the JVM jar as an app developer would: from a directory outside the
+# source tree, with only the jar, JNA and kotlinx-coroutines on the classpath and no
+# jna.library.path, so the native library can only come from inside the jar. JNA's load log
+# (written to a file, not the test output) must show that it did.
+kotlin_tests() {
+    local jar_log="$out/build-jar.log" kwork="$out/kotlin-test" jar
+    mobile/scripts/build-jar.sh "$out/jar" | tee "$jar_log" || return 1
+    jar="$(sed -n 's/^jar: //p' "$jar_log" | tail -n 1)"
+    [ -f "$jar" ] || { echo "build-jar.sh named no jar" >&2; return 1; }
+    cb_kotlinc || return 1
 
-# What the Kotlin test needs, flattened (the JVM has no JSON parser in its standard library).
-kwork="$out/kotlin-test"
-mkdir -p "$kwork"
-python3 - "$fleet" "$kwork" <<'PY'
+    # What the Kotlin test needs, flattened (the JVM has no JSON parser in its standard library).
+    rm -rf "$kwork"
+    mkdir -p "$kwork"
+    python3 - "$fleet" "$kwork" "${CELLCTL:-$target/debug/cellctl}" <<'PY' || return 1
 import json, ssl, sys, urllib.request
 fleet = json.load(open(sys.argv[1]))
 work = sys.argv[2]
@@ -82,16 +84,44 @@ props = {
     "login": t["login"],
     "password": t["password"],
     "cell_id": t["cell_id"],
+    # the outbox test stops and resumes the edges, migrates a contractor and reads app data
+    "fleet_json": sys.argv[1],
+    "cellctl": sys.argv[3],
+    "edge_pids": ",".join(str(c["endpoint_pid"]) for c in fleet["cells"]),
+    "cell_ids": ",".join(c["id"] for c in fleet["cells"]),
 }
+for c in fleet["cells"]:
+    props[f"app_internal_url.{c['id']}"] = c["app_internal_url"]
+    props[f"admin_token.{c['id']}"] = c["admin_token"]
 with open(f"{work}/test.properties", "w") as f:
     for k, v in props.items():
         f.write(f"{k}=" + v.replace("\\", "\\\\") + "\n")
 PY
-chmod 600 "$kwork/test.properties"
+    chmod 600 "$kwork/test.properties"
+    cat >"$kwork/logging.properties" <<EOF
+handlers=java.util.logging.FileHandler
+java.util.logging.FileHandler.pattern=$kwork/jna-load.log
+java.util.logging.FileHandler.formatter=java.util.logging.SimpleFormatter
+java.util.logging.FileHandler.append=false
+.level=INFO
+EOF
+    local result=0
+    (cd "$kwork" && "$CB_KOTLINC" -J-ea -J-Djna.debug_load=true \
+        "-J-Djava.util.logging.config.file=$kwork/logging.properties" \
+        -cp "$jar:$CB_JNA_JAR:$CB_COROUTINES_JAR" \
+        -script "$root/mobile/tests/BindingsTest.kts" "$kwork/test.properties") || result=1
+    if grep -qF "Found library resource at jar:file:$jar!/" "$kwork/jna-load.log"; then
+        echo "libcellbind_mobile loaded from the jar: $(basename "$jar")"
+    else
+        echo "JNA did not load libcellbind_mobile from the jar; its load log:" >&2
+        cat "$kwork/jna-load.log" >&2
+        result=1
+    fi
+    return "$result"
+}
 
-"$kotlinc" -d "$kwork/cellbind.jar" -cp "$jna:$coroutines" "$out/kotlin/dev/cellbind/cellbind.kt"
-"$kotlinc" -J-ea "-J-Djna.library.path=$target/debug" -cp "$kwork/cellbind.jar:$jna:$coroutines" \
-    -script mobile/tests/BindingsTest.kts "$kwork/test.properties" || status=1
+echo "== kotlin (the jar, its library loaded from the classpath)"
+kotlin_tests || status=1
 
 if [ "$status" -ne 0 ]; then
     echo "binding tests FAILED" >&2

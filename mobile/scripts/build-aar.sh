@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Builds the Android library (AAR) of the Cellbind SDK for arm64-v8a, armeabi-v7a and x86_64:
+#   OUT_DIR/android/           an Android library module layout: src/main/AndroidManifest.xml,
+#                              src/main/kotlin (the generated bindings),
+#                              src/main/jniLibs/<abi>/libcellbind_mobile.so, consumer-rules.pro
+#   OUT_DIR/maven/dev/cellbind/cellbind-mobile-android/<version>/
+#                              cellbind-mobile-android-<version>.aar + .pom (+ .sha256)
+#
+# The library is built with cargo-ndk and the size-first `mobile` profile (16 KB ELF page
+# alignment on the 64-bit ABIs, which Android 15 devices with 16 KB pages need); the Kotlin
+# bindings are generated from the unstripped arm64-v8a library, compiled by the pinned kotlinc
+# (the same classes as the JVM jar), and each ABI's library is shipped stripped by the NDK's
+# llvm-strip. The AAR is assembled by zip (AndroidManifest.xml, classes.jar, jni/<abi>/,
+# proguard.txt, an empty R.txt): it has no Android resources, so the Android Gradle plugin would
+# add nothing but needs an Android SDK, Gradle and the plugin to do it. PACKAGING.md explains.
+#
+# usage: build-aar.sh [--check] [OUT_DIR]      (default OUT_DIR: $CARGO_TARGET_DIR/aar)
+#   --check  prints which of the required tools are present, and exits non-zero if one is not.
+# Needs: rustup with the three Android targets, cargo-ndk, the Android NDK r27 or newer
+# (ANDROID_NDK_HOME, ANDROID_NDK_ROOT, or the newest of $ANDROID_HOME/ndk/*), python3, unzip,
+# a JDK/JRE 17, JNA (compile time only; JNA_JAR overrides), npm (the pinned Kotlin compiler).
+set -euo pipefail
+# shellcheck source=mobile/scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+check=0
+out=""
+for a in "$@"; do
+    case "$a" in
+        --check) check=1 ;;
+        -*) echo "usage: $0 [--check] [OUT_DIR]" >&2; exit 2 ;;
+        *) out="$a" ;;
+    esac
+done
+
+ndk_min=27
+cargo_ndk_min="3.5"
+# ABI -> Rust target
+abis=(arm64-v8a armeabi-v7a x86_64)
+declare -A triple=([arm64-v8a]=aarch64-linux-android [armeabi-v7a]=armv7-linux-androideabi [x86_64]=x86_64-linux-android)
+android_dir="$CB_ROOT/mobile/android"
+# The API level: the manifest's minSdkVersion, which cargo-ndk links against.
+api="$(sed -n 's/.*android:minSdkVersion="\([0-9]*\)".*/\1/p' "$android_dir/AndroidManifest.xml")"
+[ -n "$api" ] || cb_die "no minSdkVersion in $android_dir/AndroidManifest.xml"
+
+# The NDK: ANDROID_NDK_HOME, ANDROID_NDK_ROOT, or the newest under the SDK's ndk/ directory.
+find_ndk() {
+    local d sdk
+    for d in "${ANDROID_NDK_HOME:-}" "${ANDROID_NDK_ROOT:-}"; do
+        [ -n "$d" ] && [ -f "$d/source.properties" ] && { echo "$d"; return; }
+    done
+    for sdk in "${ANDROID_HOME:-}" "${ANDROID_SDK_ROOT:-}"; do
+        [ -n "$sdk" ] && [ -d "$sdk/ndk" ] || continue
+        d="$(find "$sdk/ndk" -mindepth 1 -maxdepth 1 -type d | sort -V | tail -n 1)"
+        [ -n "$d" ] && [ -f "$d/source.properties" ] && { echo "$d"; return; }
+    done
+    return 0
+}
+
+# Each check appends to `missing` and prints a line in --check mode.
+missing=()
+report() { # NAME OK(0|1) DETAIL
+    if [ "$2" = 0 ]; then
+        [ "$check" = 1 ] && cb_check_line "$1" present "$3"
+    else
+        [ "$check" = 1 ] && cb_check_line "$1" MISSING "$3"
+        missing+=("$1 ($3)")
+    fi
+    return 0
+}
+
+[ "$check" = 1 ] && echo "build-aar.sh: required tools"
+for tool in cargo rustup python3 unzip java; do
+    if cb_have "$tool"; then report "$tool" 0 "$(command -v "$tool")"; else report "$tool" 1 "not on PATH"; fi
+done
+if cb_have rustup; then
+    installed="$(rustup target list --installed 2>/dev/null || true)"
+    for abi in "${abis[@]}"; do
+        t="${triple[$abi]}"
+        if grep -qx "$t" <<<"$installed"; then report "rust target $t" 0 "installed"
+        else report "rust target $t" 1 "rustup target add $t"; fi
+    done
+fi
+ndk_version=""
+if cb_have cargo && cargo ndk --version >/dev/null 2>&1; then
+    v="$(cargo ndk --version | awk '{print $NF}')"
+    if [ "$(printf '%s\n%s\n' "$cargo_ndk_min" "$v" | sort -V | head -n 1)" = "$cargo_ndk_min" ]; then
+        report cargo-ndk 0 "$v"
+    else
+        report cargo-ndk 1 "$v is older than $cargo_ndk_min: cargo install cargo-ndk"
+    fi
+else
+    report cargo-ndk 1 "cargo install cargo-ndk (>= $cargo_ndk_min)"
+fi
+ndk="$(find_ndk)"
+if [ -z "$ndk" ]; then
+    report "Android NDK r$ndk_min+" 1 "install the NDK (sdkmanager \"ndk;27.2.12479018\") and set ANDROID_NDK_HOME"
+else
+    ndk_version="$(sed -n 's/^Pkg.Revision *= *//p' "$ndk/source.properties")"
+    if [ "${ndk_version%%.*}" -ge "$ndk_min" ] 2>/dev/null; then
+        report "Android NDK r$ndk_min+" 0 "$ndk_version at $ndk"
+    else
+        report "Android NDK r$ndk_min+" 1 "found ${ndk_version:-an unknown version} at $ndk; r$ndk_min or newer is needed"
+    fi
+fi
+llvm_strip=""
+if [ -n "$ndk" ]; then
+    llvm_strip="$(find "$ndk/toolchains/llvm/prebuilt" -maxdepth 3 -path '*/bin/llvm-strip' 2>/dev/null |
+        head -n 1 || true)"
+    if [ -n "$llvm_strip" ]; then report "NDK llvm-strip" 0 "$llvm_strip"
+    else report "NDK llvm-strip" 1 "not found under $ndk/toolchains/llvm/prebuilt"; fi
+fi
+if [ -f "$CB_JNA_JAR" ]; then report "JNA jar" 0 "$CB_JNA_JAR"
+else report "JNA jar" 1 "apt-get install libjna-java, or set JNA_JAR"; fi
+kotlinc_path="$CB_TOOLS/node_modules/kotlin-compiler/bin/kotlinc"
+if [ -x "$kotlinc_path" ]; then report "kotlinc $CB_KOTLIN_VERSION" 0 "$kotlinc_path"
+elif cb_have npm; then report "kotlinc $CB_KOTLIN_VERSION" 0 "installed on first use with npm"
+else report "kotlinc $CB_KOTLIN_VERSION" 1 "needs npm to install kotlin-compiler@$CB_KOTLIN_VERSION"; fi
+# An Android build must not need JNI initialisation from the app: rustls-platform-verifier
+# does on Android (and its Kotlin half is not in this AAR).
+if cb_have cargo; then
+    if cargo tree --quiet --manifest-path "$CB_ROOT/Cargo.toml" -p cellbind-mobile --target aarch64-linux-android \
+        -e normal --prefix none 2>/dev/null | grep -q '^rustls-platform-verifier-android '; then
+        report "TLS verifier without JNI" 1 "rustls-platform-verifier is in the Android graph: it needs JNI initialisation and Kotlin classes this AAR lacks (PACKAGING.md)"
+    else
+        report "TLS verifier without JNI" 0 "the Android graph has no rustls-platform-verifier"
+    fi
+fi
+
+if [ "$check" = 1 ]; then
+    [ ${#missing[@]} -eq 0 ] && { echo "all present"; exit 0; }
+    echo "missing: ${#missing[@]}"
+    exit 1
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "build-aar.sh: cannot build the AAR, missing:" >&2
+    printf '  - %s\n' "${missing[@]}" >&2
+    echo "(build-aar.sh --check lists every tool; mobile/PACKAGING.md describes the toolchains)" >&2
+    exit 1
+fi
+
+mkdir -p "${out:-$CB_TARGET/aar}"
+out="$(realpath "${out:-$CB_TARGET/aar}")"
+cd "$CB_ROOT"
+export ANDROID_NDK_HOME="$ndk"
+version="$(cb_version)"
+
+echo "== building the library for ${abis[*]} (profile mobile, API $api, NDK $ndk_version)"
+# 16 KB page alignment for the 64-bit ABIs (NDK r27 does not default to it; r28 does).
+export CARGO_TARGET_AARCH64_LINUX_ANDROID_RUSTFLAGS="-C link-arg=-Wl,-z,max-page-size=16384"
+export CARGO_TARGET_X86_64_LINUX_ANDROID_RUSTFLAGS="-C link-arg=-Wl,-z,max-page-size=16384"
+targets=()
+for abi in "${abis[@]}"; do targets+=(-t "$abi"); done
+start=$SECONDS
+cargo ndk "${targets[@]}" --platform "$api" build --locked -p cellbind-mobile --profile mobile
+echo "cargo ndk took $((SECONDS - start)) s"
+
+module="$out/android"
+rm -rf "$module" "$out/work"
+mkdir -p "$module/src/main" "$out/work/aar" "$out/work/classes"
+
+echo "== generating and compiling the Kotlin bindings"
+cb_generate kotlin "$CB_TARGET/${triple[arm64-v8a]}/mobile/libcellbind_mobile.so" "$module/src/main/kotlin"
+cb_compile_kotlin "$module/src/main/kotlin" "$out/work/classes"
+cb_zip "$out/work/aar/classes.jar" "$out/work/classes"
+
+echo "== packing the AAR"
+cp "$android_dir/AndroidManifest.xml" "$module/src/main/AndroidManifest.xml"
+cp "$android_dir/consumer-rules.pro" "$module/consumer-rules.pro"
+cp "$android_dir/AndroidManifest.xml" "$out/work/aar/AndroidManifest.xml"
+cp "$android_dir/consumer-rules.pro" "$out/work/aar/proguard.txt"
+: >"$out/work/aar/R.txt"
+for abi in "${abis[@]}"; do
+    mkdir -p "$module/src/main/jniLibs/$abi" "$out/work/aar/jni/$abi"
+    shipped="$module/src/main/jniLibs/$abi/libcellbind_mobile.so"
+    cb_strip "$llvm_strip" "$CB_TARGET/${triple[$abi]}/mobile/libcellbind_mobile.so" "$shipped"
+    cp "$shipped" "$out/work/aar/jni/$abi/"
+    cb_size_report "stripped, $abi" "$(stat -c %s "$shipped")"
+done
+cb_zip "$out/work/$CB_ARTIFACT_ANDROID.aar" "$out/work/aar"
+cb_pom "$CB_ARTIFACT_ANDROID" aar "$version" >"$out/work/pom.xml"
+cb_maven_put "$out/maven" "$CB_ARTIFACT_ANDROID" "$version" aar "$out/work/$CB_ARTIFACT_ANDROID.aar" "$out/work/pom.xml"
+aar="$CB_MAVEN_PATH"
+rm -rf "$out/work"
+echo "module layout: $module"
+echo "aar size: $(stat -c %s "$aar") bytes"
+echo "aar: $aar"
