@@ -19,7 +19,7 @@ use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, Sess
 
 use crate::Error;
 use crate::observer::{Observer, RequestObserver};
-use crate::outbox::{OutboxObserver, OutboxSettings, QueuedWrite};
+use crate::outbox::{OutboxObserver, OutboxSettings, OutboxState, QueuedWrite};
 use crate::pins;
 use crate::request::{Body, Prepared, Request};
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
@@ -143,7 +143,7 @@ impl ClientBuilder {
                 sign_in_lock: tokio::sync::Mutex::new(()),
                 renew_lock: tokio::sync::Mutex::new(()),
                 renewals_wanted: AtomicUsize::new(0),
-                outbox: outbox::OutboxState::new(self.outbox),
+                outbox: OutboxState::new(self.outbox),
             }),
         })
     }
@@ -179,7 +179,7 @@ struct Inner {
     renew_lock: tokio::sync::Mutex<()>,
     /// Requests that found their session in the renewal window (observability and tests).
     renewals_wanted: AtomicUsize,
-    outbox: outbox::OutboxState,
+    outbox: OutboxState,
 }
 
 /// A map refresh that took effect.

@@ -69,6 +69,29 @@ const WRITE_METHODS: [Method; 4] = [Method::POST, Method::PUT, Method::PATCH, Me
 pub(crate) const OTHER_OWNER: &str =
     "the outbox holds writes of another user: take them with take_undelivered() first";
 
+/// The outbox's share of the client (its methods are in `client/outbox.rs`).
+#[derive(Debug)]
+pub(crate) struct OutboxState {
+    pub(crate) settings: OutboxSettings,
+    /// Held around every load-change-save of the outbox slot (never across an await).
+    pub(crate) io: std::sync::Mutex<()>,
+    /// One flush at a time.
+    pub(crate) flush: tokio::sync::Mutex<()>,
+    /// Writes may be queued (starts true: unknown until the store was read).
+    pub(crate) pending: std::sync::atomic::AtomicBool,
+}
+
+impl OutboxState {
+    pub(crate) fn new(settings: OutboxSettings) -> Self {
+        Self {
+            settings,
+            io: std::sync::Mutex::new(()),
+            flush: tokio::sync::Mutex::new(()),
+            pending: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+}
+
 /// A write waiting in the outbox (or handed back by [`Client::take_undelivered`](crate::Client::take_undelivered)).
 /// `Debug` shows no query or header value, no body and no key.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

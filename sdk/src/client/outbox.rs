@@ -1,39 +1,15 @@
 //! The client's side of the offline outbox ([`crate::outbox`]): queue, flush, list, take.
 
+use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 
 use super::{Client, random_idempotency_key};
 use crate::Error;
 use crate::outbox::{
-    self, Delivered, FlushReport, OTHER_OWNER, Outbox, OutboxSettings, Owner, QueuedWrite, Verdict,
-    WriteRejection,
+    self, Delivered, FlushReport, OTHER_OWNER, Outbox, Owner, QueuedWrite, Verdict, WriteRejection,
 };
 use crate::request::Request;
 use crate::store::StoreSlot;
-
-/// The outbox's share of the client.
-#[derive(Debug)]
-pub(super) struct OutboxState {
-    pub settings: OutboxSettings,
-    /// Held around every load-change-save of the outbox slot (never across an await).
-    io: Mutex<()>,
-    /// One flush at a time.
-    flush: tokio::sync::Mutex<()>,
-    /// Writes may be queued (starts true: unknown until the store was read).
-    pending: std::sync::atomic::AtomicBool,
-}
-
-impl OutboxState {
-    pub fn new(settings: OutboxSettings) -> Self {
-        Self {
-            settings,
-            io: Mutex::new(()),
-            flush: tokio::sync::Mutex::new(()),
-            pending: std::sync::atomic::AtomicBool::new(true),
-        }
-    }
-}
 
 impl Client {
     fn outbox_io(&self) -> Result<MutexGuard<'_, ()>, Error> {
