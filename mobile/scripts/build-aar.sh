@@ -23,11 +23,10 @@ set -euo pipefail
 # shellcheck source=mobile/scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-check=0
 out=""
 for a in "$@"; do
     case "$a" in
-        --check) check=1 ;;
+        --check) CB_CHECK=1 ;;
         -*) echo "usage: $0 [--check] [OUT_DIR]" >&2; exit 2 ;;
         *) out="$a" ;;
     esac
@@ -57,87 +56,60 @@ find_ndk() {
     return 0
 }
 
-# Each check appends to `missing` and prints a line in --check mode.
-missing=()
-report() { # NAME OK(0|1) DETAIL
-    if [ "$2" = 0 ]; then
-        [ "$check" = 1 ] && cb_check_line "$1" present "$3"
-    else
-        [ "$check" = 1 ] && cb_check_line "$1" MISSING "$3"
-        missing+=("$1 ($3)")
-    fi
-    return 0
-}
-
-[ "$check" = 1 ] && echo "build-aar.sh: required tools"
+[ "$CB_CHECK" = 1 ] && echo "build-aar.sh: required tools"
 for tool in cargo rustup python3 unzip java; do
-    if cb_have "$tool"; then report "$tool" 0 "$(command -v "$tool")"; else report "$tool" 1 "not on PATH"; fi
+    if cb_have "$tool"; then cb_report "$tool" 0 "$(command -v "$tool")"; else cb_report "$tool" 1 "not on PATH"; fi
 done
-if cb_have rustup; then
-    installed="$(rustup target list --installed 2>/dev/null || true)"
-    for abi in "${abis[@]}"; do
-        t="${triple[$abi]}"
-        if grep -qx "$t" <<<"$installed"; then report "rust target $t" 0 "installed"
-        else report "rust target $t" 1 "rustup target add $t"; fi
-    done
-fi
+android_triples=()
+for abi in "${abis[@]}"; do android_triples+=("${triple[$abi]}"); done
+cb_report_rust_targets "${android_triples[@]}"
 ndk_version=""
 if cb_have cargo && cargo ndk --version >/dev/null 2>&1; then
     v="$(cargo ndk --version | awk '{print $NF}')"
     if [ "$(printf '%s\n%s\n' "$cargo_ndk_min" "$v" | sort -V | head -n 1)" = "$cargo_ndk_min" ]; then
-        report cargo-ndk 0 "$v"
+        cb_report cargo-ndk 0 "$v"
     else
-        report cargo-ndk 1 "$v is older than $cargo_ndk_min: cargo install cargo-ndk"
+        cb_report cargo-ndk 1 "$v is older than $cargo_ndk_min: cargo install cargo-ndk"
     fi
 else
-    report cargo-ndk 1 "cargo install cargo-ndk (>= $cargo_ndk_min)"
+    cb_report cargo-ndk 1 "cargo install cargo-ndk (>= $cargo_ndk_min)"
 fi
 ndk="$(find_ndk)"
 if [ -z "$ndk" ]; then
-    report "Android NDK r$ndk_min+" 1 "install the NDK (sdkmanager \"ndk;27.2.12479018\") and set ANDROID_NDK_HOME"
+    cb_report "Android NDK r$ndk_min+" 1 "install the NDK (sdkmanager \"ndk;27.2.12479018\") and set ANDROID_NDK_HOME"
 else
     ndk_version="$(sed -n 's/^Pkg.Revision *= *//p' "$ndk/source.properties")"
     if [ "${ndk_version%%.*}" -ge "$ndk_min" ] 2>/dev/null; then
-        report "Android NDK r$ndk_min+" 0 "$ndk_version at $ndk"
+        cb_report "Android NDK r$ndk_min+" 0 "$ndk_version at $ndk"
     else
-        report "Android NDK r$ndk_min+" 1 "found ${ndk_version:-an unknown version} at $ndk; r$ndk_min or newer is needed"
+        cb_report "Android NDK r$ndk_min+" 1 "found ${ndk_version:-an unknown version} at $ndk; r$ndk_min or newer is needed"
     fi
 fi
 llvm_strip=""
 if [ -n "$ndk" ]; then
     llvm_strip="$(find "$ndk/toolchains/llvm/prebuilt" -maxdepth 3 -path '*/bin/llvm-strip' 2>/dev/null |
         head -n 1 || true)"
-    if [ -n "$llvm_strip" ]; then report "NDK llvm-strip" 0 "$llvm_strip"
-    else report "NDK llvm-strip" 1 "not found under $ndk/toolchains/llvm/prebuilt"; fi
+    if [ -n "$llvm_strip" ]; then cb_report "NDK llvm-strip" 0 "$llvm_strip"
+    else cb_report "NDK llvm-strip" 1 "not found under $ndk/toolchains/llvm/prebuilt"; fi
 fi
-if [ -f "$CB_JNA_JAR" ]; then report "JNA jar" 0 "$CB_JNA_JAR"
-else report "JNA jar" 1 "apt-get install libjna-java, or set JNA_JAR"; fi
+if [ -f "$CB_JNA_JAR" ]; then cb_report "JNA jar" 0 "$CB_JNA_JAR"
+else cb_report "JNA jar" 1 "apt-get install libjna-java, or set JNA_JAR"; fi
 kotlinc_path="$CB_TOOLS/node_modules/kotlin-compiler/bin/kotlinc"
-if [ -x "$kotlinc_path" ]; then report "kotlinc $CB_KOTLIN_VERSION" 0 "$kotlinc_path"
-elif cb_have npm; then report "kotlinc $CB_KOTLIN_VERSION" 0 "installed on first use with npm"
-else report "kotlinc $CB_KOTLIN_VERSION" 1 "needs npm to install kotlin-compiler@$CB_KOTLIN_VERSION"; fi
+if [ -x "$kotlinc_path" ]; then cb_report "kotlinc $CB_KOTLIN_VERSION" 0 "$kotlinc_path"
+elif cb_have npm; then cb_report "kotlinc $CB_KOTLIN_VERSION" 0 "installed on first use with npm"
+else cb_report "kotlinc $CB_KOTLIN_VERSION" 1 "needs npm to install kotlin-compiler@$CB_KOTLIN_VERSION"; fi
 # An Android build must not need JNI initialisation from the app: rustls-platform-verifier
 # does on Android (and its Kotlin half is not in this AAR).
 if cb_have cargo; then
     if cargo tree --quiet --manifest-path "$CB_ROOT/Cargo.toml" -p cellbind-mobile --target aarch64-linux-android \
         -e normal --prefix none 2>/dev/null | grep -q '^rustls-platform-verifier-android '; then
-        report "TLS verifier without JNI" 1 "rustls-platform-verifier is in the Android graph: it needs JNI initialisation and Kotlin classes this AAR lacks (PACKAGING.md)"
+        cb_report "TLS verifier without JNI" 1 "rustls-platform-verifier is in the Android graph: it needs JNI initialisation and Kotlin classes this AAR lacks (PACKAGING.md)"
     else
-        report "TLS verifier without JNI" 0 "the Android graph has no rustls-platform-verifier"
+        cb_report "TLS verifier without JNI" 0 "the Android graph has no rustls-platform-verifier"
     fi
 fi
 
-if [ "$check" = 1 ]; then
-    [ ${#missing[@]} -eq 0 ] && { echo "all present"; exit 0; }
-    echo "missing: ${#missing[@]}"
-    exit 1
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "build-aar.sh: cannot build the AAR, missing:" >&2
-    printf '  - %s\n' "${missing[@]}" >&2
-    echo "(build-aar.sh --check lists every tool; mobile/PACKAGING.md describes the toolchains)" >&2
-    exit 1
-fi
+cb_checks_done build-aar.sh "the AAR"
 
 mkdir -p "${out:-$CB_TARGET/aar}"
 out="$(realpath "${out:-$CB_TARGET/aar}")"
@@ -156,32 +128,32 @@ cargo ndk "${targets[@]}" --platform "$api" build --locked -p cellbind-mobile --
 echo "cargo ndk took $((SECONDS - start)) s"
 
 module="$out/android"
-rm -rf "$module" "$out/work"
-mkdir -p "$module/src/main" "$out/work/aar" "$out/work/classes"
+rm -rf "$module" "$out/staging"
+mkdir -p "$module/src/main" "$out/staging/aar" "$out/staging/classes"
 
 echo "== generating and compiling the Kotlin bindings"
 cb_generate kotlin "$CB_TARGET/${triple[arm64-v8a]}/mobile/libcellbind_mobile.so" "$module/src/main/kotlin"
-cb_compile_kotlin "$module/src/main/kotlin" "$out/work/classes"
-cb_zip "$out/work/aar/classes.jar" "$out/work/classes"
+cb_compile_kotlin "$module/src/main/kotlin" "$out/staging/classes"
+cb_zip "$out/staging/aar/classes.jar" "$out/staging/classes"
 
 echo "== packing the AAR"
 cp "$android_dir/AndroidManifest.xml" "$module/src/main/AndroidManifest.xml"
 cp "$android_dir/consumer-rules.pro" "$module/consumer-rules.pro"
-cp "$android_dir/AndroidManifest.xml" "$out/work/aar/AndroidManifest.xml"
-cp "$android_dir/consumer-rules.pro" "$out/work/aar/proguard.txt"
-: >"$out/work/aar/R.txt"
+cp "$android_dir/AndroidManifest.xml" "$out/staging/aar/AndroidManifest.xml"
+cp "$android_dir/consumer-rules.pro" "$out/staging/aar/proguard.txt"
+: >"$out/staging/aar/R.txt"
 for abi in "${abis[@]}"; do
-    mkdir -p "$module/src/main/jniLibs/$abi" "$out/work/aar/jni/$abi"
+    mkdir -p "$module/src/main/jniLibs/$abi" "$out/staging/aar/jni/$abi"
     shipped="$module/src/main/jniLibs/$abi/libcellbind_mobile.so"
     cb_strip "$llvm_strip" "$CB_TARGET/${triple[$abi]}/mobile/libcellbind_mobile.so" "$shipped"
-    cp "$shipped" "$out/work/aar/jni/$abi/"
+    cp "$shipped" "$out/staging/aar/jni/$abi/"
     cb_size_report "stripped, $abi" "$(stat -c %s "$shipped")"
 done
-cb_zip "$out/work/$CB_ARTIFACT_ANDROID.aar" "$out/work/aar"
-cb_pom "$CB_ARTIFACT_ANDROID" aar "$version" >"$out/work/pom.xml"
-cb_maven_put "$out/maven" "$CB_ARTIFACT_ANDROID" "$version" aar "$out/work/$CB_ARTIFACT_ANDROID.aar" "$out/work/pom.xml"
+cb_zip "$out/staging/$CB_ARTIFACT_ANDROID.aar" "$out/staging/aar"
+cb_pom "$CB_ARTIFACT_ANDROID" aar "$version" >"$out/staging/pom.xml"
+cb_maven_put "$out/maven" "$CB_ARTIFACT_ANDROID" "$version" aar "$out/staging/$CB_ARTIFACT_ANDROID.aar" "$out/staging/pom.xml"
 aar="$CB_MAVEN_PATH"
-rm -rf "$out/work"
+rm -rf "$out/staging"
 echo "module layout: $module"
 echo "aar size: $(stat -c %s "$aar") bytes"
 echo "aar: $aar"

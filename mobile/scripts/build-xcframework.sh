@@ -20,11 +20,10 @@ set -euo pipefail
 # shellcheck source=mobile/scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-check=0
 out=""
 for a in "$@"; do
     case "$a" in
-        --check) check=1 ;;
+        --check) CB_CHECK=1 ;;
         -*) echo "usage: $0 [--check] [OUT_DIR]" >&2; exit 2 ;;
         *) out="$a" ;;
     esac
@@ -37,50 +36,23 @@ template="$CB_ROOT/mobile/swift/Package.swift"
 ios_min="$(sed -n 's/.*\.iOS(\.v\([0-9]*\)).*/\1/p' "$template")"
 [ -n "$ios_min" ] || cb_die "no .iOS(.vNN) platform in $template"
 
-missing=()
-report() { # NAME OK(0|1) DETAIL
-    if [ "$2" = 0 ]; then
-        [ "$check" = 1 ] && cb_check_line "$1" present "$3"
-    else
-        [ "$check" = 1 ] && cb_check_line "$1" MISSING "$3"
-        missing+=("$1 ($3)")
-    fi
-    return 0
-}
-
-[ "$check" = 1 ] && echo "build-xcframework.sh: required tools"
-if [ "$(uname -s)" = Darwin ]; then report macOS 0 "$(sw_vers -productVersion 2>/dev/null || uname -r)"
-else report macOS 1 "this is $(uname -s): xcodebuild and the iOS SDKs exist only on macOS"; fi
+[ "$CB_CHECK" = 1 ] && echo "build-xcframework.sh: required tools"
+if [ "$(uname -s)" = Darwin ]; then cb_report macOS 0 "$(sw_vers -productVersion 2>/dev/null || uname -r)"
+else cb_report macOS 1 "this is $(uname -s): xcodebuild and the iOS SDKs exist only on macOS"; fi
 if cb_have xcodebuild && xcodebuild -version >/dev/null 2>&1; then
     xv="$(xcodebuild -version | sed -n 's/^Xcode //p')"
-    if [ "${xv%%.*}" -ge "$xcode_min" ] 2>/dev/null; then report "Xcode $xcode_min+ (xcodebuild)" 0 "$xv"
-    else report "Xcode $xcode_min+ (xcodebuild)" 1 "found Xcode $xv"; fi
+    if [ "${xv%%.*}" -ge "$xcode_min" ] 2>/dev/null; then cb_report "Xcode $xcode_min+ (xcodebuild)" 0 "$xv"
+    else cb_report "Xcode $xcode_min+ (xcodebuild)" 1 "found Xcode $xv"; fi
 else
-    report "Xcode $xcode_min+ (xcodebuild)" 1 "install Xcode and run xcode-select -s /Applications/Xcode.app"
+    cb_report "Xcode $xcode_min+ (xcodebuild)" 1 "install Xcode and run xcode-select -s /Applications/Xcode.app"
 fi
 for tool in lipo swift cargo rustup; do
-    if cb_have "$tool"; then report "$tool" 0 "$(command -v "$tool")"
-    else report "$tool" 1 "not on PATH"; fi
+    if cb_have "$tool"; then cb_report "$tool" 0 "$(command -v "$tool")"
+    else cb_report "$tool" 1 "not on PATH"; fi
 done
-if cb_have rustup; then
-    installed="$(rustup target list --installed 2>/dev/null || true)"
-    for t in "${targets[@]}"; do
-        if grep -qx "$t" <<<"$installed"; then report "rust target $t" 0 installed
-        else report "rust target $t" 1 "rustup target add $t"; fi
-    done
-fi
+cb_report_rust_targets "${targets[@]}"
 
-if [ "$check" = 1 ]; then
-    [ ${#missing[@]} -eq 0 ] && { echo "all present"; exit 0; }
-    echo "missing: ${#missing[@]}"
-    exit 1
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "build-xcframework.sh: cannot build the XCFramework, missing:" >&2
-    printf '  - %s\n' "${missing[@]}" >&2
-    echo "(build-xcframework.sh --check lists every tool; mobile/PACKAGING.md describes the toolchains)" >&2
-    exit 1
-fi
+cb_checks_done build-xcframework.sh "the XCFramework"
 
 mkdir -p "${out:-$CB_TARGET/swift}"
 out="$(realpath "${out:-$CB_TARGET/swift}")"

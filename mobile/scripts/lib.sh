@@ -48,6 +48,48 @@ cb_check_line() {
     printf '  %-36s %-8s %s\n' "$1" "$2" "$3"
 }
 
+# The toolchain checks of the cross builds (build-aar.sh, build-xcframework.sh). A script sets
+# CB_CHECK=1 for `--check`; cb_report NAME OK(0|1) DETAIL records one tool (every line printed
+# in --check mode, the missing ones collected in CB_MISSING).
+CB_CHECK=0
+CB_MISSING=()
+cb_report() {
+    if [ "$2" = 0 ]; then
+        [ "$CB_CHECK" = 1 ] && cb_check_line "$1" present "$3"
+    else
+        [ "$CB_CHECK" = 1 ] && cb_check_line "$1" MISSING "$3"
+        CB_MISSING+=("$1 ($3)")
+    fi
+    return 0
+}
+
+# cb_report_rust_targets TRIPLE...: whether rustup has each target installed.
+cb_report_rust_targets() {
+    cb_have rustup || return 0
+    local installed t
+    installed="$(rustup target list --installed 2>/dev/null || true)"
+    for t in "$@"; do
+        if grep -qx "$t" <<<"$installed"; then cb_report "rust target $t" 0 installed
+        else cb_report "rust target $t" 1 "rustup target add $t"; fi
+    done
+}
+
+# cb_checks_done SCRIPT WHAT: ends a --check run (exit 0 when all is present), or stops a build
+# at once naming every missing tool.
+cb_checks_done() {
+    if [ "$CB_CHECK" = 1 ]; then
+        [ ${#CB_MISSING[@]} -eq 0 ] && { echo "all present"; exit 0; }
+        echo "missing: ${#CB_MISSING[@]}"
+        exit 1
+    fi
+    if [ ${#CB_MISSING[@]} -gt 0 ]; then
+        echo "$1: cannot build $2, missing:" >&2
+        printf '  - %s\n' "${CB_MISSING[@]}" >&2
+        echo "($1 --check lists every tool; mobile/PACKAGING.md describes the toolchains)" >&2
+        exit 1
+    fi
+}
+
 # The crate's version (the workspace's), e.g. 0.1.0.
 cb_version() {
     cargo metadata --no-deps --format-version 1 --manifest-path "$CB_ROOT/Cargo.toml" |
