@@ -2,9 +2,19 @@
 //! holds each migration's step, so a rerun after a crash resumes where the last run stopped.
 //! One connection per operation (the orchestrator awaits between steps; several `cellctl`
 //! processes may migrate different contractors at once, serialized by SQLite's lock).
+//!
+//! SQLite's busy timeout does not cover every lock: the last connection to close a WAL file
+//! holds it exclusively while it checkpoints and removes the `-wal`, and a connection that
+//! opens in that instant gets `SQLITE_BUSY` at once. With migrations opening the journal for
+//! each step (one process running several, or several processes), that instant does come, so
+//! each operation is retried on `SQLITE_BUSY`/`SQLITE_LOCKED` for up to
+//! [`JOURNAL_BUSY_TIMEOUT_MS`]. Every operation is one write statement (or, at open, idempotent
+//! ones), so a retry never repeats a write that happened.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use backon::{BlockingRetryable as _, ExponentialBuilder};
 use protocol::{CellId, ContractorId, Generation};
 use rusqlite::{Connection, OptionalExtension as _, params};
 
@@ -15,8 +25,13 @@ use crate::migrate::step::Step;
 
 /// Schema version of `migrations.db`.
 pub const JOURNAL_SCHEMA: u32 = 1;
-/// How long a writer waits for another process's lock, in milliseconds.
+/// How long a writer waits for another process's lock, in milliseconds (SQLite's busy
+/// timeout, and the bound on retrying an operation that found the file busy).
 pub const JOURNAL_BUSY_TIMEOUT_MS: u64 = 10_000;
+/// The first pause before retrying an operation that found the journal busy, in milliseconds.
+const BUSY_RETRY_MIN_DELAY_MS: u64 = 5;
+/// The longest pause between such retries, in milliseconds.
+const BUSY_RETRY_MAX_DELAY_MS: u64 = 250;
 
 /// One migration as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +60,15 @@ fn corrupt(e: impl std::fmt::Display) -> CtlError {
     CtlError::Internal(format!("{JOURNAL_FILE} holds an invalid value: {e}"))
 }
 
+/// Whether an operation failed only because another connection held the file.
+fn is_busy(e: &CtlError) -> bool {
+    matches!(
+        e,
+        CtlError::Db(rusqlite::Error::SqliteFailure(f, _))
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 fn i64_of(v: u64) -> Result<i64> {
     i64::try_from(v).map_err(|_| CtlError::Internal("number out of range".into()))
 }
@@ -55,10 +79,11 @@ impl Journal {
         let j = Journal {
             path: path.to_path_buf(),
         };
-        runtime::sqlite::create_tables(
-            &j.conn()?,
-            JOURNAL_SCHEMA,
-            "CREATE TABLE IF NOT EXISTS migrations (
+        j.with_conn(|conn| {
+            runtime::sqlite::create_tables(
+                conn,
+                JOURNAL_SCHEMA,
+                "CREATE TABLE IF NOT EXISTS migrations (
                  id INTEGER PRIMARY KEY AUTOINCREMENT,
                  contractor TEXT NOT NULL,
                  source TEXT NOT NULL,
@@ -71,8 +96,9 @@ impl Journal {
                  finished_at_ms INTEGER);
              CREATE UNIQUE INDEX IF NOT EXISTS one_open_migration
                  ON migrations (contractor) WHERE step != 'done';",
-            |other| CtlError::Config(format!("{JOURNAL_FILE} has {other}")),
-        )?;
+                |other| CtlError::Config(format!("{JOURNAL_FILE} has {other}")),
+            )
+        })?;
         Ok(j)
     }
 
@@ -84,27 +110,41 @@ impl Journal {
         runtime::sqlite::open(&self.path, pragmas)
     }
 
+    /// Opens a connection and runs `op` (one statement) on it, again while the file is busy
+    /// (see the module doc), for up to [`JOURNAL_BUSY_TIMEOUT_MS`] of pauses.
+    fn with_conn<T>(&self, op: impl Fn(&Connection) -> Result<T>) -> Result<T> {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(BUSY_RETRY_MIN_DELAY_MS))
+            .with_max_delay(Duration::from_millis(BUSY_RETRY_MAX_DELAY_MS))
+            .with_total_delay(Some(Duration::from_millis(JOURNAL_BUSY_TIMEOUT_MS)))
+            .without_max_times()
+            .with_jitter();
+        (|| op(&self.conn()?)).retry(backoff).when(is_busy).call()
+    }
+
     /// The unfinished migration of a contractor, if any.
     pub fn open_migration(&self, c: &ContractorId) -> Result<Option<Record>> {
-        let conn = self.conn()?;
-        let row = conn
-            .query_row(
-                "SELECT id, source, target, generation, step, handoff_seq, handoff_at_ms
+        let row = self.with_conn(|conn| {
+            let row = conn
+                .query_row(
+                    "SELECT id, source, target, generation, step, handoff_seq, handoff_at_ms
                  FROM migrations WHERE contractor = ?1 AND step != 'done'",
-                [c.as_str()],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, Option<i64>>(5)?,
-                        r.get::<_, Option<i64>>(6)?,
-                    ))
-                },
-            )
-            .optional()?;
+                    [c.as_str()],
+                    |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, String>(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, String>(4)?,
+                            r.get::<_, Option<i64>>(5)?,
+                            r.get::<_, Option<i64>>(6)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            Ok(row)
+        })?;
         let Some((id, source, target, g, step, seq, at)) = row else {
             return Ok(None);
         };
@@ -129,8 +169,8 @@ impl Journal {
         generation: Generation,
         now_ms: u64,
     ) -> Result<Record> {
-        let conn = self.conn()?;
-        conn.execute(
+        self.with_conn(|conn| {
+            conn.execute(
             "INSERT INTO migrations (contractor, source, target, generation, step, started_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -142,32 +182,68 @@ impl Journal {
                 i64_of(now_ms)?
             ],
         )?;
+            Ok(())
+        })?;
         self.open_migration(c)?
             .ok_or_else(|| CtlError::Internal("the migration just recorded is missing".into()))
     }
 
     /// Records that a migration moved on to `rec.step` (with its handoff fields).
     pub fn save(&self, rec: &Record, now_ms: u64) -> Result<()> {
-        let conn = self.conn()?;
         let finished = (rec.step == Step::Done).then_some(now_ms);
-        conn.execute(
-            "UPDATE migrations SET step = ?2, handoff_seq = ?3, handoff_at_ms = ?4,
+        self.with_conn(|conn| {
+            conn.execute(
+                "UPDATE migrations SET step = ?2, handoff_seq = ?3, handoff_at_ms = ?4,
                  finished_at_ms = ?5 WHERE id = ?1",
-            params![
-                rec.id,
-                rec.step.as_str(),
-                rec.handoff_seq.map(i64_of).transpose()?,
-                rec.handoff_at_ms.map(i64_of).transpose()?,
-                finished.map(i64_of).transpose()?
-            ],
-        )?;
-        Ok(())
+                params![
+                    rec.id,
+                    rec.step.as_str(),
+                    rec.handoff_seq.map(i64_of).transpose()?,
+                    rec.handoff_at_ms.map(i64_of).transpose()?,
+                    finished.map(i64_of).transpose()?
+                ],
+            )?;
+            Ok(())
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sqlite_error(code: i32) -> CtlError {
+        CtlError::Db(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ))
+    }
+
+    #[test]
+    fn an_operation_that_finds_the_file_busy_is_retried_and_other_errors_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join(JOURNAL_FILE)).unwrap();
+        // Busy twice (the instant another connection closes the WAL), then done.
+        let attempts = std::cell::Cell::new(0);
+        let answer = j.with_conn(|_| {
+            attempts.set(attempts.get() + 1);
+            match attempts.get() {
+                1 => Err(sqlite_error(rusqlite::ffi::SQLITE_BUSY)),
+                2 => Err(sqlite_error(rusqlite::ffi::SQLITE_LOCKED)),
+                _ => Ok(7),
+            }
+        });
+        assert_eq!(answer.unwrap(), 7);
+        assert_eq!(attempts.get(), 3);
+        // A constraint failure is an answer, not a lock: one attempt.
+        attempts.set(0);
+        let refused = j.with_conn(|_| -> Result<()> {
+            attempts.set(attempts.get() + 1);
+            Err(sqlite_error(rusqlite::ffi::SQLITE_CONSTRAINT))
+        });
+        assert!(matches!(refused, Err(CtlError::Db(_))));
+        assert_eq!(attempts.get(), 1);
+    }
 
     #[test]
     fn a_migration_resumes_from_its_recorded_step_and_only_one_is_open() {
