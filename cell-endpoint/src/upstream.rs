@@ -1,19 +1,35 @@
 //! The edge's upstreams: the cell's auth-service (public listener for `/v1/sessions*`,
-//! internal listener for the feed) and the cell's app. Real ones over HTTPS (reqwest, rustls,
-//! trusting only the configured CA) with timeouts, so an upstream that is down is a fast
-//! error, never a hang; or in-process routers (tests, benchmarks). The auth-service may be
-//! several replicas sharing one database: a target then holds every replica's base and fails
-//! over between them ([`Target::send`]).
+//! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's pooled
+//! HTTP/1.1 client on rustls, trusting only the configured CA) with timeouts, so an upstream
+//! that is down is a fast error, never a hang; or in-process routers (tests, benchmarks). The
+//! auth-service may be several replicas sharing one database: a target then holds every
+//! replica's base and fails over between them ([`Target::send`]).
+//!
+//! The client is a proxy's, not a browser's: it follows no redirect (a `302` of the app is
+//! the client's to follow), adds no header (no default `Accept`, no `User-Agent`), decodes
+//! nothing, and streams the answer's body to the client as it arrives. Upstream connections
+//! are HTTP/1.1 kept alive in a pool (one request at a time on each, as a reverse proxy's
+//! are): under load every edge worker writes to its own connection, where one multiplexed
+//! HTTP/2 connection would funnel every request through one connection task on each side.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::Response;
+use bytes::Bytes;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use protocol::Endpoint;
 use runtime::Secret;
 use tower::ServiceExt as _;
@@ -21,15 +37,54 @@ use tower::ServiceExt as _;
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
 
+/// The edge's client towards its upstreams (see the module doc).
+pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// How long an idle upstream connection stays in the pool, in seconds.
+pub const UPSTREAM_POOL_IDLE_S: u64 = 60;
+
+/// An upstream's base: `https://authority` and an optional path prefix (no trailing `/`).
+#[derive(Debug, Clone)]
+pub struct Base {
+    authority: Authority,
+    /// Empty, or `/segment...` without a trailing `/`.
+    prefix: Box<str>,
+    /// The base as configured, for logs and `Debug`.
+    url: reqwest::Url,
+}
+
+impl Base {
+    /// The base of an `https` URL (see [`base_url`]); `None` for another scheme or a URL without
+    /// a host.
+    pub fn of(url: &reqwest::Url) -> Option<Base> {
+        if url.scheme() != "https" {
+            return None;
+        }
+        let origin = url.origin().ascii_serialization();
+        let authority = Authority::try_from(origin.strip_prefix("https://")?).ok()?;
+        Some(Base {
+            authority,
+            prefix: url.path().trim_end_matches('/').into(),
+            url: url.clone(),
+        })
+    }
+}
+
+impl fmt::Display for Base {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.url.as_str())
+    }
+}
+
 /// Where requests go: a real HTTPS upstream (one base, or the bases of several replicas), or an
 /// in-process router (tests, benchmarks).
 #[derive(Clone)]
 pub enum Target {
     Http {
-        client: reqwest::Client,
-        /// The upstream's base URLs (scheme, authority, optional path prefix, no trailing
-        /// `/`), in configuration order; never empty.
-        bases: Arc<[reqwest::Url]>,
+        /// Shared by every clone of the target (one pool).
+        client: Arc<HttpsClient>,
+        /// The upstream's bases, in configuration order; never empty.
+        bases: Arc<[Base]>,
         /// Index into `bases` of the one that answered last: requests start there. Shared
         /// by every clone.
         preferred: Arc<AtomicUsize>,
@@ -43,7 +98,7 @@ impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Http { bases, .. } => {
-                let list: Vec<&str> = bases.iter().map(reqwest::Url::as_str).collect();
+                let list: Vec<&str> = bases.iter().map(|b| b.url.as_str()).collect();
                 write!(f, "Http({})", list.join(", "))
             }
             Target::Local(_) => f.write_str("Local"),
@@ -65,33 +120,32 @@ pub enum SendError {
     BadTarget,
 }
 
-/// The upstream URL for `path_and_query`: the base with the already validated (canonical,
-/// see `target`) path appended byte for byte, never resolved against it (ATTACKS A23). A URL
-/// library that would change the appended path (dot segments, re-encoding) makes this `None`.
-pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> Option<reqwest::Url> {
+/// The upstream URI for `path_and_query`: the base's authority and prefix with the already
+/// validated path appended byte for byte, never resolved against it (ATTACKS A23). The path is
+/// held to the edge's canonical-target rule once more here (`target::check_path`), so a
+/// caller that skipped the routing guard still cannot send a dot segment or an encoded slash;
+/// a target `http` would read differently from the bytes given is `None`.
+pub fn upstream_uri(base: &Base, path_and_query: &str) -> Option<http::Uri> {
     let (path, query) = match path_and_query.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    if !path.starts_with('/') {
+    crate::target::check_path(path).ok()?;
+    let pq = if base.prefix.is_empty() {
+        PathAndQuery::try_from(path_and_query).ok()?
+    } else {
+        PathAndQuery::try_from(format!("{}{path_and_query}", base.prefix)).ok()?
+    };
+    let same = pq.path().strip_prefix(&*base.prefix) == Some(path) && pq.query() == query;
+    if !same {
         return None;
     }
-    let prefix = base.path().trim_end_matches('/');
-    let url = reqwest::Url::parse(&format!(
-        "{}{}",
-        base.as_str().trim_end_matches('/'),
-        path_and_query
-    ))
-    .ok()?;
-    let same_path = url
-        .path()
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest == path);
-    (same_path
-        && url.query() == query
-        && url.host_str() == base.host_str()
-        && url.port_or_known_default() == base.port_or_known_default())
-    .then_some(url)
+    http::Uri::builder()
+        .scheme(Scheme::HTTPS)
+        .authority(base.authority.clone())
+        .path_and_query(pq)
+        .build()
+        .ok()
 }
 
 /// An upstream base URL from the configuration (https only; an [`Endpoint`] has no query or
@@ -119,9 +173,11 @@ fn resendable(method: &http::Method) -> bool {
 impl Target {
     /// An HTTPS target over `bases` (tried in order, starting with the first); `None` when
     /// `bases` is empty.
-    pub fn http(client: reqwest::Client, bases: Vec<reqwest::Url>) -> Option<Target> {
+    /// An `http` base, which [`base_url`] never gives, is left out.
+    pub fn http(client: HttpsClient, bases: Vec<reqwest::Url>) -> Option<Target> {
+        let bases: Vec<Base> = bases.iter().filter_map(Base::of).collect();
         (!bases.is_empty()).then(|| Target::Http {
-            client,
+            client: Arc::new(client),
             bases: bases.into(),
             preferred: Arc::default(),
         })
@@ -159,26 +215,18 @@ impl Target {
                 if let [base] = &bases[..] {
                     // One base (a load balancer, the app): nothing to fail over to, so the
                     // request is moved, not copied.
-                    let url = upstream_url(base, pq).ok_or(SendError::BadTarget)?;
+                    let uri = upstream_uri(base, pq).ok_or(SendError::BadTarget)?;
                     let (parts, body) = req.into_parts();
-                    return client
-                        .request(parts.method, url)
-                        .headers(parts.headers)
-                        .body(body)
-                        .timeout(timeout)
-                        .send()
-                        .await
-                        .map(into_response)
-                        .map_err(|e| failure(&e));
+                    return exchange(client, uri, parts, body, timeout).await;
                 }
                 // Every base gets the ATTACKS A23 check before anything is sent.
-                let urls = bases
+                let uris = bases
                     .iter()
-                    .map(|b| upstream_url(b, pq).ok_or(SendError::BadTarget))
+                    .map(|b| upstream_uri(b, pq).ok_or(SendError::BadTarget))
                     .collect::<Result<Vec<_>, _>>()?;
                 let (parts, body) = req.into_parts();
                 let resend = resendable(&parts.method);
-                let n = urls.len();
+                let n = uris.len();
                 let start = preferred
                     .load(Ordering::Relaxed)
                     .checked_rem(n)
@@ -190,31 +238,24 @@ impl Target {
                 };
                 let order = bases
                     .iter()
-                    .zip(urls)
+                    .zip(uris)
                     .enumerate()
                     .cycle()
                     .skip(start)
                     .take(n);
-                for (i, (base, url)) in order {
-                    let attempt = client
-                        .request(parts.method.clone(), url)
-                        .headers(parts.headers.clone())
-                        .body(body.clone())
-                        .timeout(timeout)
-                        .send()
-                        .await;
-                    let e = match attempt {
+                for (i, (base, uri)) in order {
+                    let attempt = exchange(client, uri, parts.clone(), body.clone(), timeout).await;
+                    let failed = match attempt {
                         Ok(resp) => {
                             if i != start {
                                 preferred.store(i, Ordering::Relaxed);
                                 tracing::info!(upstream = %base, "failed over to another replica");
                             }
-                            return Ok(into_response(resp));
+                            return Ok(resp);
                         }
                         Err(e) => e,
                     };
-                    tracing::debug!(upstream = %base, error = %e, "upstream attempt failed");
-                    let failed = failure(&e);
+                    tracing::debug!(upstream = %base, error = ?failed, "upstream attempt failed");
                     if failed != SendError::Refused {
                         outcome = failed;
                         if !resend {
@@ -228,22 +269,92 @@ impl Target {
     }
 }
 
-/// What a failed attempt means: refused (the request never left), timed out, or lost in transit.
-fn failure(e: &reqwest::Error) -> SendError {
-    if e.is_connect() {
-        SendError::Refused
-    } else if e.is_timeout() {
-        SendError::Timeout
-    } else {
-        SendError::Unreachable
+/// One attempt: `parts` (method and headers; a fresh HTTP/1.1 request, see `forward::build`)
+/// with `body` to `uri`. `timeout` bounds the whole exchange: the answer's head, then its body
+/// as the client reads it (an upstream that stalls mid-body ends the answer with an error
+/// rather than holding the client's connection).
+async fn exchange(
+    client: &HttpsClient,
+    uri: http::Uri,
+    mut parts: http::request::Parts,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Response, SendError> {
+    parts.uri = uri;
+    let req = http::Request::from_parts(parts, Full::new(body));
+    let deadline = tokio::time::Instant::now() + timeout;
+    match tokio::time::timeout_at(deadline, client.request(req)).await {
+        Err(_) => Err(SendError::Timeout),
+        Ok(Err(e)) if e.is_connect() => Err(SendError::Refused),
+        Ok(Err(_)) => Err(SendError::Unreachable),
+        Ok(Ok(resp)) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Ok(Response::from_parts(
+                parts,
+                Body::new(DeadlineBody::new(body, deadline)),
+            ))
+        }
     }
 }
 
-fn into_response(resp: reqwest::Response) -> Response {
-    let resp: http::Response<reqwest::Body> = resp.into();
-    let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    Response::from_parts(parts, Body::new(body))
+pin_project_lite::pin_project! {
+    /// An upstream answer's body that fails once the exchange's deadline has passed. The timer
+    /// is made only if the body is not all there when first read (most answers are).
+    struct DeadlineBody {
+        #[pin]
+        inner: hyper::body::Incoming,
+        deadline: tokio::time::Instant,
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+}
+
+impl DeadlineBody {
+    fn new(inner: hyper::body::Incoming, deadline: tokio::time::Instant) -> Self {
+        Self {
+            inner,
+            deadline,
+            timer: None,
+        }
+    }
+}
+
+/// The error a [`DeadlineBody`] ends with.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream's answer did not arrive in time")]
+struct BodyDeadline;
+
+impl http_body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending => {
+                let deadline = *this.deadline;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyDeadline.into()))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The upstreams and what the edge presents to them.
@@ -332,15 +443,45 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
     Ok(v)
 }
 
-/// A reqwest client that trusts only the PEM CA bundle at `ca`.
-pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<reqwest::Client, EdgeError> {
+/// The upstream client (see the module doc): trusts only the PEM CA bundle at `ca`, gives a
+/// TCP connection `connect` to be made, keeps idle connections [`UPSTREAM_POOL_IDLE_S`].
+pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<HttpsClient, EdgeError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
     let pem = std::fs::read(ca).map_err(|e| EdgeError::Config(format!("{}: {e}", ca.display())))?;
-    runtime::tls::client_trusting(&pem)
-        .map_err(|e| EdgeError::Tls(e.to_string()))?
-        .connect_timeout(connect)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| EdgeError::Tls(e.to_string()))
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| EdgeError::Tls(format!("{}: {e}", ca.display())))?;
+        roots
+            .add(cert)
+            .map_err(|e| EdgeError::Tls(format!("{}: {e}", ca.display())))?;
+    }
+    if roots.is_empty() {
+        return Err(EdgeError::Tls(format!(
+            "{}: no certificate in the bundle",
+            ca.display()
+        )));
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| EdgeError::Tls(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(connect));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(UPSTREAM_POOL_IDLE_S))
+        .pool_timer(TokioTimer::new())
+        .build(https))
 }
 
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -371,27 +512,30 @@ mod tests {
 
     #[test]
     fn upstream_urls_are_appended_never_resolved() {
-        let base = base_url("t", &endpoint("https://127.0.0.3:8444/")).unwrap();
+        let base = Base::of(&base_url("t", &endpoint("https://127.0.0.3:8444/")).unwrap()).unwrap();
         assert_eq!(
-            upstream_url(&base, "/v1/sessions/current?x=1")
+            upstream_uri(&base, "/v1/sessions/current?x=1")
                 .unwrap()
-                .as_str(),
+                .to_string(),
             "https://127.0.0.3:8444/v1/sessions/current?x=1"
         );
         for bad in [
             "/v1/sessions/../../admin/v1/status",
             "/v1/sessions/%2e%2e/admin",
             "/api/./x",
+            "/api//x",
+            "/api/%2f",
             "api/x",
-            "/api/{x}",
+            "/api/x y",
         ] {
-            assert!(upstream_url(&base, bad).is_none(), "{bad}");
+            assert!(upstream_uri(&base, bad).is_none(), "{bad}");
         }
-        let prefixed = base_url("t", &endpoint("https://app.internal/cell-03")).unwrap();
+        let prefixed =
+            Base::of(&base_url("t", &endpoint("https://app.internal/cell-03")).unwrap()).unwrap();
         assert_eq!(
-            upstream_url(&prefixed, "/api/routes/today")
+            upstream_uri(&prefixed, "/api/routes/today")
                 .unwrap()
-                .as_str(),
+                .to_string(),
             "https://app.internal/cell-03/api/routes/today"
         );
         assert!(base_url("t", &endpoint("http://x")).is_err());

@@ -31,3 +31,4 @@ mod replicas;
 mod revocation_freshness;
 mod static_stability;
 mod tls;
+mod upstream;

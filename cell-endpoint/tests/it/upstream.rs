@@ -1,0 +1,148 @@
+//! The upstream client is a reverse proxy's, over real TLS sockets: it follows no redirect,
+//! adds no header of its own, and ends an answer whose body stalls past the exchange's
+//! deadline instead of holding the client's connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::support::*;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::get;
+use cellbind_cell_endpoint::upstream::{Target, base_url, https_client};
+
+/// Serves `app` over TLS with the test PKI's certificate; its base URL.
+async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
+    let tls = cellbind_cell_endpoint::tls::load(&pki.cert, &pki.key)
+        .await
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let server = axum_server::from_tcp_rustls(listener, tls).unwrap();
+    tokio::spawn(async move {
+        let _ = server.serve(app.into_make_service()).await;
+    });
+    let e = protocol::Endpoint::parse(&format!("https://{addr}")).unwrap();
+    base_url("test", &e).unwrap()
+}
+
+fn get_request(
+    path: &str,
+    headers: &[(&'static str, &'static str)],
+) -> http::Request<bytes::Bytes> {
+    let mut b = http::Request::builder().method("GET").uri(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(bytes::Bytes::new()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_redirect_reaches_the_client_unfollowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-redirect");
+    let followed = Arc::new(AtomicUsize::new(0));
+    let f = followed.clone();
+    let app = Router::new()
+        .route(
+            "/api/old",
+            get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/api/new")]) }),
+        )
+        .route(
+            "/api/new",
+            get(move || {
+                f.fetch_add(1, Ordering::SeqCst);
+                async { "followed" }
+            }),
+        );
+    let base = serve(&pki, app).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    let resp = target
+        .send(get_request("/api/old", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND);
+    assert_eq!(resp.headers()[header::LOCATION], "/api/new");
+    assert_eq!(
+        followed.load(Ordering::SeqCst),
+        0,
+        "the edge followed the redirect"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_sees_only_the_headers_the_edge_sent_and_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-headers");
+    let app = Router::new().route(
+        "/api/echo",
+        get(|h: HeaderMap| async move {
+            let mut names: Vec<String> = h.keys().map(|k| k.as_str().to_owned()).collect();
+            names.sort();
+            names.join(",")
+        }),
+    );
+    let base = serve(&pki, app).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    let resp = target
+        .send(
+            get_request("/api/echo", &[("x-cellbind-subject", "u-1")]),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+    // No `accept`, `user-agent` or `accept-encoding` of the client library's own.
+    assert_eq!(
+        std::str::from_utf8(&body).unwrap(),
+        "host,x-cellbind-subject"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_body_that_stalls_ends_with_an_error_at_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-stall");
+    let app = Router::new().route(
+        "/api/stall",
+        get(|| async {
+            // One chunk, then nothing, ever (a wedged app).
+            let first = futures::stream::iter([Ok::<_, std::io::Error>(
+                bytes::Bytes::from_static(b"{\"partial\":"),
+            )]);
+            let body = futures::StreamExt::chain(first, futures::stream::pending());
+            Body::from_stream(body)
+        }),
+    );
+    let base = serve(&pki, app).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    let resp = target
+        .send(get_request("/api/stall", &[]), Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        axum::body::to_bytes(resp.into_body(), 4096),
+    )
+    .await
+    .expect("the stalled answer ended by the exchange's deadline, not held open");
+    assert!(read.is_err(), "a truncated answer must end with an error");
+}
