@@ -120,6 +120,10 @@ fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> H
 /// Reads a whole request body: at most `max_body_bytes` (413), within `body_read_timeout`
 /// from now (408: a declared body that never arrives must not hold the connection).
 pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, EdgeError> {
+    // A request without a body (most `GET`s) has nothing to wait for: no timer, no read.
+    if http_body::Body::is_end_stream(&body) {
+        return Ok(bytes::Bytes::new());
+    }
     let s = edge.settings();
     match tokio::time::timeout(
         s.body_read_timeout,

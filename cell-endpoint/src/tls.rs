@@ -1,5 +1,10 @@
 //! HTTPS: rustls via axum-server, HTTP/1.1 and HTTP/2, header limits, certificate reload on
 //! file change without dropping connections, graceful shutdown.
+//!
+//! Clients resume TLS sessions: TLS 1.3 tickets (stateless; rustls's ring ticketer rotates
+//! their keys every six hours, and a reloaded certificate starts new keys) and a server-side cache of [`SESSION_CACHE_ENTRIES`] for TLS 1.2, so
+//! a phone that reconnects after a network change, or a client without keep-alive, skips the
+//! certificate signature and key exchange of a full handshake.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,12 +35,38 @@ pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// Time an HTTP/2 keep-alive ping may take before the connection is closed.
 pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// TLS 1.2 sessions the server remembers for resumption (about 200 bytes each).
+pub const SESSION_CACHE_ENTRIES: usize = 16_384;
+
+/// The server configuration for a certificate chain and key: ALPN `h2` then `http/1.1`,
+/// session resumption (see the module doc).
+fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, EdgeError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let bad =
+        |e: &dyn std::fmt::Display, file: &Path| EdgeError::Tls(format!("{}: {e}", file.display()));
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| bad(&e, cert))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e, cert))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(&e, key))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(&e, cert))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .map_err(|e| bad(&e, cert))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);
+    config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| bad(&e, cert))?;
+    Ok(Arc::new(config))
+}
+
 /// Loads the certificate chain and key.
 pub async fn load(cert: &Path, key: &Path) -> Result<RustlsConfig, EdgeError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    RustlsConfig::from_pem_file(cert, key)
-        .await
-        .map_err(|e| EdgeError::Tls(format!("{}: {e}", cert.display())))
+    Ok(RustlsConfig::from_config(server_config(cert, key)?))
 }
 
 fn mtimes(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
@@ -55,8 +86,9 @@ pub async fn watch(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Dur
         if now.is_none() || now == seen {
             continue;
         }
-        match config.reload_from_pem_file(&cert, &key).await {
-            Ok(()) => {
+        match server_config(&cert, &key) {
+            Ok(new) => {
+                config.reload_from_config(new);
                 tracing::info!("reloaded the TLS certificate");
                 seen = now;
             }

@@ -110,3 +110,79 @@ async fn https_edge_speaks_h1_and_h2_reloads_its_certificate_and_drains_on_shutd
         .unwrap();
     watcher.abort();
 }
+
+/// Handshakes with the edge over a fresh TCP connection using `client`; whether the session
+/// was resumed.
+async fn handshake(
+    addr: std::net::SocketAddr,
+    client: &std::sync::Arc<rustls::ClientConfig>,
+) -> rustls::HandshakeKind {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(client.clone())
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    // A request and its answer: TLS 1.3 tickets arrive after the handshake.
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    tls.get_ref().1.handshake_kind().unwrap()
+}
+
+/// A client configuration trusting `ca`, with its own session store.
+fn resuming_client(ca: &std::path::Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reconnects_resumes_its_tls_session_whatever_came_between() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "resume");
+    let (edge, _seen, _clock) = edge();
+    let config = tls::load(&pki.cert, &pki.key).await.unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = axum_server::Handle::new();
+    tokio::spawn(tls::serve_listener(
+        listener,
+        config,
+        handle.clone(),
+        edge.connection_gate(),
+        cellbind_cell_endpoint::app(edge.clone()),
+    ));
+    let phone = resuming_client(&pki.ca);
+    assert_eq!(handshake(addr, &phone).await, rustls::HandshakeKind::Full);
+    // Many other clients connect meanwhile (more than a small server-side session cache
+    // holds): the phone's session is a ticket it carries, so it still resumes.
+    for _ in 0..300 {
+        handshake(addr, &resuming_client(&pki.ca)).await;
+    }
+    assert_eq!(
+        handshake(addr, &phone).await,
+        rustls::HandshakeKind::Resumed
+    );
+    handle.shutdown();
+}
