@@ -220,7 +220,7 @@ pub async fn serve_until(
                 .set_nonblocking(true)
                 .context("configure the listener")?;
             let addr = listener.local_addr().context("listener address")?;
-            let server = axum_server::from_tcp_rustls(listener, tls)
+            let server = runtime::tls::https_server(listener, tls)
                 .context("listen")?
                 .handle(handle);
             tracing::info!(

@@ -164,6 +164,11 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GateAcceptor {
     fn accept(&self, mut stream: TcpStream, service: S) -> Self::Future {
         let gate = self.gate.clone();
         Box::pin(async move {
+            // Answers leave at once (see `runtime::tls::https_server`); a socket that refuses
+            // the option still serves.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
             let peer = stream.peer_addr()?;
             let trusted = gate.trusted.contains(peer.ip());
             let proxied = if trusted && gate.proxy_protocol {
@@ -255,5 +260,31 @@ where
             req.extensions_mut().insert(p);
         }
         self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn an_accepted_connection_sends_its_answers_without_delay() {
+        let settings = crate::config::Settings::new(
+            protocol::CellId::new("cell-01").unwrap(),
+            "https://127.0.0.1:8443",
+        );
+        let gate = Arc::new(ConnectionGate::new(&settings, Counter::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(!accepted.nodelay().unwrap(), "Linux's default is Nagle on");
+        let (gated, _) = GateAcceptor::new(gate).accept(accepted, ()).await.unwrap();
+        // Nagle's algorithm off: a small write (an answer's last piece) leaves at once
+        // instead of waiting for the client's delayed acknowledgement.
+        assert!(gated.inner.nodelay().unwrap());
+        drop(client);
     }
 }

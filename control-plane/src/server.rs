@@ -291,7 +291,7 @@ pub async fn run(config: Config) -> Result<()> {
         Arc::new(Management(state.clone())),
     );
     let served = async {
-        axum_server::from_tcp_rustls(listener, tls)
+        runtime::tls::https_server(listener, tls)
             .context("starting the server")?
             .handle(handle)
             .serve(router(state).into_make_service())

@@ -43,7 +43,7 @@ async fn serve(
     router: axum::Router,
     what: &str,
 ) -> Result<()> {
-    axum_server::from_tcp_rustls(listener, tls)
+    runtime::tls::https_server(listener, tls)
         .with_context(|| format!("starting the {what} listener"))?
         .handle(handle)
         .serve(router.into_make_service())

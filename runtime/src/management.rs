@@ -129,7 +129,7 @@ impl ManagementListener {
     ) -> Result<(), IoError> {
         let addr = self.addr;
         tracing::info!(%addr, "management listener serving /healthz, /readyz and /metrics");
-        axum_server::from_tcp_rustls(self.listener, tls)
+        crate::tls::https_server(self.listener, tls)
             .with_context(|| format!("management listener {addr}"))?
             .handle(handle)
             .serve(router(probe).into_make_service())
