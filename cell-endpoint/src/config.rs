@@ -167,6 +167,16 @@ pub struct Config {
     /// Most open connections from one client address.
     #[serde(default = "default_usize::<DEFAULT_MAX_CONNECTIONS_PER_IP>")]
     pub max_connections_per_ip: usize,
+    /// Most verified tokens the edge caches (a repeat token skips the signature check). Each
+    /// cached session costs about [`crate::token_cache::CACHED_SESSION_BYTES`] bytes, only once
+    /// it is held; a session beyond the bound costs a signature check, never a wrong verdict.
+    #[serde(default = "default_usize::<{crate::token_cache::TOKEN_CACHE_CAPACITY}>")]
+    pub token_cache_capacity: usize,
+    /// Threads serving the public listener, each a single-threaded runtime with its own
+    /// listener on the port and its own upstream connections; 0 (the default) is one per CPU
+    /// the process may use. Feed sync and the management listener run beside them.
+    #[serde(default)]
+    pub io_threads: usize,
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
@@ -231,6 +241,7 @@ impl Config {
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
             body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
             max_connections_per_ip: self.max_connections_per_ip,
+            token_cache_capacity: self.token_cache_capacity,
         })
     }
 }
@@ -340,6 +351,8 @@ pub struct Settings {
     pub body_read_timeout: Duration,
     /// Most open connections from one client address.
     pub max_connections_per_ip: usize,
+    /// Most verified tokens cached (`token_cache::TokenCache::with_capacity`).
+    pub token_cache_capacity: usize,
 }
 
 impl Settings {
@@ -367,6 +380,7 @@ impl Settings {
             header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
             body_read_timeout: Duration::from_millis(DEFAULT_BODY_READ_TIMEOUT_MS),
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            token_cache_capacity: crate::token_cache::TOKEN_CACHE_CAPACITY,
         }
     }
 }
@@ -405,6 +419,10 @@ ca_cert = "ca.pem"
         assert_eq!(c.write_lease_ms, DEFAULT_WRITE_LEASE_MS);
         assert_eq!(c.feed_wait_ms, DEFAULT_FEED_WAIT_MS);
         assert_eq!(c.rate_per_ip_per_s, DEFAULT_RATE_PER_IP_PER_S);
+        assert_eq!(
+            c.token_cache_capacity,
+            crate::token_cache::TOKEN_CACHE_CAPACITY
+        );
         let figment =
             Figment::new()
                 .merge(Toml::file(&path))

@@ -89,6 +89,7 @@ impl Edge {
             &settings,
             metrics.connections_refused(),
         ));
+        let cache = TokenCache::with_capacity(settings.token_cache_capacity);
         Edge(Arc::new(Inner {
             public_authority,
             gate,
@@ -98,7 +99,7 @@ impl Edge {
             last_sync: Mutex::new(None),
             clock,
             metrics,
-            cache: TokenCache::new(),
+            cache,
             limits,
             refetch,
             upstreams,

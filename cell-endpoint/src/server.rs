@@ -68,7 +68,18 @@ pub async fn run(
         h.graceful_shutdown(Some(tls::GRACEFUL_SHUTDOWN));
     });
     let gate = edge.connection_gate();
-    let served = tls::serve(config.listen, tls.clone(), handle, gate, app(edge.clone()));
+    let threads = match config.io_threads {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
+    };
+    let served = tls::serve_per_core(
+        config.listen,
+        threads,
+        tls.clone(),
+        handle,
+        gate,
+        app(edge.clone()),
+    );
     let managed = management.serve(
         tls,
         axum_server::Handle::with_control(control.clone()),

@@ -4,7 +4,7 @@
 //! after the auth-service was restored from a backup, [`CellState::carry_revocations`] keeps
 //! the held revocations the restored state lacks.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -42,6 +42,9 @@ pub struct CellState {
     pub snapshot: Snapshot,
     pub keyset: KeySet,
     pub revocations: RevocationSet,
+    /// `snapshot.ownership` as a hash index: the per-request ownership lookup is one hash
+    /// probe, not a walk of string comparisons down a B-tree of every contractor.
+    owners: HashMap<ContractorId, OwnershipRecord>,
 }
 
 /// The persisted form of a [`CellState`].
@@ -88,6 +91,11 @@ impl CellState {
         }
         let keyset = build_keyset(&snapshot.keys)?;
         let revocations = snapshot.revocations.iter().map(|r| &r.kind).collect();
+        let owners = snapshot
+            .ownership
+            .iter()
+            .map(|(c, r)| (c.clone(), r.clone()))
+            .collect();
         Ok(Self {
             cell,
             seq,
@@ -97,6 +105,7 @@ impl CellState {
             snapshot,
             keyset,
             revocations,
+            owners,
         })
     }
 
@@ -142,7 +151,7 @@ impl CellState {
     }
 
     pub fn ownership(&self, ctr: &ContractorId) -> Option<&OwnershipRecord> {
-        self.snapshot.ownership.get(ctr)
+        self.owners.get(ctr)
     }
 
     /// The endpoint the held map gives for a cell, or the empty string when it names none.

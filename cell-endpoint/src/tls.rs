@@ -99,6 +99,83 @@ pub async fn watch(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Dur
     }
 }
 
+/// Serves `app` on `listen` with `threads` threads (at least one), each a single-threaded
+/// runtime accepting on its own listener of the same port (`SO_REUSEPORT`: the kernel spreads
+/// new connections over them), until `handle` shuts them down; returns when every thread has
+/// stopped, or at once with the first one's failure.
+///
+/// Why not one multi-threaded runtime: a proxied request is a chain of wake-ups (client
+/// socket, upstream connection task, response), and a work-stealing scheduler moves them
+/// between threads, paying a cross-thread wake-up and cache misses each time. Served per core,
+/// a connection, its requests and their upstream connections (`upstream::HttpsClient` keeps a
+/// pool per thread) stay on one thread, as an nginx worker's do. Measured in `bench/`.
+pub async fn serve_per_core(
+    listen: SocketAddr,
+    threads: usize,
+    tls: RustlsConfig,
+    handle: Handle<SocketAddr>,
+    gate: Arc<ConnectionGate>,
+    app: Router,
+) -> Result<(), EdgeError> {
+    // Every listener is bound before any serves: a taken port fails the start at once, also
+    // when what holds it is another process's shared listener (which a shared bind would
+    // join): the port is first bound alone.
+    if listen.port() != 0 {
+        drop(std::net::TcpListener::bind(listen)?);
+    }
+    let first = bind_shared(listen)?;
+    let listen = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..threads.max(1) {
+        listeners.push(bind_shared(listen)?);
+    }
+    let mut stopped = Vec::with_capacity(listeners.len());
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (done, stop) = tokio::sync::oneshot::channel();
+        let (tls, handle, gate, app) = (tls.clone(), handle.clone(), gate.clone(), app.clone());
+        std::thread::Builder::new()
+            .name(format!("edge-io-{i}"))
+            .spawn(move || {
+                let served = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(serve_listener(listener, tls, handle, gate, app)),
+                    Err(e) => Err(EdgeError::Io(e)),
+                };
+                let _ = done.send(served);
+            })?;
+        stopped.push(async move {
+            stop.await.unwrap_or_else(|_| {
+                Err(EdgeError::Io(std::io::Error::other(
+                    "a serving thread ended",
+                )))
+            })
+        });
+    }
+    futures::future::try_join_all(stopped).await?;
+    Ok(())
+}
+
+/// A listener on `listen` that other listeners of this process may share (`SO_REUSEPORT`).
+fn bind_shared(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(listen),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&listen.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Connections waiting to be accepted on each listener.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
 /// Serves `app` on `listen` until `handle` shuts it down.
 pub async fn serve(
     listen: SocketAddr,

@@ -1,6 +1,10 @@
 //! What validation proves about a request ([`Validated`]: the verified claims and the identity
 //! headers rendered from them) and the verified-token cache that lets a repeat token skip the
 //! signature check, and nothing else (revocation, ownership and limits run every time).
+//!
+//! The cache holds a token's SHA-256, never the token: the slot is a keyed hash of the digest
+//! and a hit needs the whole presented token's digest to equal the held one (compared in
+//! constant time), which is as strict as comparing the tokens and saves ~450 bytes a session.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher as _;
@@ -10,15 +14,21 @@ use axum::http::{HeaderName, HeaderValue};
 use protocol::Kid;
 use protocol::http::{X_CONTRACTOR, X_GENERATION, X_SESSION, X_SUBJECT};
 use protocol::token::{LEEWAY_S, SessionClaims};
+use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use crate::error::EdgeError;
 use crate::state::CellState;
 
-/// Most verified tokens kept in the cache (about 1 KiB each: the token, its claims and the
-/// rendered identity headers, so at most ~32 MiB). More active sessions than this per
-/// instance only cost signature checks, never a wrong verdict.
+/// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
+/// active sessions than this per instance only cost signature checks, never a wrong verdict.
 pub const TOKEN_CACHE_CAPACITY: usize = 32_768;
+
+/// Memory one cached session costs, in bytes, as measured by `benches/state.rs` (770–800 from
+/// 10k to 1M sessions): the token's SHA-256 (not the ~500-byte token), its claims, the
+/// rendered identity headers and the cache's slot. The default bound is thus ~25 MiB; 1M
+/// cached sessions take ~770 MiB.
+pub const CACHED_SESSION_BYTES: usize = 800;
 
 /// What the validation layer proved about a request; the forwarder reads it (as
 /// `Arc<Validated>` in the request extensions).
@@ -64,39 +74,26 @@ impl Validated {
     }
 }
 
-#[derive(Debug)]
-struct CachedToken {
-    token: Box<[u8]>,
-    verified: Arc<Validated>,
+/// SHA-256 of a token: what the cache keeps instead of the token (32 bytes instead of ~500).
+/// Equal digests mean equal tokens (finding two tokens with one digest is a SHA-256
+/// collision), so comparing digests decides what comparing the tokens did.
+type TokenDigest = [u8; 32];
+
+fn digest(token: &str) -> TokenDigest {
+    sha2::Sha256::digest(token.as_bytes()).into()
 }
 
-/// Constant-time equality of two byte strings, eight bytes at a time. Unequal lengths return
-/// early: a length is not a secret.
-fn ct_eq_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    // OR of the XORs of every word: zero exactly when all bytes are equal, computed without a
-    // data-dependent branch; `subtle` makes the final test constant-time.
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    let mut diff = 0u64;
-    for (x, y) in ac.zip(bc) {
-        let x = u64::from_le_bytes(x.try_into().unwrap_or([0; 8]));
-        let y = u64::from_le_bytes(y.try_into().unwrap_or([0; 8]));
-        diff |= x ^ y;
-    }
-    for (x, y) in ar.iter().zip(br) {
-        diff |= u64::from(x ^ y);
-    }
-    bool::from(diff.ct_eq(&0))
+#[derive(Debug, Clone)]
+struct CachedToken {
+    digest: TokenDigest,
+    verified: Arc<Validated>,
 }
 
 /// The verified-token cache: a repeat token skips the signature, nothing else.
 #[derive(Debug)]
 pub struct TokenCache {
     hasher: RandomState,
-    cache: quick_cache::sync::Cache<u64, Arc<CachedToken>>,
+    cache: quick_cache::sync::Cache<u64, CachedToken>,
 }
 
 impl Default for TokenCache {
@@ -106,22 +103,46 @@ impl Default for TokenCache {
 }
 
 impl TokenCache {
+    /// A cache of [`TOKEN_CACHE_CAPACITY`] entries.
     pub fn new() -> Self {
+        Self::with_capacity(TOKEN_CACHE_CAPACITY)
+    }
+
+    /// A cache of at most about `entries` verified tokens (`token_cache_capacity`). Nothing is
+    /// allocated up front: memory grows with the tokens actually held.
+    pub fn with_capacity(entries: usize) -> Self {
         Self {
             hasher: RandomState::new(),
-            cache: quick_cache::sync::Cache::new(TOKEN_CACHE_CAPACITY),
+            cache: quick_cache::sync::Cache::new(entries.max(1)),
         }
     }
 
-    fn key(&self, token: &str) -> u64 {
-        self.hasher.hash_one(token.as_bytes())
+    /// Changes the bound; entries beyond a smaller one are evicted.
+    pub fn set_capacity(&self, entries: usize) {
+        self.cache.set_capacity(entries.max(1) as u64);
     }
 
-    /// A verified token still inside its lifetime whose key is still held.
+    /// Verified tokens held.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// The slot of a digest: a keyed hash of it (the key is this process's secret).
+    fn key(&self, digest: &TokenDigest) -> u64 {
+        self.hasher.hash_one(digest)
+    }
+
+    /// A verified token still inside its lifetime whose key is still held. The presented
+    /// token's digest is compared whole, in constant time, with the cached one.
     pub(crate) fn get(&self, token: &str, state: &CellState, now: u64) -> Option<Arc<Validated>> {
-        let k = self.key(token);
+        let d = digest(token);
+        let k = self.key(&d);
         let hit = self.cache.get(&k)?;
-        if !ct_eq_bytes(&hit.token, token.as_bytes()) {
+        if !bool::from(hit.digest[..].ct_eq(&d[..])) {
             return None;
         }
         if now >= hit.verified.claims.exp.saturating_add(LEEWAY_S) {
@@ -140,13 +161,40 @@ impl TokenCache {
         v: protocol::token::Verified<SessionClaims>,
     ) -> Result<Arc<Validated>, EdgeError> {
         let verified = Arc::new(Validated::new(v.kid, v.claims)?);
+        let d = digest(token);
         self.cache.insert(
-            self.key(token),
-            Arc::new(CachedToken {
-                token: token.as_bytes().into(),
+            self.key(&d),
+            CachedToken {
+                digest: d,
                 verified: verified.clone(),
-            }),
+            },
         );
         Ok(verified)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_one_byte_apart_has_another_digest() {
+        let a = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJjLTEudCJ9.c2ln";
+        let b = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJjLTEudCJ9.c2lo";
+        assert_ne!(digest(a), digest(b));
+        assert_eq!(digest(a), digest(a));
+        let cache = TokenCache::default();
+        assert_ne!(cache.key(&digest(a)), cache.key(&digest(b)));
+    }
+
+    #[test]
+    fn the_bound_is_set_and_changed_without_allocating_up_front() {
+        let cache = TokenCache::with_capacity(1_000_000);
+        assert!(cache.is_empty());
+        cache.set_capacity(10);
+        assert_eq!(cache.len(), 0);
+        // A bound of zero is taken as one: the cache is never unusable.
+        let tiny = TokenCache::with_capacity(0);
+        assert!(tiny.is_empty());
     }
 }

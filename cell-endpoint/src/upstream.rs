@@ -37,8 +37,59 @@ use tower::ServiceExt as _;
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
 
-/// The edge's client towards its upstreams (see the module doc).
-pub type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// One pool of upstream connections (hyper's client).
+type Pool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The edge's client towards its upstreams (see the module doc): one pool of connections per
+/// thread that sends requests, made on the thread's first request. The public listener is
+/// served by one single-threaded runtime per core (`tls::serve_per_core`), so a request, its
+/// upstream connection and that connection's task all stay on one thread: no cross-thread
+/// wake-up on the request path.
+#[derive(Clone)]
+pub struct HttpsClient {
+    /// Tells this client's pools apart in a thread's list.
+    id: usize,
+    connector: HttpsConnector<HttpConnector>,
+}
+
+impl fmt::Debug for HttpsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HttpsClient({})", self.id)
+    }
+}
+
+std::thread_local! {
+    /// This thread's pools, one per [`HttpsClient`] used here (an edge has two: the
+    /// auth-service's and the app's share one client, the feed another at most).
+    static POOLS: std::cell::RefCell<Vec<(usize, Pool)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl HttpsClient {
+    /// Sends `req` on this thread's pool.
+    fn request(
+        &self,
+        req: http::Request<Full<Bytes>>,
+    ) -> hyper_util::client::legacy::ResponseFuture {
+        POOLS.with_borrow_mut(|pools| {
+            let i = match pools.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    pools.push((self.id, self.pool()));
+                    pools.len() - 1
+                }
+            };
+            // `i` was just found or pushed.
+            pools[i].1.request(req)
+        })
+    }
+
+    fn pool(&self) -> Pool {
+        Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(UPSTREAM_POOL_IDLE_S))
+            .pool_timer(TokioTimer::new())
+            .build(self.connector.clone())
+    }
+}
 
 /// How long an idle upstream connection stays in the pool, in seconds.
 pub const UPSTREAM_POOL_IDLE_S: u64 = 60;
@@ -81,8 +132,7 @@ impl fmt::Display for Base {
 #[derive(Clone)]
 pub enum Target {
     Http {
-        /// Shared by every clone of the target (one pool).
-        client: Arc<HttpsClient>,
+        client: HttpsClient,
         /// The upstream's bases, in configuration order; never empty.
         bases: Arc<[Base]>,
         /// Index into `bases` of the one that answered last: requests start there. Shared
@@ -177,7 +227,7 @@ impl Target {
     pub fn http(client: HttpsClient, bases: Vec<reqwest::Url>) -> Option<Target> {
         let bases: Vec<Base> = bases.iter().filter_map(Base::of).collect();
         (!bases.is_empty()).then(|| Target::Http {
-            client: Arc::new(client),
+            client,
             bases: bases.into(),
             preferred: Arc::default(),
         })
@@ -478,10 +528,11 @@ pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<HttpsClie
         .https_only()
         .enable_http1()
         .wrap_connector(tcp);
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(UPSTREAM_POOL_IDLE_S))
-        .pool_timer(TokioTimer::new())
-        .build(https))
+    static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+    Ok(HttpsClient {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        connector: https,
+    })
 }
 
 const HOP_BY_HOP: [HeaderName; 8] = [

@@ -7,8 +7,8 @@
 //! 2. the credential, by the one rule of `protocol::http` (a bearer request only if its bearer
 //!    session is valid, else a cookie request), size-capped (8 KiB header, 4 KiB cookie) before
 //!    anything is parsed; none → `401 SESSION_MISSING`. "Valid" is steps 3 and 4:
-//! 3. the verified-token cache (a keyed 64-bit hash, constant-time comparison of the whole
-//!    token, entries die at `exp`), else `protocol::token::parse` + the key from the held set
+//! 3. the verified-token cache (a keyed hash of the token's SHA-256, constant-time comparison
+//!    of the whole digest, entries die at `exp`), else `protocol::token::parse` + the key from the held set
 //!    (an unknown kid triggers at most one single-flight refetch per cooldown) + `verify`;
 //! 4. revocation (every time, cached or not) → `401 SESSION_REVOKED`;
 //!    then a cookie request with an unsafe method needs the CSRF proof → `403 FORBIDDEN`;

@@ -1,0 +1,371 @@
+//! The edge's state at scale (run in release: `cargo bench -p cellbind-cell-endpoint --bench
+//! state`). Prints one table measured in this one run, a row per size:
+//! - memory, counted by the global allocator (`stats_alloc`): net bytes the verified-token
+//!   cache grew by per cached session (token + claims + rendered identity headers + the cache's
+//!   own slots), per held revocation (the snapshot's list + the matcher), and the total;
+//! - the hit path: median ns of `Edge::validate` of a cached token (cache lookup, revocation,
+//!   rate limit, ownership) with the cache holding N sessions, tokens drawn at random among
+//!   them — target ≤ 1 µs at 1M;
+//! - start-up: median time of `state::load` (the disk copy: keys, ownership, revocations;
+//!   sessions are not in it) and the size of the file.
+//!
+//! `STATE_BENCH_MAX_SESSIONS` (default [`DEFAULT_MAX_SESSIONS`]) caps the largest row.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::alloc::System;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::routing::any;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use cellbind_cell_endpoint::upstream::Upstreams;
+use cellbind_cell_endpoint::{CellState, Edge, Settings, state};
+use protocol::feed::{FeedKey, KeyStatus, Snapshot};
+use protocol::ownership::{Access, OwnershipRecord};
+use protocol::revocation::{Revocation, RevocationKind};
+use protocol::time::FakeClock;
+use protocol::token::{DEFAULT_SESSION_LIFETIME_S, SessionClaims, SigningKey};
+use protocol::{CellId, ClientKind, ContractorId, Generation, Kid, SessionId, SubjectId};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const NOW: u64 = 1_790_000_000;
+const ISSUER: &str = "https://127.0.0.3:8443";
+/// Samples per measurement; each sample times a batch and divides.
+const SAMPLES: usize = 41;
+/// Validations per hit-path sample.
+const HIT_BATCH: usize = 20_000;
+/// Distinct cached tokens the hit path cycles through (drawn at random among the N held): many
+/// enough that their entries are not all in the CPU caches, as with many users at once.
+const HIT_TOKENS: usize = 4_096;
+/// Distinct cached tokens of the "hot" hit path (a few busy users: all in the CPU caches).
+const HOT_TOKENS: usize = 16;
+/// Samples of `state::load` per file.
+const LOAD_SAMPLES: usize = 5;
+/// Largest session row by default.
+const DEFAULT_MAX_SESSIONS: usize = 1_000_000;
+/// Revocations held in the revocation row.
+const REVOCATIONS: usize = 100_000;
+/// Sessions per contractor (the contractors held in ownership are sessions / this).
+const SESSIONS_PER_CONTRACTOR: usize = 10;
+/// Subjects per contractor.
+const SUBJECTS_PER_CONTRACTOR: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Net bytes held by everything allocated since `region` began (`stats_alloc` already counts
+/// a reallocation's growth in `bytes_allocated` and its shrinking in `bytes_deallocated`).
+fn net_bytes(region: &Region<'_, System>) -> i64 {
+    let c = region.change();
+    c.bytes_allocated as i64 - c.bytes_deallocated as i64
+}
+
+fn contractor(c: usize) -> ContractorId {
+    ContractorId::new(format!("c-{}", 10_000 + c)).unwrap()
+}
+
+fn subject(c: usize, s: usize) -> SubjectId {
+    SubjectId::new(format!("c-{}.tech{s}", 10_000 + c)).unwrap()
+}
+
+/// Session `i` of a cell with `contractors` contractors.
+fn claims(i: usize, contractors: usize) -> SessionClaims {
+    let cell = CellId::new("cell-03").unwrap();
+    let mut jti = [0u8; 16];
+    jti[..8].copy_from_slice(&(i as u64).to_be_bytes());
+    let c = i % contractors;
+    SessionClaims {
+        iss: ISSUER.into(),
+        aud: cell.clone(),
+        sub: subject(c, (i / contractors) % SUBJECTS_PER_CONTRACTOR),
+        ctr: contractor(c),
+        cell,
+        r#gen: Generation(1),
+        iat: NOW,
+        nbf: NOW,
+        exp: NOW + DEFAULT_SESSION_LIFETIME_S,
+        auth_time: NOW,
+        jti: SessionId::from_random(jti),
+        cli: ClientKind::Field,
+    }
+}
+
+fn bearer(token: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    h
+}
+
+/// A snapshot with the bench key, `contractors` active ownership records and `revocations`
+/// session revocations (of sessions no row presents, still live).
+fn snapshot(key: &SigningKey, contractors: usize, revocations: usize) -> Snapshot {
+    Snapshot {
+        keys: vec![FeedKey {
+            kid: key.kid().clone(),
+            x: URL_SAFE_NO_PAD.encode(key.public_bytes()),
+            status: KeyStatus::Current,
+            created_at: NOW,
+        }],
+        ownership: (0..contractors)
+            .map(|c| {
+                (
+                    contractor(c),
+                    OwnershipRecord::Active {
+                        r#gen: Generation(1),
+                    },
+                )
+            })
+            .collect::<BTreeMap<_, _>>(),
+        revocations: (0..revocations)
+            .map(|r| {
+                let mut jti = [0xff; 16];
+                jti[..8].copy_from_slice(&(r as u64).to_be_bytes());
+                Revocation {
+                    seq: 2 + r as u64,
+                    kind: RevocationKind::Session {
+                        jti: SessionId::from_random(jti),
+                        exp: NOW + DEFAULT_SESSION_LIFETIME_S,
+                    },
+                    at: NOW,
+                    by: "self".into(),
+                    reason: "sign-out".into(),
+                }
+            })
+            .collect(),
+        map: None,
+    }
+}
+
+/// Median ns of one `Edge::validate` of a cached token, over `spread` tokens drawn at random
+/// among the `held` cached ones.
+fn hit_path(
+    rt: &tokio::runtime::Runtime,
+    edge: &Edge,
+    key: &SigningKey,
+    held: usize,
+    contractors: usize,
+    spread: usize,
+) -> f64 {
+    // A fixed xorshift draw: the same tokens every run.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let headers: Vec<HeaderMap> = (0..spread)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % held as u64) as usize;
+            bearer(key.mint(&claims(i, contractors)).unwrap().expose())
+        })
+        .collect();
+    let hits_before = edge.token_cache().len();
+    let run = |n: usize, from: usize| {
+        rt.block_on(async {
+            for k in 0..n {
+                let h = &headers[(from + k) % spread];
+                edge.validate(h, Access::Read).await.unwrap();
+            }
+        })
+    };
+    run(HIT_BATCH, 0);
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for s in 0..SAMPLES {
+        let t = Instant::now();
+        run(HIT_BATCH, s * HIT_BATCH);
+        samples.push(t.elapsed().as_nanos() as f64 / HIT_BATCH as f64);
+    }
+    // Every token was a hit: none was inserted.
+    assert_eq!(edge.token_cache().len(), hits_before);
+    median(samples)
+}
+
+/// Validates sessions `from..to` once each (cold: each is verified and cached).
+fn fill(
+    rt: &tokio::runtime::Runtime,
+    edge: &Edge,
+    key: &SigningKey,
+    from: usize,
+    to: usize,
+    contractors: usize,
+) {
+    rt.block_on(async {
+        for i in from..to {
+            let h = bearer(key.mint(&claims(i, contractors)).unwrap().expose());
+            edge.validate(&h, Access::Read).await.unwrap();
+        }
+    });
+}
+
+/// Median ms of `state::load` of `st` persisted, and the file's size in bytes.
+fn load_time(st: &CellState) -> (f64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    state::persist(dir.path(), st).unwrap();
+    let size = std::fs::metadata(state::state_path(dir.path()))
+        .unwrap()
+        .len();
+    let samples = (0..LOAD_SAMPLES)
+        .map(|_| {
+            let t = Instant::now();
+            let loaded = state::load(dir.path(), &st.cell).unwrap().unwrap();
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            assert_eq!(loaded.revocations.len(), st.revocations.len());
+            ms
+        })
+        .collect();
+    (median(samples), size)
+}
+
+struct Row {
+    label: String,
+    sessions: usize,
+    revocations: usize,
+    contractors: usize,
+    per_session: Option<f64>,
+    per_revocation: Option<f64>,
+    total_mib: f64,
+    hit_ns: f64,
+    hot_ns: f64,
+    load_ms: f64,
+    file_bytes: u64,
+}
+
+fn main() {
+    let max: usize = std::env::var("STATE_BENCH_MAX_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_SESSIONS);
+    let sizes: Vec<usize> = [10_000, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
+    let largest = *sizes.last().expect("at least one size");
+    let contractors = largest / SESSIONS_PER_CONTRACTOR;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = SigningKey::from_seed(Kid::new("k-bench").unwrap(), &[7; 32]).unwrap();
+    let cell = CellId::new("cell-03").unwrap();
+    let mut settings = Settings::new(cell.clone(), ISSUER);
+    settings.rate_per_subject_per_s = u32::MAX;
+    settings.burst_per_subject = u32::MAX;
+    // Headroom: the cache is sharded, so a bound of exactly N may evict before N are held.
+    settings.token_cache_capacity = largest + largest / 4;
+    let upstream = Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") }));
+    let edge = Edge::new(
+        settings.clone(),
+        Arc::new(FakeClock::at(NOW)),
+        Upstreams::local(Some(upstream.clone()), Some(upstream)),
+    );
+    // Until `Edge::new` sizes its cache from `settings.token_cache_capacity`.
+    edge.token_cache()
+        .set_capacity(settings.token_cache_capacity);
+    let plain =
+        CellState::from_snapshot(cell.clone(), 1, 1, NOW, snapshot(&key, contractors, 0)).unwrap();
+    edge.install(plain.clone());
+    edge.mark_synced();
+    // The rate limiter's per-subject entries are made before memory is counted: they are per
+    // subject, not per session.
+    for c in 0..contractors {
+        for s in 0..SUBJECTS_PER_CONTRACTOR {
+            edge.limits().check_subject(&subject(c, s)).unwrap();
+        }
+    }
+
+    let (load_ms, file_bytes) = load_time(&plain);
+    let mut rows = Vec::new();
+    let mut held = 0;
+    let mut cache_bytes = 0i64;
+    for &n in &sizes {
+        let region = Region::new(GLOBAL);
+        fill(&rt, &edge, &key, held, n, contractors);
+        cache_bytes += net_bytes(&region);
+        held = n;
+        assert_eq!(edge.token_cache().len(), n, "every session is cached");
+        let hit_ns = hit_path(&rt, &edge, &key, held, contractors, HIT_TOKENS);
+        let hot_ns = hit_path(&rt, &edge, &key, held, contractors, HOT_TOKENS);
+        rows.push(Row {
+            label: format!("{}k sessions", n / 1_000),
+            sessions: n,
+            revocations: 0,
+            contractors,
+            per_session: Some(cache_bytes as f64 / n as f64),
+            per_revocation: None,
+            total_mib: cache_bytes as f64 / (1024.0 * 1024.0),
+            hit_ns,
+            hot_ns,
+            load_ms,
+            file_bytes,
+        });
+    }
+
+    // The largest row again, with 100k revocations held (the view the edge decides from).
+    let region = Region::new(GLOBAL);
+    let revoked =
+        CellState::from_snapshot(cell, 2, 2, NOW, snapshot(&key, contractors, REVOCATIONS))
+            .unwrap();
+    let with_revocations = net_bytes(&region);
+    let region = Region::new(GLOBAL);
+    let plain_again =
+        CellState::from_snapshot(plain.cell.clone(), 1, 1, NOW, plain.snapshot.clone()).unwrap();
+    let without = net_bytes(&region);
+    drop(plain_again);
+    let per_revocation = (with_revocations - without) as f64 / REVOCATIONS as f64;
+    let (load_ms, file_bytes) = load_time(&revoked);
+    edge.install(revoked);
+    let hit_ns = hit_path(&rt, &edge, &key, held, contractors, HIT_TOKENS);
+    let hot_ns = hit_path(&rt, &edge, &key, held, contractors, HOT_TOKENS);
+    let total = cache_bytes + (with_revocations - without);
+    rows.push(Row {
+        label: format!("{}k sessions + 100k revocations", held / 1_000),
+        sessions: held,
+        revocations: REVOCATIONS,
+        contractors,
+        per_session: Some(cache_bytes as f64 / held as f64),
+        per_revocation: Some(per_revocation),
+        total_mib: total as f64 / (1024.0 * 1024.0),
+        hit_ns,
+        hot_ns,
+        load_ms,
+        file_bytes,
+    });
+
+    println!(
+        "cell-endpoint state benchmark: one run, one thread; hit path = median of {SAMPLES} \
+         samples of {HIT_BATCH} validations; load = median of {LOAD_SAMPLES}"
+    );
+    println!(
+        "| row | cached sessions | held revocations | contractors (ownership) | bytes / cached session | bytes / held revocation | total MiB (cache + revocations) | hit path, {HIT_TOKENS} random users | target ≤ 1 µs | hit path, {HOT_TOKENS} busy users | state::load | state file |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let fmt = |v: Option<f64>| v.map_or("—".to_owned(), |b| format!("{b:.0}"));
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.0} ns | {} | {:.0} ns | {:.1} ms | {:.1} MiB |",
+            r.label,
+            r.sessions,
+            r.revocations,
+            r.contractors,
+            fmt(r.per_session),
+            fmt(r.per_revocation),
+            r.total_mib,
+            r.hit_ns,
+            if r.hit_ns <= 1_000.0 { "met" } else { "MISSED" },
+            r.hot_ns,
+            r.load_ms,
+            r.file_bytes as f64 / (1024.0 * 1024.0),
+        );
+    }
+}
