@@ -30,6 +30,16 @@ async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
     base_url("test", &e).unwrap()
 }
 
+/// An upstream target (the edge's client) in front of `app` served over TLS.
+async fn target_for(pki: &Pki, app: Router) -> Target {
+    let base = serve(pki, app).await;
+    Target::http(
+        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        vec![base],
+    )
+    .unwrap()
+}
+
 fn get_request(
     path: &str,
     headers: &[(&'static str, &'static str)],
@@ -59,12 +69,7 @@ async fn an_upstream_redirect_reaches_the_client_unfollowed() {
                 async { "followed" }
             }),
         );
-    let base = serve(&pki, app).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_for(&pki, app).await;
     let resp = target
         .send(get_request("/api/old", &[]), Duration::from_secs(5))
         .await
@@ -90,12 +95,7 @@ async fn the_upstream_sees_only_the_headers_the_edge_sent_and_host() {
             names.join(",")
         }),
     );
-    let base = serve(&pki, app).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_for(&pki, app).await;
     let resp = target
         .send(
             get_request("/api/echo", &[("x-cellbind-subject", "u-1")]),
@@ -127,12 +127,7 @@ async fn an_upstream_body_that_stalls_ends_with_an_error_at_the_deadline() {
             Body::from_stream(body)
         }),
     );
-    let base = serve(&pki, app).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_for(&pki, app).await;
     let resp = target
         .send(get_request("/api/stall", &[]), Duration::from_millis(500))
         .await

@@ -35,6 +35,11 @@ const MIN_STORM: Duration = Duration::from_secs(22);
 const SESSIONS_PER_CELL: usize = 4;
 /// Route loads in flight at once.
 const ROUTE_CONCURRENCY: usize = 6;
+/// Pace of the route-load batches (`ROUTE_CONCURRENCY * 4` loads and a completion each):
+/// about 160 loads a second over the fleet, a storm of technicians, but each session well
+/// under the edges' per-subject and per-address limits (a client beyond them is answered 429,
+/// correctly, and this test is not about the limiter).
+const ROUTE_BATCH_EVERY: Duration = Duration::from_millis(150);
 /// Clients signing in (and renewing) at cell-02, each on its own account.
 const SIGN_IN_CLIENTS: usize = 6;
 /// Pause between two sign-ins of one client (the per-account throttle allows 10 a minute).
@@ -202,7 +207,10 @@ async fn replica_game_day_a_replica_dies_and_the_other_loses_its_database_connec
         );
         tokio::spawn(async move {
             let mut i = 0usize;
+            let mut pace = tokio::time::interval(ROUTE_BATCH_EVERY);
+            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !stop.load(Ordering::Relaxed) {
+                pace.tick().await;
                 let batch: Vec<u16> = futures::stream::iter(i..i + ROUTE_CONCURRENCY * 4)
                     .map(|k| {
                         let s = &sessions[k % sessions.len()];
