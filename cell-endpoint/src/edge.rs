@@ -135,7 +135,7 @@ impl Edge {
         &self.upstreams
     }
 
-    /// The admission of this edge's connections (give it to [`tls::serve`]).
+    /// The admission of this edge's connections (give it to [`crate::tls::serve_per_core`]).
     pub fn connection_gate(&self) -> Arc<ConnectionGate> {
         self.gate.clone()
     }

@@ -2,9 +2,10 @@
 //! file change without dropping connections, graceful shutdown.
 //!
 //! Clients resume TLS sessions: TLS 1.3 tickets (stateless; rustls's ring ticketer rotates
-//! their keys every six hours, and a reloaded certificate starts new keys) and a server-side cache of [`SESSION_CACHE_ENTRIES`] for TLS 1.2, so
-//! a phone that reconnects after a network change, or a client without keep-alive, skips the
-//! certificate signature and key exchange of a full handshake.
+//! their keys every six hours, and a reloaded certificate starts new keys) and a server-side
+//! cache of [`SESSION_CACHE_ENTRIES`] for TLS 1.2, so a phone that reconnects after a network
+//! change, or a client without keep-alive, skips the certificate signature and key exchange of
+//! a full handshake.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -175,19 +176,6 @@ fn bind_shared(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 
 /// Connections waiting to be accepted on each listener.
 pub const LISTEN_BACKLOG: i32 = 1024;
-
-/// Serves `app` on `listen` until `handle` shuts it down.
-pub async fn serve(
-    listen: SocketAddr,
-    tls: RustlsConfig,
-    handle: Handle<SocketAddr>,
-    gate: Arc<ConnectionGate>,
-    app: Router,
-) -> Result<(), EdgeError> {
-    let listener = std::net::TcpListener::bind(listen)?;
-    listener.set_nonblocking(true)?;
-    serve_listener(listener, tls, handle, gate, app).await
-}
 
 /// Serves on an already bound listener (tests bind port 0). Each connection passes the
 /// [`ConnectionGate`] (PROXY v2 from trusted proxies, the per-address cap) before TLS; the
