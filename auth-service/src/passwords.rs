@@ -1,7 +1,7 @@
 //! Password hashing: argon2id at the OWASP parameters (m = 19456 KiB, t = 2, p = 1).
 
-use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
+use argon2::{PasswordHash, PasswordHasher as _, PasswordVerifier as _};
 use protocol::Password;
 use ring::rand::SystemRandom;
 
@@ -27,11 +27,9 @@ fn argon2() -> Result<Argon2<'static>> {
 
 /// Hashes a password into a PHC string. Slow by design: run it on the blocking pool.
 pub fn hash(password: &Password, rng: &SystemRandom) -> Result<String> {
-    let salt_bytes = random::<SALT_BYTES>(rng)?;
-    let salt =
-        SaltString::encode_b64(salt_bytes.as_ref()).map_err(|_| Error::Crypto("argon2 salt"))?;
+    let salt = random::<SALT_BYTES>(rng)?;
     argon2()?
-        .hash_password(password.expose().as_bytes(), &salt)
+        .hash_password_with_salt(password.expose().as_bytes(), &salt[..])
         .map(|h| h.to_string())
         .map_err(|_| Error::Crypto("argon2 hashing failed"))
 }
@@ -91,5 +89,21 @@ mod tests {
         assert!(check_phc(&phc.replace("argon2id", "argon2i")).is_err());
         assert!(check_phc("plaintext").is_err());
         assert!(!verify("garbage", &pw));
+    }
+
+    /// A PHC string made by the reference implementation (libargon2, through argon2-cffi) at
+    /// our parameters: stored hashes stay verifiable across argon2 crate upgrades.
+    #[test]
+    fn a_reference_implementation_hash_verifies() {
+        const REFERENCE: &str = "$argon2id$v=19$m=19456,t=2,p=1$viCEhr++wcqPJgVDwKkY9Q$dvYtxcjx3LyutiR8mU93Q2DGidI1iVxlXq3tDU/b/ms";
+        assert!(check_phc(REFERENCE).is_ok());
+        assert!(verify(
+            REFERENCE,
+            &Password::new("correct horse battery staple").unwrap()
+        ));
+        assert!(!verify(
+            REFERENCE,
+            &Password::new("correct horse battery stapler").unwrap()
+        ));
     }
 }

@@ -30,7 +30,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use rand::RngCore as _;
+use rand::Rng as _;
 
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use protocol::Kid;
 use protocol::jwks::PublicKey;
 use protocol::token::SigningKey;
-use rand::RngCore as _;
+use rand::Rng as _;
 use zeroize::Zeroizing;
 
 use runtime::secret::write_private;

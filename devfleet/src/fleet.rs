@@ -558,7 +558,7 @@ impl Fleet {
                 Some(pg) => {
                     let kek = layout.secrets().join(id).join(KEK_FILE);
                     let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
-                    rand::RngCore::fill_bytes(&mut rand::rng(), bytes.as_mut());
+                    rand::Rng::fill_bytes(&mut rand::rng(), bytes.as_mut());
                     write_private(&kek, bytes.as_ref())?;
                     let db = database_name(&c.id);
                     pg.create_database(&db)?;

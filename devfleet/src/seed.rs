@@ -1,12 +1,12 @@
 //! The dev fleet's seed data: contractors c-10001…, their placement (bucket, plus a few
 //! overrides), their users, and the one demo password hashed once with argon2id.
 
-use argon2::password_hash::{PasswordHasher as _, SaltString};
+use argon2::PasswordHasher as _;
 use argon2::{Algorithm, Argon2, Params, Version};
 use protocol::admin::cell::{NewUser, Role, UserStatus};
 use protocol::map::bucket_of;
 use protocol::{CellId, ContractorId, Login, PasswordHash};
-use rand::RngCore as _;
+use rand::Rng as _;
 use zeroize::Zeroizing;
 
 use crate::error::{FleetError, Result};
@@ -115,10 +115,8 @@ pub fn hash_password(password: &str) -> Result<String> {
     let argon = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
-    let salt =
-        SaltString::encode_b64(&salt).map_err(|e| FleetError::Internal(format!("salt: {e}")))?;
     argon
-        .hash_password(password.as_bytes(), &salt)
+        .hash_password_with_salt(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| FleetError::Internal(format!("argon2: {e}")))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use rand::RngCore as _;
+use rand::Rng as _;
 use subtle::ConstantTimeEq as _;
 use zeroize::Zeroizing;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use devfleet::{CellToken, FleetError};
 use devfleet::{DemoUser, Fleet, FleetCell, FleetFile, FleetOptions, client_trusting_file};
 use protocol::map::SignedMap;
-use rand::Rng as _;
+use rand::RngExt as _;
 use serde_json::Value;
 
 /// How a test shares the machine with the other fleet tests of the binary.

@@ -427,7 +427,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         let db = format!("cellbind_cell_{n:02}");
         pg.create_database(&db).unwrap();
         let mut kek = [0u8; 32];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut kek);
+        rand::Rng::fill_bytes(&mut rand::rng(), &mut kek);
         let s = CellSecrets {
             admin: random_token().to_string(),
             feed: random_token().to_string(),

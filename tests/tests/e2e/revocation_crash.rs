@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::revocation_support::*;
 use cellbind_tests::{TestFleet, process_gone, signal};
 use nix::sys::signal::Signal;
-use rand::Rng as _;
+use rand::RngExt as _;
 use serde_json::{Value, json};
 
 /// Acknowledged revocations to collect.
