@@ -46,6 +46,7 @@ pub mod passwords;
 mod peers;
 mod revocations;
 mod routes;
+pub use routes::{AdminApi, SessionsApi};
 mod server;
 mod sessions;
 mod state;

@@ -97,7 +97,14 @@ fn asset(edge: &Edge, content_type: &'static str, body: &'static str) -> Respons
     )
 }
 
-async fn to_desk(State(edge): State<Edge>) -> Response {
+/// The desk, without its trailing slash: a redirect to `/desk/`.
+#[utoipa::path(
+    get,
+    path = "/desk",
+    tag = "desk",
+    responses((status = 308, description = "To `/desk/`."))
+)]
+pub(crate) async fn to_desk(State(edge): State<Edge>) -> Response {
     secure(
         &edge,
         (
@@ -108,15 +115,36 @@ async fn to_desk(State(edge): State<Edge>) -> Response {
     )
 }
 
-async fn index(State(edge): State<Edge>) -> Response {
+/// The desk page.
+#[utoipa::path(
+    get,
+    path = "/desk/",
+    tag = "desk",
+    responses((status = 200, description = "The desk page.", body = String, content_type = "text/html"))
+)]
+pub(crate) async fn index(State(edge): State<Edge>) -> Response {
     asset(&edge, "text/html; charset=utf-8", INDEX_HTML)
 }
 
-async fn app_js(State(edge): State<Edge>) -> Response {
+/// The desk script.
+#[utoipa::path(
+    get,
+    path = "/desk/app.js",
+    tag = "desk",
+    responses((status = 200, description = "The desk script.", body = String, content_type = "text/javascript"))
+)]
+pub(crate) async fn app_js(State(edge): State<Edge>) -> Response {
     asset(&edge, "text/javascript; charset=utf-8", APP_JS)
 }
 
-async fn app_css(State(edge): State<Edge>) -> Response {
+/// The desk style sheet.
+#[utoipa::path(
+    get,
+    path = "/desk/app.css",
+    tag = "desk",
+    responses((status = 200, description = "The desk style sheet.", body = String, content_type = "text/css"))
+)]
+pub(crate) async fn app_css(State(edge): State<Edge>) -> Response {
     asset(&edge, "text/css; charset=utf-8", APP_CSS)
 }
 
@@ -129,9 +157,9 @@ fn see_other(edge: &Edge, location: &str) -> Response {
 }
 
 /// The form of `POST /desk/sign-in`. Unknown fields are refused.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SignInForm {
+pub(crate) struct SignInForm {
     contractor_id: ContractorId,
     login: Login,
     password: Password,
@@ -216,8 +244,17 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
     }))
 }
 
-/// `POST /desk/sign-in`: see the module doc.
-async fn sign_in(State(edge): State<Edge>, req: Request) -> Response {
+/// `POST /desk/sign-in`: see the module doc. Every answer is a redirect: to `/desk/` with the
+/// session cookie set, or to `/desk/?error=CODE`.
+#[utoipa::path(
+    post,
+    path = "/desk/sign-in",
+    tag = "desk",
+    request_body(content = SignInForm, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 303, description = "To `/desk/` (signed in, the session and CSRF \
+        cookies set) or to `/desk/?error=CODE`."))
+)]
+pub(crate) async fn sign_in(State(edge): State<Edge>, req: Request) -> Response {
     match sign_in_inner(&edge, req).await {
         Ok(r) => r,
         Err(e) => {

@@ -30,6 +30,7 @@ pub mod forward;
 pub mod guard;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod origin;
 pub mod reapply;
 pub mod revocation_compaction;

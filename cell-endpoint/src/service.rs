@@ -129,11 +129,28 @@ async fn method_not_allowed() -> Response {
     rescue(&EdgeError::MethodNotAllowed)
 }
 
-async fn healthz() -> &'static str {
+/// Liveness: the edge answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses((status = 200, description = "Alive.", body = String, content_type = "text/plain"))
+)]
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(edge): State<Edge>) -> Response {
+/// Readiness: the edge holds its cell's keys and state.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready.", body = String, content_type = "text/plain"),
+        (status = 503, description = "`NOT_READY`: no cell state held yet.")
+    )
+)]
+pub(crate) async fn readyz(State(edge): State<Edge>) -> Response {
     match readiness(&edge) {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(e) => {
@@ -170,7 +187,17 @@ impl runtime::management::Probe for Management {
     }
 }
 
-async fn jwks(State(edge): State<Edge>) -> Response {
+/// The cell's session-signing public keys (RFC 8037 OKP/Ed25519).
+#[utoipa::path(
+    get,
+    path = "/.well-known/jwks.json",
+    tag = "keys",
+    responses(
+        (status = 200, description = "The key set.", body = protocol::jwks::Jwks),
+        (status = 503, description = "`NOT_READY`: no keys held yet.")
+    )
+)]
+pub(crate) async fn jwks(State(edge): State<Edge>) -> Response {
     match edge.current() {
         Some(s) if !s.keyset.is_empty() => (
             [(
@@ -184,7 +211,17 @@ async fn jwks(State(edge): State<Edge>) -> Response {
     }
 }
 
-async fn placement_map(State(edge): State<Edge>) -> Response {
+/// The fleet's signed placement map, as this cell holds it.
+#[utoipa::path(
+    get,
+    path = "/v1/placement-map",
+    tag = "keys",
+    responses(
+        (status = 200, description = "The signed map.", body = protocol::map::SignedMap),
+        (status = 503, description = "`NOT_READY`: no map held yet.")
+    )
+)]
+pub(crate) async fn placement_map(State(edge): State<Edge>) -> Response {
     match edge.current().as_deref().and_then(CellState::map) {
         Some(m) => axum::Json(m).into_response(),
         None => rescue(&EdgeError::NotReady),

@@ -1,6 +1,7 @@
 //! The control plane's HTTPS service: the signed map, its public key, and the admin API; and
 //! what its management listener serves ([`Management`]: readiness and metrics).
 
+use protocol::openapi::SecuritySchemes;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -88,6 +89,16 @@ impl FromRequestParts<CpState> for Admin {
     }
 }
 
+/// The fleet's signed placement map.
+#[utoipa::path(
+    get,
+    path = "/v1/placement-map",
+    tag = "map",
+    responses(
+        (status = 200, description = "The signed map.", body = protocol::map::SignedMap),
+        (status = 503, description = "`NOT_READY`: no map published yet.")
+    )
+)]
 async fn placement_map(State(st): State<CpState>) -> Result<Response> {
     let map = st.publisher.current().ok_or(CpError::NotReady)?;
     let body = map.to_json()?;
@@ -104,6 +115,13 @@ async fn placement_map(State(st): State<CpState>) -> Result<Response> {
         .into_response())
 }
 
+/// The public key the map is signed with.
+#[utoipa::path(
+    get,
+    path = "/v1/map-public-key",
+    tag = "map",
+    responses((status = 200, description = "The key.", body = MapPublicKey))
+)]
 async fn map_public_key(State(st): State<CpState>) -> Response {
     axum::Json(MapPublicKey {
         public_key: public_key_b64(&st.publisher.public_key()),
@@ -115,6 +133,20 @@ fn parse_contractor(s: &str) -> Result<ContractorId> {
     ContractorId::new(s).map_err(|e| CpError::BadRequest(e.to_string()))
 }
 
+/// Where a contractor is placed.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/placements/{ctr}",
+    tag = "placements",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The placement.", body = protocol::admin::placement::Placement),
+        (status = 400, description = "`INVALID_REQUEST`: not a contractor id."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 404, description = "`NOT_FOUND`: the contractor is not placed.")
+    )
+)]
 async fn get_placement(
     State(st): State<CpState>,
     _: Admin,
@@ -128,6 +160,20 @@ async fn get_placement(
     Ok(axum::Json(p).into_response())
 }
 
+/// Places a contractor (and publishes the map).
+#[utoipa::path(
+    put,
+    path = "/admin/v1/placements/{ctr}",
+    tag = "placements",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    request_body = protocol::admin::placement::Placement,
+    responses(
+        (status = 200, description = "Placed; the map published.", body = PlacementAnswer),
+        (status = 400, description = "`INVALID_REQUEST`: not a contractor id, not a placement, or an unknown cell."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
 async fn put_placement(
     State(st): State<CpState>,
     _: Admin,
@@ -155,6 +201,17 @@ async fn put_placement(
     .into_response())
 }
 
+/// Publishes the map now.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/publish",
+    tag = "placements",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Published.", body = Published),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
 async fn publish_now(State(st): State<CpState>, _: Admin) -> Result<Response> {
     let map = st.publisher.publish().await?;
     Ok(axum::Json(Published {
@@ -163,6 +220,13 @@ async fn publish_now(State(st): State<CpState>, _: Admin) -> Result<Response> {
     .into_response())
 }
 
+/// Liveness.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses((status = 200, description = "Alive: `{\"status\": \"ok\"}`.", body = Object))
+)]
 async fn healthz() -> Response {
     axum::Json(serde_json::json!({ "status": "ok" })).into_response()
 }
@@ -170,6 +234,31 @@ async fn healthz() -> Response {
 async fn not_found() -> CpError {
     CpError::NotFound
 }
+
+/// A method a route does not take: a typed `405`.
+async fn method_not_allowed() -> Response {
+    runtime::error_response(
+        405,
+        ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            "method not allowed on this route",
+        ),
+    )
+}
+
+/// The control plane's document (`docs/openapi/control-plane.json`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Cellbind control plane",
+        description = "Placements of contractors on cells, and the signed placement map \
+            published from them. The admin routes take the control plane's admin token."
+    ),
+    paths(healthz, placement_map, map_public_key, get_placement, put_placement, publish_now),
+    modifiers(&SecuritySchemes)
+)]
+#[derive(Debug, Clone, Copy)]
+pub struct ControlPlaneApi;
 
 /// The control plane's routes.
 pub fn router(state: CpState) -> Router {
@@ -180,6 +269,7 @@ pub fn router(state: CpState) -> Router {
         .route(PLACEMENT_ROUTE, get(get_placement).put(put_placement))
         .route(PUBLISH_PATH, post(publish_now))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 

@@ -38,6 +38,8 @@ pub enum AppError {
     Handoff,
     #[error("not found")]
     NotFound,
+    #[error("the request body is over the limit")]
+    PayloadTooLarge,
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -66,6 +68,9 @@ impl AppError {
             )
             .retry_after(HANDOFF_RETRY_AFTER_S),
             AppError::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such resource"),
+            AppError::PayloadTooLarge => {
+                ErrorBody::new(ErrorCode::PayloadTooLarge, "request body too large")
+            }
             AppError::Config(_)
             | AppError::Secret(_)
             | AppError::Io(_)

@@ -67,7 +67,8 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-/// A JSON body (a malformed one is `400 INVALID_REQUEST`).
+/// A JSON body (a malformed one is `400 INVALID_REQUEST`, one over the body limit
+/// `413 PAYLOAD_TOO_LARGE`: typed like every other refusal).
 #[derive(Debug)]
 pub(crate) struct JsonBody<T>(pub(crate) T);
 
@@ -75,9 +76,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> std::result::Result<Self, Response> {
-        let body = Bytes::from_request(req, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
+        let body = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                AppError::PayloadTooLarge.into_response()
+            } else {
+                AppError::BadRequest("the request body could not be read".into()).into_response()
+            }
+        })?;
         serde_json::from_slice(&body)
             .map(JsonBody)
             .map_err(|e| AppError::BadRequest(format!("body: {e}")).into_response())
@@ -118,4 +123,15 @@ pub(crate) async fn healthz(State(st): State<AppState>) -> Response {
 /// Every other path on both listeners.
 pub(crate) async fn not_found() -> AppError {
     AppError::NotFound
+}
+
+/// A method the route does not take: a typed `405` (the `Allow` header is axum's).
+pub(crate) async fn method_not_allowed() -> Response {
+    runtime::error_response(
+        405,
+        protocol::ErrorBody::new(
+            protocol::ErrorCode::InvalidRequest,
+            "method not allowed on this route",
+        ),
+    )
 }

@@ -11,12 +11,29 @@ use protocol::admin::app::{
     ActivateRequest, CONTRACTORS_PATH, CompletionsResponse, ContractorOp, ContractorState,
     ExportDoc, ImportResponse, Lifecycle, SeedRequest, SeedResponse,
 };
+use protocol::openapi::SecuritySchemes;
 use runtime::access::Listener;
 
 use crate::error::{AppError, Result};
-use crate::http::{Admin, JsonBody, PathContractor, healthz, not_found};
+use crate::http::{Admin, JsonBody, PathContractor, healthz, method_not_allowed, not_found};
 use crate::state::AppState;
 use crate::store::Store;
+
+/// The app's internal listener (`docs/openapi/demo-app-internal.json`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Cellbind demo app internal API",
+        description = "The migration interface of a cell's app (`/internal/v1/*`): seed, \
+            export, import, freeze, activate, release and the applied completions. On the \
+            app's internal listener, with the cell's admin token; never reachable through the \
+            edge."
+    ),
+    paths(seed, export, import, freeze, activate, release, completions),
+    modifiers(&SecuritySchemes)
+)]
+#[derive(Debug, Clone, Copy)]
+pub struct InternalApi;
 
 /// The internal listener's routes: `/internal/v1/*` (admin token required) and `/healthz`.
 pub fn internal_router(state: AppState) -> Router {
@@ -27,22 +44,29 @@ pub fn internal_router(state: AppState) -> Router {
         .route(CONTRACTORS_PATH, put(seed))
         .route(Op::Export.route(), get(export))
         .route(Op::Import.route(), post(import))
-        .route(
-            Op::Freeze.route(),
-            post(|st, admin, c| step(st, admin, c, Store::freeze)),
-        )
+        .route(Op::Freeze.route(), post(freeze))
         .route(Op::Activate.route(), post(activate))
-        .route(
-            Op::Release.route(),
-            post(|st, admin, c| step(st, admin, c, Store::release)),
-        )
+        .route(Op::Release.route(), post(release))
         .route(Op::Completions.route(), get(completions))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
     let r = crate::metrics::counted(r, Listener::Internal, metrics);
     runtime::access::logged(r, Listener::Internal)
 }
 
+#[utoipa::path(
+    put,
+    path = "/internal/v1/contractors",
+    tag = "migration",
+    security(("adminToken" = [])),
+    request_body = SeedRequest,
+    responses(
+        (status = 200, description = "Seeded.", body = SeedResponse),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes.")
+    )
+)]
 async fn seed(
     State(st): State<AppState>,
     _: Admin,
@@ -53,6 +77,20 @@ async fn seed(
     Ok(Json(SeedResponse { seeded }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/internal/v1/contractors/{ctr}/export",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The contractor's data.", body = ExportDoc),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
+    )
+)]
 async fn export(
     State(st): State<AppState>,
     _: Admin,
@@ -61,6 +99,20 @@ async fn export(
     Ok(Json(st.with_store(move |s| s.export(&c)).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/internal/v1/contractors/{ctr}/import",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    request_body = ExportDoc,
+    responses(
+        (status = 200, description = "Imported.", body = ImportResponse),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
+    )
+)]
 async fn import(
     State(st): State<AppState>,
     _: Admin,
@@ -78,6 +130,52 @@ async fn import(
     }))
 }
 
+/// Freezes the contractor (writes refused) for its export.
+#[utoipa::path(
+    post,
+    path = "/internal/v1/contractors/{ctr}/freeze",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "Frozen.", body = ContractorState),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
+    )
+)]
+async fn freeze(
+    st: State<AppState>,
+    admin: Admin,
+    c: PathContractor,
+) -> Result<Json<ContractorState>> {
+    step(st, admin, c, Store::freeze).await
+}
+
+/// Releases the contractor (it moved away).
+#[utoipa::path(
+    post,
+    path = "/internal/v1/contractors/{ctr}/release",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "Released.", body = ContractorState),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
+    )
+)]
+async fn release(
+    st: State<AppState>,
+    admin: Admin,
+    c: PathContractor,
+) -> Result<Json<ContractorState>> {
+    step(st, admin, c, Store::release).await
+}
+
 /// A lifecycle step of the contractor in the path (freeze, release), answered with its new
 /// state.
 async fn step(
@@ -89,6 +187,21 @@ async fn step(
     Ok(Json(st.with_store(move |s| f(s, &c)).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/internal/v1/contractors/{ctr}/activate",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    request_body = ActivateRequest,
+    responses(
+        (status = 200, description = "Active at the generation.", body = ContractorState),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
+    )
+)]
 async fn activate(
     State(st): State<AppState>,
     _: Admin,
@@ -101,6 +214,19 @@ async fn activate(
     ))
 }
 
+#[utoipa::path(
+    get,
+    path = "/internal/v1/contractors/{ctr}/completions",
+    tag = "migration",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The applied completions.", body = CompletionsResponse),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor.")
+    )
+)]
 async fn completions(
     State(st): State<AppState>,
     _: Admin,

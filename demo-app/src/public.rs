@@ -13,7 +13,7 @@ use runtime::access::Listener;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, Result};
-use crate::http::{EdgeCaller, healthz, not_found};
+use crate::http::{EdgeCaller, healthz, method_not_allowed, not_found};
 use crate::routes;
 use crate::state::AppState;
 use crate::store::{CompleteOutcome, CompleteRequest};
@@ -34,6 +34,12 @@ pub const API_ROUTES: [&str; 2] = [ROUTE_TODAY, COMPLETE_JOB];
 
 /// The public listener's routes: `/api/*` (edge key required) and `/healthz`. Nothing else,
 /// whatever token a request carries: every other path is `404 NOT_FOUND`.
+/// The app's public routes, as clients reach them through the edge.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(routes_today, complete_job))]
+#[derive(Debug, Clone, Copy)]
+pub struct PublicApi;
+
 pub fn public_router(state: AppState) -> Router {
     let metrics = state.metrics().clone();
     metrics.expect(Listener::Public, &API_ROUTES);
@@ -42,13 +48,14 @@ pub fn public_router(state: AppState) -> Router {
         .route(ROUTE_TODAY, get(routes_today))
         .route(COMPLETE_JOB, post(complete_job))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
     let r = crate::metrics::counted(r, Listener::Public, metrics);
     runtime::access::logged(r, Listener::Public)
 }
 
 /// A job in today's route.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Job {
     pub job_id: String,
     pub address: String,
@@ -59,7 +66,7 @@ pub struct Job {
 }
 
 /// `GET /api/routes/today`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct RouteToday {
     pub contractor_id: ContractorId,
     pub date: String,
@@ -67,7 +74,37 @@ pub struct RouteToday {
     pub jobs: Vec<Job>,
 }
 
-async fn routes_today(State(st): State<AppState>, caller: EdgeCaller) -> Result<Response> {
+/// The answer of `POST /api/jobs/{id}/complete` (a replay answers the first completion's body
+/// with `replayed: true`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobCompleted {
+    pub contractor_id: ContractorId,
+    pub job_id: String,
+    /// Always `completed`.
+    pub status: String,
+    /// Unix seconds.
+    pub completed_at: u64,
+    pub generation: Generation,
+    pub subject: protocol::SubjectId,
+    /// Whether this answer replays an earlier completion with the same idempotency key.
+    pub replayed: bool,
+}
+
+/// The contractor's route for today.
+#[utoipa::path(
+    get,
+    path = "/api/routes/today",
+    tag = "app",
+    responses(
+        (status = 200, description = "Today's jobs.", body = RouteToday),
+        (status = 409, description = "`WRONG_CELL`: the app released the contractor."),
+        (status = 503, description = "`CELL_STATE_STALE`: the app does not know the contractor yet.")
+    )
+)]
+pub(crate) async fn routes_today(
+    State(st): State<AppState>,
+    caller: EdgeCaller,
+) -> Result<Response> {
     let now = st.now();
     let ctr = caller.contractor.clone();
     let (held, done) = st
@@ -122,7 +159,28 @@ fn valid_job_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-async fn complete_job(
+/// Marks a job of today's route completed (idempotent with `Idempotency-Key`).
+#[utoipa::path(
+    post,
+    path = "/api/jobs/{id}/complete",
+    tag = "app",
+    params(
+        ("id" = String, Path, description = "The job id: 1 to 128 of `[A-Za-z0-9._:-]`.",
+            pattern = "^[A-Za-z0-9._:-]{1,128}$"),
+        ("idempotency-key" = Option<String>, Header,
+            description = "1 to 255 visible ASCII characters: a retry with the same key \
+                answers the first completion again.")
+    ),
+    responses(
+        (status = 200, description = "Completed (or replayed).", body = JobCompleted),
+        (status = 400, description = "`INVALID_REQUEST`: a bad job id or idempotency key."),
+        (status = 404, description = "`NOT_FOUND`: no such job on today's route."),
+        (status = 409, description = "`WRONG_CELL`: the app released the contractor; \
+            `HANDOFF_IN_PROGRESS`: it is frozen for a move."),
+        (status = 503, description = "`CELL_STATE_STALE`: the app's view is behind the session.")
+    )
+)]
+pub(crate) async fn complete_job(
     State(st): State<AppState>,
     Path(job_id): Path<String>,
     caller: EdgeCaller,

@@ -23,6 +23,7 @@ use crate::time::UnixSeconds;
 /// Body of `POST /v1/sessions`: `{contractor_id, login, password, client}`. `client` may be
 /// left out and then means [`ClientKind::Field`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignInRequest {
     pub contractor_id: ContractorId,
     pub login: Login,
@@ -38,6 +39,7 @@ fn field() -> ClientKind {
 /// The `201` answer of sign-in, renewal and rebind:
 /// `{session, session_id, cell_id, endpoint, generation, expires_at, subject}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignInResponse {
     /// The session token.
     pub session: SessionToken,
@@ -49,6 +51,7 @@ pub struct SignInResponse {
 /// What every answer that issues a session says about it, the token aside:
 /// `{session_id, cell_id, endpoint, generation, expires_at, subject}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IssuedSession {
     /// The session's id (`jti`).
     pub session_id: SessionId,
@@ -71,6 +74,7 @@ pub type CookieSessionResponse = IssuedSession;
 
 /// The `200` answer of `POST /v1/sessions/transfer`: `{ticket, target_cell, target_endpoint}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TransferResponse {
     /// The one-use transfer ticket.
     pub ticket: SessionToken,
@@ -82,6 +86,7 @@ pub struct TransferResponse {
 
 /// Body of `POST /v1/sessions/rebind`: `{ticket}`. Unknown members are refused.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RebindRequest {
     pub ticket: String,

@@ -7,6 +7,7 @@ use crate::ids::CellId;
 
 /// Every error code a cell answers with (DESIGN §4, contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 #[non_exhaustive]
 pub enum ErrorCode {
@@ -108,6 +109,7 @@ impl std::fmt::Display for ErrorCode {
 /// `retry_after_s` mirrors the `Retry-After` header for `HANDOFF_IN_PROGRESS`, `RATE_LIMITED`
 /// and the 503s.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: ErrorCode,
     pub message: String,

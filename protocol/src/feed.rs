@@ -37,6 +37,7 @@ pub const MAX_REAPPLY_REVOCATIONS: usize = 10_000;
 
 /// Lifecycle of a signing key. Revoked keys are not listed: they leave the set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KeyStatus {
     /// Published, not yet signing.
@@ -49,6 +50,7 @@ pub enum KeyStatus {
 
 /// A published verification key and its status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FeedKey {
     pub kid: Kid,
@@ -60,6 +62,7 @@ pub struct FeedKey {
 
 /// One change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Change {
     /// A key was added or changed status.
@@ -79,6 +82,7 @@ pub enum Change {
 
 /// A change at its position in the feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FeedEntry {
     pub seq: u64,
     pub change: Change,
@@ -86,6 +90,7 @@ pub struct FeedEntry {
 
 /// The whole state at `head`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Snapshot {
     pub keys: Vec<FeedKey>,
     pub ownership: BTreeMap<ContractorId, OwnershipRecord>,
@@ -95,6 +100,7 @@ pub struct Snapshot {
 
 /// Delta or snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum FeedBody {
     Delta { entries: Vec<FeedEntry> },
@@ -103,6 +109,7 @@ pub enum FeedBody {
 
 /// One answer of the feed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FeedResponse {
     pub schema: u32,
     pub cell: CellId,
@@ -118,6 +125,7 @@ pub struct FeedResponse {
 
 /// Revocations an edge held from epoch `from_epoch` that the restored state lacks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Reapply {
     /// The epoch the edge held them in: the auth-service takes them only from an epoch its
@@ -131,6 +139,7 @@ pub struct Reapply {
 
 /// What the auth-service did with a [`Reapply`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reapplied {
     /// Recorded again (new sequence numbers, in the feed).
     pub recorded: u64,

@@ -191,6 +191,7 @@ impl SessionId {
 #[derive(
     Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Debug, Default,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct Generation(pub u64);
 
@@ -225,6 +226,7 @@ impl std::str::FromStr for Generation {
 
 /// Which kind of client a session was minted for.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Debug)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ClientKind {
     /// A technician's phone (bearer token).
@@ -329,6 +331,7 @@ impl<'de> Deserialize<'de> for Password {
 /// A password hash as the admin API carries it: an argon2id PHC string. Not checked here (the
 /// auth-service checks an imported one for strength); `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct PasswordHash(String);
 

@@ -21,6 +21,7 @@ pub const MAX_JWKS_KEYS: usize = 32;
 
 /// One public key as published.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Jwk {
     pub kty: String,
@@ -54,6 +55,7 @@ impl Jwk {
 
 /// A JWKS document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Jwks {
     pub keys: Vec<Jwk>,

@@ -15,6 +15,8 @@
 //! - [`feed`]: the cell state feed (keys, ownership, revocations, map) between an auth-service
 //!   and its edge instances.
 //! - [`revocation`]: revocation kinds and the matcher.
+//! - `openapi` (feature `openapi`): the OpenAPI schemas of the validated identifiers and the
+//!   pieces every published API document shares (security schemes, error answers).
 //! - [`time`]: unix seconds and the clock abstraction (so tests can fake days).
 
 pub mod admin;
@@ -26,6 +28,8 @@ pub mod http;
 pub mod ids;
 pub mod jwks;
 pub mod map;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod ownership;
 pub mod revocation;
 pub mod time;

@@ -56,6 +56,7 @@ pub const MAX_BUCKETS: usize = 65_536;
 
 /// One cell, its public endpoint and the pins of its TLS certificate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CellEntry {
     pub id: CellId,
@@ -170,6 +171,7 @@ impl<'de> Deserialize<'de> for SpkiPin {
 
 /// The pins of a cell: the certificate served now and, during a rotation, the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TlsPins {
     pub current: SpkiPin,
@@ -188,6 +190,7 @@ impl TlsPins {
 
 /// The map's content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PlacementMap {
     pub schema: u32,
@@ -202,6 +205,7 @@ pub struct PlacementMap {
 
 /// The map with its detached signature, as transported and stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignedMap {
     pub map: PlacementMap,

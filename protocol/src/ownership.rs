@@ -21,6 +21,7 @@ use crate::map::PlacementMap;
 
 /// What a cell knows about one contractor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OwnershipRecord {
     /// This cell owns the contractor at `gen`.

@@ -10,6 +10,7 @@ use crate::token::SessionClaims;
 
 /// What is revoked. "before" kinds revoke sessions whose `iat` is strictly earlier.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RevocationKind {
     /// One session; kept until `exp`.
@@ -29,6 +30,7 @@ pub enum RevocationKind {
 
 /// A recorded revocation with its audit fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Revocation {
     /// Position in the cell state feed.
     pub seq: u64,

@@ -45,6 +45,7 @@ pub const LEEWAY_S: u64 = 60;
 
 /// Claims of a session token (DESIGN §3, contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SessionClaims {
     pub iss: String,
@@ -63,6 +64,7 @@ pub struct SessionClaims {
 
 /// Claims of a transfer ticket: signed by the source cell for the target cell (`aud`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TicketClaims {
     /// The source cell's endpoint URL.

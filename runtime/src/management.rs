@@ -58,10 +58,44 @@ pub fn router(probe: Arc<dyn Probe>) -> Router {
         .with_state(probe)
 }
 
+/// The management listener's document (`docs/openapi/management.json`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Cellbind management listener",
+        description = "Health, readiness and metrics of every Cellbind server (edge, \
+            auth-service, demo app, control plane), on each server's management listener."
+    ),
+    paths(healthz, readyz, metrics)
+)]
+#[derive(Debug, Clone, Copy)]
+pub struct ManagementApi;
+
+/// Liveness: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "management",
+    responses(
+        (status = 200, description = "Alive.", body = String, content_type = "text/plain"),
+        (status = 404, description = "`NOT_FOUND`: another method than GET.")
+    )
+)]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Readiness: the server can serve (its keys, state or map are held).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "management",
+    responses(
+        (status = 200, description = "Ready.", body = String, content_type = "text/plain"),
+        (status = 404, description = "`NOT_FOUND`: another method than GET."),
+        (status = 503, description = "`NOT_READY`: what is missing, in the message.")
+    )
+)]
 async fn readyz(State(probe): State<Arc<dyn Probe>>) -> Response {
     match probe.readiness() {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
@@ -69,6 +103,17 @@ async fn readyz(State(probe): State<Arc<dyn Probe>>) -> Response {
     }
 }
 
+/// The metrics in the OpenMetrics text exposition.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "management",
+    responses(
+        (status = 200, description = "The metrics.", body = String,
+            content_type = "application/openmetrics-text"),
+        (status = 404, description = "`NOT_FOUND`: another method than GET.")
+    )
+)]
 async fn metrics(State(probe): State<Arc<dyn Probe>>) -> Response {
     (
         [(

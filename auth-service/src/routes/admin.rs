@@ -34,6 +34,19 @@ pub(crate) const JSON_LINES: &str = "application/x-ndjson";
 // ---- users ----------------------------------------------------------------------------------
 
 /// `POST /admin/v1/users` [`NewUser`] → 201 [`UserCreated`].
+#[utoipa::path(
+    post,
+    path = "/admin/v1/users",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::NewUser,
+    responses(
+        (status = 201, description = "Stored.", body = protocol::admin::cell::UserCreated),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit."),
+    )
+)]
 pub(crate) async fn create_user(
     _: Admin,
     State(state): State<AppState>,
@@ -49,6 +62,19 @@ pub(crate) async fn create_user(
 }
 
 /// `POST /admin/v1/users/import` [`ImportUsers`] → 200 [`UsersImported`] (one transaction).
+#[utoipa::path(
+    post,
+    path = "/admin/v1/users/import",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::ImportUsers,
+    responses(
+        (status = 200, description = "Imported, in one transaction.", body = protocol::admin::cell::UsersImported),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
 pub(crate) async fn import_users(
     _: Admin,
     State(state): State<AppState>,
@@ -64,6 +90,20 @@ pub(crate) async fn import_users(
 // ---- ownership ------------------------------------------------------------------------------
 
 /// `PUT /admin/v1/ownership/{ctr}` [`OwnershipRecord`] → 200 [`OwnershipSet`].
+#[utoipa::path(
+    put,
+    path = "/admin/v1/ownership/{ctr}",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::ownership::OwnershipRecord,
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "Set.", body = protocol::admin::cell::OwnershipSet),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
 pub(crate) async fn put_ownership(
     _: Admin,
     State(state): State<AppState>,
@@ -81,6 +121,19 @@ pub(crate) async fn put_ownership(
 }
 
 /// `PUT /admin/v1/ownership` [`OwnershipBulk`] → 200 [`OwnershipSet`] (one transaction).
+#[utoipa::path(
+    put,
+    path = "/admin/v1/ownership",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::OwnershipBulk,
+    responses(
+        (status = 200, description = "Set, in one transaction.", body = protocol::admin::cell::OwnershipSet),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
 pub(crate) async fn put_ownership_bulk(
     _: Admin,
     State(state): State<AppState>,
@@ -91,6 +144,19 @@ pub(crate) async fn put_ownership_bulk(
 }
 
 /// `GET /admin/v1/ownership/{ctr}` → the [`OwnershipRecord`] or 404.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/ownership/{ctr}",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The record.", body = protocol::ownership::OwnershipRecord),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: no record for the contractor.")
+    )
+)]
 pub(crate) async fn get_ownership(
     _: Admin,
     State(state): State<AppState>,
@@ -102,6 +168,16 @@ pub(crate) async fn get_ownership(
 // ---- keys -----------------------------------------------------------------------------------
 
 /// `GET /admin/v1/keys` → [`Keys`].
+#[utoipa::path(
+    get,
+    path = "/admin/v1/keys",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The signing keys and their status.", body = protocol::admin::cell::Keys),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
 pub(crate) async fn keys(_: Admin, State(state): State<AppState>) -> Json<Keys> {
     Json(Keys {
         keys: state.read().ring.feed_keys(),
@@ -109,11 +185,36 @@ pub(crate) async fn keys(_: Admin, State(state): State<AppState>) -> Json<Keys> 
 }
 
 /// `POST /admin/v1/keys/rotate` → `Rotation`.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/keys/rotate",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Rotated.", body = protocol::admin::cell::Rotation),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
 pub(crate) async fn rotate(_: Admin, State(state): State<AppState>) -> Result<Response> {
     Ok(Json(lifecycle::rotate(&state).await?).into_response())
 }
 
 /// `POST /admin/v1/keys/{kid}/revoke` [`KeyRevokeRequest`] → 200 [`KeyRevoked`].
+#[utoipa::path(
+    post,
+    path = "/admin/v1/keys/{kid}/revoke",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::KeyRevokeRequest,
+    params(("kid" = protocol::Kid, Path, description = "The key.")),
+    responses(
+        (status = 200, description = "Revoked (or already).", body = protocol::admin::cell::KeyRevoked),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit."),
+        (status = 404, description = "`NOT_FOUND`: no such key.")
+    )
+)]
 pub(crate) async fn revoke_key(
     _: Admin,
     State(state): State<AppState>,
@@ -134,6 +235,20 @@ pub(crate) async fn revoke_key(
 // ---- revocations ----------------------------------------------------------------------------
 
 /// `POST /admin/v1/revocations` [`RevokeRequest`] → 200 `RevokeAnswer`.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/revocations",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::RevokeRequest,
+    responses(
+        (status = 200, description = "Recorded.", body = protocol::admin::cell::RevokeAnswer),
+        (status = 404, description = "`NOT_FOUND`: a key revocation names a key this cell does not have."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
 pub(crate) async fn revoke(
     _: Admin,
     State(state): State<AppState>,
@@ -146,6 +261,18 @@ pub(crate) async fn revoke(
 /// `GET /admin/v1/audit/revocations?after=SEQ&limit=N&format=jsonl|json` ([`AuditQuery`]):
 /// every revocation ever recorded by this cell, oldest first, with who, when and why. JSON
 /// lines by default, a JSON array with `format=json`.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/audit/revocations",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("after" = Option<u64>, Query, description = "Only entries with a larger sequence number."), ("limit" = Option<u64>, Query, description = "Page size (1 to 100000)."), ("format" = Option<protocol::admin::cell::AuditFormat>, Query, description = "`jsonl` (default) or `json`.")),
+    responses(
+        (status = 200, description = "The revocations, oldest first: JSON lines (default) or a JSON array (`format=json`).", content((Vec<protocol::revocation::Revocation> = "application/json"), (String = "application/x-ndjson"))),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes.")
+    )
+)]
 pub(crate) async fn audit_export(
     _: Admin,
     State(state): State<AppState>,
@@ -177,6 +304,18 @@ pub(crate) async fn audit_export(
 }
 
 /// `GET /admin/v1/subjects/{sub}/sessions` → `SubjectSessions`.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/subjects/{sub}/sessions",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("sub" = protocol::SubjectId, Path, description = "The subject.")),
+    responses(
+        (status = 200, description = "The subject's sessions.", body = protocol::admin::cell::SubjectSessions),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes.")
+    )
+)]
 pub(crate) async fn sessions_of_subject(
     _: Admin,
     State(state): State<AppState>,
@@ -186,6 +325,19 @@ pub(crate) async fn sessions_of_subject(
 }
 
 /// `GET /admin/v1/sessions/{jti}` → `SessionRecordAnswer` or 404.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/sessions/{jti}",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("jti" = protocol::SessionId, Path, description = "The session id.")),
+    responses(
+        (status = 200, description = "The session.", body = protocol::admin::cell::SessionRecordAnswer),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: no such session.")
+    )
+)]
 pub(crate) async fn session_record(
     _: Admin,
     State(state): State<AppState>,
@@ -197,6 +349,19 @@ pub(crate) async fn session_record(
 // ---- placement map and status ---------------------------------------------------------------
 
 /// `PUT /admin/v1/placement-map` with a `SignedMap` → 200 `MapAccepted` / 400.
+#[utoipa::path(
+    put,
+    path = "/admin/v1/placement-map",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::map::SignedMap,
+    responses(
+        (status = 200, description = "Accepted.", body = protocol::admin::cell::MapAccepted),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: not a map signed by the control plane, or older than the one held."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
 pub(crate) async fn put_map(
     _: Admin,
     State(state): State<AppState>,
@@ -206,6 +371,16 @@ pub(crate) async fn put_map(
 }
 
 /// `GET /admin/v1/status` → [`Status`].
+#[utoipa::path(
+    get,
+    path = "/admin/v1/status",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The cell's state.", body = protocol::admin::cell::Status),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
 pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Result<Json<Status>> {
     let (seq, kids, map_version, contractors) = {
         let inner = state.read();
@@ -239,6 +414,20 @@ pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Result<Js
 // ---- migration ------------------------------------------------------------------------------
 
 /// `GET /admin/v1/contractors/{ctr}/export` → [`ContractorExport`].
+#[utoipa::path(
+    get,
+    path = "/admin/v1/contractors/{ctr}/export",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The contractor's users and sessions.", body = protocol::admin::cell::ContractorExport),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 404, description = "`NOT_FOUND`: the contractor is not held here."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`: the contractor is not frozen for export.")
+    )
+)]
 pub(crate) async fn export(
     _: Admin,
     State(state): State<AppState>,
@@ -254,6 +443,21 @@ pub(crate) async fn export(
 }
 
 /// `POST /admin/v1/contractors/{ctr}/import` [`ContractorExport`] → `ImportAnswer`.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/contractors/{ctr}/import",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::ContractorExport,
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "Imported.", body = protocol::admin::cell::ImportAnswer),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit."),
+        (status = 409, description = "`HANDOFF_IN_PROGRESS`: the contractor is not expected here.")
+    )
+)]
 pub(crate) async fn import(
     _: Admin,
     State(state): State<AppState>,
@@ -270,6 +474,18 @@ pub(crate) async fn import(
 }
 
 /// `GET /admin/v1/drain/{ctr}?seq=S` ([`DrainQuery`]) → `DrainStatus`.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/drain/{ctr}",
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor."), ("seq" = u64, Query, description = "The feed sequence to wait for.")),
+    responses(
+        (status = 200, description = "How far the cell's edges have drained.", body = protocol::admin::cell::DrainStatus),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes.")
+    )
+)]
 pub(crate) async fn drain(
     _: Admin,
     State(state): State<AppState>,

@@ -6,6 +6,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use protocol::admin::{cell, placement};
+use protocol::openapi::SecuritySchemes;
 use runtime::access::Listener;
 
 use crate::peers::JWKS_PATH;
@@ -118,3 +119,56 @@ pub fn internal_router(state: AppState) -> Router {
 pub fn management_router(state: AppState) -> Router {
     runtime::management::router(std::sync::Arc::new(Management(state)))
 }
+
+/// The auth-service's session routes, as clients reach them through their cell's edge (the
+/// public cell API document merges them with the edge's own routes and refusals).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(
+        sessions::sign_in,
+        sessions::current,
+        sessions::sign_out,
+        sessions::renew,
+        transfer::transfer,
+        transfer::rebind,
+    ),
+    modifiers(&SecuritySchemes)
+)]
+#[derive(Debug, Clone, Copy)]
+pub struct SessionsApi;
+
+/// The admin API of a cell's auth-service (`docs/openapi/cell-admin.json`), on its internal
+/// listener, with the cell's admin token.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Cellbind cell admin API",
+        description = "A cell's auth-service admin API (`/admin/v1/*`): users, ownership, \
+            signing keys, revocations and their audit, sessions, the placement map, status and \
+            the contractor migration steps. Served on the auth-service's internal listener; \
+            every route takes the cell's admin token."
+    ),
+    paths(
+        admin::create_user,
+        admin::import_users,
+        admin::put_ownership_bulk,
+        admin::put_ownership,
+        admin::get_ownership,
+        admin::keys,
+        admin::rotate,
+        admin::revoke_key,
+        admin::revoke,
+        admin::audit_export,
+        admin::sessions_of_subject,
+        admin::session_record,
+        admin::put_map,
+        admin::status,
+        admin::export,
+        admin::import,
+        admin::drain,
+    ),
+    components(schemas(cell::AuditFormat)),
+    modifiers(&SecuritySchemes)
+)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdminApi;

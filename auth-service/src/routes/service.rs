@@ -64,8 +64,16 @@ pub(crate) async fn not_found() -> Error {
     Error::NotFound("route".into())
 }
 
-pub(crate) async fn method_not_allowed() -> Error {
-    Error::BadRequest("method not allowed on this path".into())
+/// A method the route does not take: `405 INVALID_REQUEST` (as the edge answers it), the
+/// `Allow` header axum's.
+pub(crate) async fn method_not_allowed() -> Response {
+    runtime::error_response(
+        405,
+        protocol::ErrorBody::new(
+            protocol::ErrorCode::InvalidRequest,
+            "method not allowed on this path",
+        ),
+    )
 }
 
 /// `GET /.well-known/jwks.json`.

@@ -14,6 +14,18 @@ use crate::routes::extract::{Caller, JsonBody, Session};
 use crate::sessions::{self, Minted};
 use crate::state::AppState;
 
+/// The schema of a renewal's answer: [`SignInResponse`] (bearer) or [`CookieSessionResponse`]
+/// (cookie: the same without `session`).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RenewAnswer {
+    /// The new session token: present when the session came as a bearer token, absent when it
+    /// came in the cookie (the new one is only in `Set-Cookie`).
+    session: Option<protocol::SessionToken>,
+    #[serde(flatten)]
+    issued: IssuedSession,
+}
+
 fn outcome<T>(r: &Result<T>) -> &'static str {
     match r {
         Ok(_) => "success",
@@ -28,6 +40,25 @@ fn outcome<T>(r: &Result<T>) -> &'static str {
 }
 
 /// `POST /v1/sessions`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    tag = "sessions",
+    request_body = protocol::api::SignInRequest,
+    responses(
+        (status = 201, description = "Signed in. A desk sign-in also sets the session cookie.",
+            body = protocol::api::SignInResponse),
+        (status = 400, description = "`INVALID_REQUEST`: the body is not a sign-in request."),
+        (status = 401, description = "`INVALID_CREDENTIALS`: unknown login or wrong password."),
+        (status = 404, description = "`UNKNOWN_CONTRACTOR`: the contractor is placed nowhere."),
+        (status = 409, description = "`WRONG_CELL`: another cell serves the contractor \
+            (`owner_cell`, `owner_endpoint`); `HANDOFF_IN_PROGRESS`: it is moving."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit."),
+        (status = 429, description = "`RATE_LIMITED`: too many sign-in attempts for this login \
+            or address (failed attempts are throttled); `retry_after_s` says when to retry."),
+        (status = 503, description = "`NOT_READY`: the cell cannot sign in yet.")
+    )
+)]
 pub(crate) async fn sign_in(
     State(state): State<AppState>,
     caller: Caller,
@@ -88,11 +119,33 @@ fn cookie_session_answer(state: &AppState, minted: Minted) -> Result<Response> {
 }
 
 /// `GET /v1/sessions/current`: the validated session's claims.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/current",
+    tag = "sessions",
+    security(("bearerSession" = []), ("sessionCookie" = [])),
+    responses(
+        (status = 200, description = "The session's verified claims.",
+            body = protocol::token::SessionClaims),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session.")
+    )
+)]
 pub(crate) async fn current(session: Session) -> Result<Response> {
     Ok(axum::Json(session.verified.claims).into_response())
 }
 
 /// `DELETE /v1/sessions/current`: revokes this session (204) and clears the cookie.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/current",
+    tag = "sessions",
+    security(("bearerSession" = []), ("sessionCookie" = [])),
+    responses(
+        (status = 204, description = "Signed out: the session is revoked, the cookie cleared."),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session."),
+        (status = 403, description = "`FORBIDDEN`: the session cookie without the CSRF proof.")
+    )
+)]
 pub(crate) async fn sign_out(State(state): State<AppState>, session: Session) -> Result<Response> {
     sessions::sign_out(&state, &session.verified.claims).await?;
     let mut resp = StatusCode::NO_CONTENT.into_response();
@@ -105,6 +158,23 @@ pub(crate) async fn sign_out(State(state): State<AppState>, session: Session) ->
 /// session cookie, the new session travels only in `Set-Cookie` and the body is a
 /// [`CookieSessionResponse`] (no token a script could read, ATTACKS A24); renewed with a
 /// bearer, the answer is as a sign-in's.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/renew",
+    tag = "sessions",
+    security(("bearerSession" = []), ("sessionCookie" = [])),
+    responses(
+        (status = 201, description = "A new session. With the bearer token: the token in the \
+            body; with the cookie: the cookie set, the body without `session`.",
+            body = inline(RenewAnswer)),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session."),
+        (status = 403, description = "`FORBIDDEN`: the session cookie without the CSRF proof."),
+        (status = 409, description = "`WRONG_CELL`: the contractor has moved; \
+            `HANDOFF_IN_PROGRESS`: it is moving."),
+        (status = 404, description = "`UNKNOWN_CONTRACTOR`: the contractor is placed nowhere."),
+        (status = 503, description = "`NOT_READY`: the cell cannot mint yet.")
+    )
+)]
 pub(crate) async fn renew(State(state): State<AppState>, session: Session) -> Result<Response> {
     let minted = sessions::renew(&state, session.verified.claims).await?;
     match session.source {

@@ -13,12 +13,43 @@ use crate::state::AppState;
 use crate::transfer;
 
 /// `POST /v1/sessions/transfer` → 200 `TransferResponse`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/transfer",
+    tag = "sessions",
+    security(("bearerSession" = []), ("sessionCookie" = [])),
+    responses(
+        (status = 200, description = "The one-use ticket for the contractor's new cell.",
+            body = protocol::api::TransferResponse),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session."),
+        (status = 403, description = "`FORBIDDEN`: the session cookie without the CSRF proof, \
+            or a cookie session (transfer is for field clients)."),
+        (status = 409, description = "`WRONG_CELL`: no move to transfer to; \
+            `HANDOFF_IN_PROGRESS`: the move is not finished."),
+        (status = 404, description = "`UNKNOWN_CONTRACTOR`: the contractor is placed nowhere.")
+    )
+)]
 pub(crate) async fn transfer(State(state): State<AppState>, session: Session) -> Result<Response> {
     let answer = transfer::transfer(&state, session.verified.claims, session.source).await?;
     Ok(Json(answer).into_response())
 }
 
 /// `POST /v1/sessions/rebind` `{ticket}` → 201 as sign-in.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/rebind",
+    tag = "sessions",
+    request_body = protocol::api::RebindRequest,
+    responses(
+        (status = 201, description = "A session of this cell.", body = protocol::api::SignInResponse),
+        (status = 400, description = "`INVALID_REQUEST`: the body is not a rebind request."),
+        (status = 403, description = "`FORBIDDEN`: the ticket is not valid here (expired, \
+            replayed, for another cell or generation)."),
+        (status = 409, description = "`WRONG_CELL`: the contractor is not placed here; \
+            `HANDOFF_IN_PROGRESS`: it is still moving."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
+    )
+)]
 pub(crate) async fn rebind(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<RebindRequest>,

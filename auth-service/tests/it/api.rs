@@ -960,3 +960,18 @@ async fn revocations_are_dropped_once_nothing_they_match_can_be_valid() {
     // and it stays gone after a restart
     assert!(f.reopen().await.revocations().is_empty());
 }
+
+/// A method a route does not take is `405 INVALID_REQUEST`, as the edge answers it (it was a
+/// `400`), with axum's `Allow`.
+#[tokio::test]
+async fn a_wrong_method_is_405_with_the_typed_body() {
+    let f = Fixture::new().await;
+    let r = f
+        .call(Method::DELETE, "/v1/sessions/renew", &[], Body::empty())
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.json["error"], "INVALID_REQUEST");
+    let r = f.admin(Method::DELETE, "/admin/v1/status", json!({})).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.json["error"], "INVALID_REQUEST");
+}

@@ -432,3 +432,21 @@ async fn the_map_pins_each_cells_certificate_and_a_next_certificate_publishes_a_
         "{err}"
     );
 }
+
+/// A method a route does not take is a typed `405` (it was axum's empty one).
+#[tokio::test]
+async fn a_wrong_method_is_a_typed_405() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 1);
+    let state = control_plane::server::state_from_config(&cfg)
+        .await
+        .unwrap();
+    let app = control_plane::router(state);
+    let req = Request::delete("/admin/v1/publish")
+        .body(Body::empty())
+        .unwrap();
+    let (s, b) = send(&app, req).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["error"], "INVALID_REQUEST");
+}

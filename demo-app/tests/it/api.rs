@@ -443,3 +443,20 @@ async fn the_internal_listener_does_not_serve_the_api_even_with_the_edge_key() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(v["completions"].as_array().unwrap().len(), 0);
 }
+
+/// Every refusal is the typed error body: a method a route does not take (on both listeners)
+/// and a body over the limit, which were axum's empty `405` and plain-text `413`.
+#[tokio::test]
+async fn wrong_methods_and_oversized_bodies_are_typed_refusals() {
+    let app = app();
+    let (s, v) = send(&app, api("DELETE", "/api/routes/today", "c-1", 1, None)).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(v["error"], "INVALID_REQUEST");
+    let (s, v) = send(&app, admin("DELETE", "/internal/v1/contractors", json!({}))).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(v["error"], "INVALID_REQUEST");
+    let huge = json!({"contractors": ["x".repeat(3 * 1024 * 1024)]});
+    let (s, v) = send(&app, admin("PUT", "/internal/v1/contractors", huge)).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(v["error"], "PAYLOAD_TOO_LARGE");
+}

@@ -97,18 +97,21 @@ impl ContractorOp {
 /// `PUT /internal/v1/contractors`: seeds contractors as active at their generation (one held at
 /// a higher generation keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SeedRequest {
     pub contractors: BTreeMap<ContractorId, Generation>,
 }
 
 /// The answer to [`SeedRequest`]: how many contractors were written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SeedResponse {
     pub seeded: usize,
 }
 
 /// Where a contractor stands in an app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Lifecycle {
     /// Serving reads and writes at its generation.
@@ -146,6 +149,7 @@ impl Lifecycle {
 
 /// A contractor as an app knows it: the answer of freeze, activate and release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContractorState {
     pub generation: Generation,
     pub state: Lifecycle,
@@ -153,6 +157,7 @@ pub struct ContractorState {
 
 /// One applied completion (a write), as listed and exported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Completion {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +171,7 @@ pub struct Completion {
 
 /// A completed job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRow {
     pub job_id: String,
     pub completed_at: u64,
@@ -173,6 +179,7 @@ pub struct JobRow {
 
 /// A contractor's data as moved by a migration: the answer of export, the body of import.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExportDoc {
     /// [`EXPORT_SCHEMA`].
@@ -185,18 +192,21 @@ pub struct ExportDoc {
 
 /// The answer to an import: the contractor's state afterwards (always `imported`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImportResponse {
     pub state: Lifecycle,
 }
 
 /// `POST /internal/v1/contractors/{ctr}/activate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActivateRequest {
     pub generation: Generation,
 }
 
 /// The answer to `GET /internal/v1/contractors/{ctr}/completions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompletionsResponse {
     pub contractor_id: ContractorId,
     pub completions: Vec<Completion>,

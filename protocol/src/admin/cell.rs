@@ -102,6 +102,7 @@ pub fn drain_path(ctr: &ContractorId) -> String {
 
 /// What a user may do in the product (carried for the app; the token does not distinguish).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Technician,
@@ -129,6 +130,7 @@ impl Role {
 
 /// Whether a user may sign in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum UserStatus {
     #[default]
@@ -159,6 +161,7 @@ impl UserStatus {
 /// `password` and `password_hash` (an argon2id PHC string at least as strong as the cell's).
 /// `Debug` shows neither.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
     pub contractor_id: ContractorId,
@@ -174,12 +177,14 @@ pub struct NewUser {
 
 /// `201` answer of `POST /admin/v1/users`: `{subject}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UserCreated {
     pub subject: SubjectId,
 }
 
 /// Body of `POST /admin/v1/users/import`: `{users}` (one transaction).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ImportUsers {
     pub users: Vec<NewUser>,
@@ -187,6 +192,7 @@ pub struct ImportUsers {
 
 /// Answer of `POST /admin/v1/users/import`: `{imported}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsersImported {
     pub imported: u64,
 }
@@ -195,6 +201,7 @@ pub struct UsersImported {
 
 /// Body of `PUT /admin/v1/ownership`: `{records}` (one transaction).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OwnershipBulk {
     pub records: BTreeMap<ContractorId, OwnershipRecord>,
@@ -202,6 +209,7 @@ pub struct OwnershipBulk {
 
 /// Answer of both ownership `PUT`s: `{seq}`, the feed head after the change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnershipSet {
     pub seq: u64,
 }
@@ -210,12 +218,14 @@ pub struct OwnershipSet {
 
 /// Answer of `GET /admin/v1/keys`: `{keys}`, every published key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Keys {
     pub keys: Vec<FeedKey>,
 }
 
 /// Answer of `POST /admin/v1/keys/rotate`: the key ids after the rotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rotation {
     pub current: Kid,
     pub next: Kid,
@@ -224,15 +234,27 @@ pub struct Rotation {
 
 /// Body of `POST /admin/v1/keys/{kid}/revoke`: the audit fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct KeyRevokeRequest {
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
     pub reason: String,
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
     pub by: String,
 }
 
 /// Answer of `POST /admin/v1/keys/{kid}/revoke`: `{seq, revoked}` (`revoked` is `false` when
 /// the key was revoked already).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRevoked {
     pub seq: u64,
     pub revoked: bool,
@@ -243,15 +265,27 @@ pub struct KeyRevoked {
 /// Body of `POST /admin/v1/revocations`: a revocation kind (flattened: `{"kind": …, …}`) with
 /// its audit fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevokeRequest {
     #[serde(flatten)]
     pub kind: RevocationKind,
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
     pub reason: String,
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
     pub by: String,
 }
 
 /// What became of one revocation request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RevokeOutcome {
     /// Recorded now.
@@ -262,6 +296,7 @@ pub enum RevokeOutcome {
 
 /// Answer of `POST /admin/v1/revocations`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RevokeAnswer {
     /// Sequence number of the revocation in force.
     pub seq: u64,
@@ -276,6 +311,7 @@ pub struct RevokeAnswer {
 
 /// Format of the audit export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum AuditFormat {
     /// One [`Revocation`] per line (`application/x-ndjson`).
@@ -287,6 +323,7 @@ pub enum AuditFormat {
 
 /// Query of `GET /admin/v1/audit/revocations`: `after=SEQ&limit=N&format=jsonl|json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// Only entries with a larger sequence number.
@@ -302,6 +339,7 @@ pub struct AuditQuery {
 /// A session as the cell minted it (sign-in, renewal, rebind). Tokens themselves are never
 /// recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionRecord {
     pub session_id: SessionId,
     pub subject: SubjectId,
@@ -316,6 +354,7 @@ pub struct SessionRecord {
 
 /// One entry of [`SubjectSessions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ListedSession {
     #[serde(flatten)]
     pub session: SessionRecord,
@@ -326,6 +365,7 @@ pub struct ListedSession {
 /// Answer of `GET /admin/v1/subjects/{sub}/sessions`: the subject's sessions minted at this
 /// cell that have not expired and are not revoked, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubjectSessions {
     pub subject: SubjectId,
     pub sessions: Vec<ListedSession>,
@@ -333,6 +373,7 @@ pub struct SubjectSessions {
 
 /// Answer of `GET /admin/v1/sessions/{jti}`: the recorded session, revoked or not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionRecordAnswer {
     pub session: SessionRecord,
     pub revoked: bool,
@@ -342,6 +383,7 @@ pub struct SessionRecordAnswer {
 
 /// Answer of `PUT /admin/v1/placement-map`: `{version, seq}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MapAccepted {
     pub version: u64,
     pub seq: u64,
@@ -349,6 +391,7 @@ pub struct MapAccepted {
 
 /// A published key id and its status, in [`Status`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KidStatus {
     pub kid: Kid,
     pub status: KeyStatus,
@@ -356,6 +399,7 @@ pub struct KidStatus {
 
 /// An edge instance as the feed last saw it, in [`Status`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstanceSeen {
     pub id: String,
     pub applied_seq: u64,
@@ -366,6 +410,7 @@ pub struct InstanceSeen {
 
 /// Answer of `GET /admin/v1/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Status {
     pub cell_id: CellId,
     /// The feed head.
@@ -385,6 +430,7 @@ pub const EXPORT_SCHEMA: u32 = 1;
 
 /// One exported user: password hash only, never a password. `Debug` never shows the hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExportedUser {
     pub login: Login,
@@ -397,6 +443,7 @@ pub struct ExportedUser {
 /// Answer of `GET /admin/v1/contractors/{ctr}/export` and body of its `import`: a
 /// contractor's credentials and the revocations that concern it, as moved by a migration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ContractorExport {
     /// [`EXPORT_SCHEMA`].
@@ -408,6 +455,7 @@ pub struct ContractorExport {
 
 /// Answer of `POST /admin/v1/contractors/{ctr}/import`: users upserted, revocations added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ImportAnswer {
     pub users: u64,
     pub revocations: u64,
@@ -416,12 +464,14 @@ pub struct ImportAnswer {
 /// Query of `GET /admin/v1/drain/{ctr}`: `seq=S`, the feed sequence every live edge instance
 /// must have applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DrainQuery {
     pub seq: u64,
 }
 
 /// One instance's part of a drain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DrainInstance {
     pub id: String,
     pub applied_seq: u64,
@@ -434,6 +484,7 @@ pub struct DrainInstance {
 
 /// Answer of `GET /admin/v1/drain/{ctr}?seq=S`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DrainStatus {
     pub contractor_id: ContractorId,
     pub seq: u64,

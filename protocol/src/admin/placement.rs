@@ -38,6 +38,7 @@ pub fn placement_path(ctr: &ContractorId) -> String {
 /// Where a contractor is placed: the answer of `GET /admin/v1/placements/{ctr}` and the body of
 /// its `PUT`. Generations only go up; a move to another cell needs a higher one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Placement {
     pub cell: CellId,
     pub generation: Generation,
@@ -46,6 +47,7 @@ pub struct Placement {
 /// Answer of `PUT /admin/v1/placements/{ctr}`: the placement held now, whether the request
 /// changed it, and the version of the map published after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlacementAnswer {
     pub contractor_id: ContractorId,
     #[serde(flatten)]
@@ -56,12 +58,14 @@ pub struct PlacementAnswer {
 
 /// Answer of `POST /admin/v1/publish`: `{version}` of the map now served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Published {
     pub version: u64,
 }
 
 /// Answer of `GET /v1/map-public-key`: `{public_key}`, the map key as base64url Ed25519.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MapPublicKey {
     pub public_key: String,
 }
