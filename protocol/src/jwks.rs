@@ -198,8 +198,8 @@ impl KeySet {
         if bytes.len() > MAX_JWKS_BYTES {
             return Err(KeyError::TooLarge);
         }
-        let jwks: Jwks =
-            serde_json::from_slice(bytes).map_err(|e| KeyError::Malformed(e.to_string()))?;
+        let jwks: Jwks = crate::json::from_object_slice(bytes)
+            .map_err(|e| KeyError::Malformed(e.to_string()))?;
         Self::from_jwks(&jwks)
     }
 

@@ -8,6 +8,7 @@
 //! - [`error`]: the public error codes of DESIGN §4 and the JSON error body.
 //! - [`token`]: session and transfer-ticket claims, minting and the strict verifier every
 //!   component uses (edge, auth-service, tests).
+//! - [`json`]: strict reading of network JSON: a document must be an object.
 //! - [`jwks`]: the JWKS format (RFC 8037 OKP/Ed25519) and the validated key set built from it.
 //! - [`map`]: the placement map, its detached Ed25519 signature and the bucket hash.
 //! - [`ownership`]: ownership records and the one decision table that serves or redirects.
@@ -26,6 +27,7 @@ pub mod error;
 pub mod feed;
 pub mod http;
 pub mod ids;
+pub mod json;
 pub mod jwks;
 pub mod map;
 #[cfg(feature = "openapi")]

@@ -317,8 +317,8 @@ impl SignedMap {
         if bytes.len() > MAX_MAP_BYTES {
             return Err(MapError::TooLarge);
         }
-        let signed: SignedMap =
-            serde_json::from_slice(bytes).map_err(|e| MapError::Malformed(e.to_string()))?;
+        let signed: SignedMap = crate::json::from_object_slice(bytes)
+            .map_err(|e| MapError::Malformed(e.to_string()))?;
         signed.verify(key)?;
         Ok(signed)
     }

@@ -7,12 +7,12 @@
 //! |---|---|---|
 //! | 1 | raw size ≤ cap, before anything is parsed | A11 |
 //! | 2 | exactly three non-empty segments of `[A-Za-z0-9_-]`; canonical base64url | A12, A14, A15 |
-//! | 3 | header is exactly `{alg, typ, kid}`: no `crit`, `cty`, `jwk`, `jku`, `x5u`, `x5c`, no duplicates | A5, A6, A10, A12 |
+//! | 3 | header is a JSON object of exactly `{alg, typ, kid}`: no `crit`, `cty`, `jwk`, `jku`, `x5u`, `x5c`, no duplicates, not the array form serde would read | A5, A6, A10, A12 |
 //! | 4 | `alg` is exactly `EdDSA` (fixed here, never read from the token's choice of key) | A1, A2, A3 |
 //! | 5 | `typ` is exactly the expected kind (session vs ticket) | A16 |
 //! | 6 | `kid` is a valid [`Kid`] present in the caller's [`KeySet`] | A4, A17 |
 //! | 7 | Ed25519 signature, 64 bytes, over `header.payload` | A7, A8 |
-//! | 8 | claims deserialize into the typed struct: no unknown or duplicate members, integer times | A10, A13, A22 |
+//! | 8 | claims are a JSON object that deserializes into the typed struct: no unknown or duplicate members, integer times | A10, A13, A22 |
 //! | 9 | `iss` and `aud` equal this verifier's exactly; `aud` is a single string | A17 |
 //! | 10 | `iat`/`nbf` ≤ now + leeway, `exp` > now − leeway, `exp − iat` ≤ lifetime, times ≤ 2^53 | A13 |
 //!
@@ -273,7 +273,7 @@ pub fn parse<'t>(
     }
     let header_json = b64(h)?;
     let header: StrictHeader =
-        serde_json::from_slice(&header_json).map_err(|_| TokenError::BadHeader)?;
+        crate::json::from_object_slice(&header_json).map_err(|_| TokenError::BadHeader)?;
     if header.alg != ALG {
         return Err(TokenError::BadAlgorithm);
     }
@@ -304,7 +304,7 @@ impl Parsed<'_> {
             return Err(TokenError::BadSignature);
         }
         let payload = b64(self.payload_b64)?;
-        let claims: C = serde_json::from_slice(&payload)
+        let claims: C = crate::json::from_object_slice(&payload)
             .map_err(|e| TokenError::BadClaims(e.classify_name().into()))?;
         check_claims(&claims, expect, now)?;
         Ok(Verified {

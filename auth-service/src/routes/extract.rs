@@ -19,7 +19,7 @@ use crate::sessions::verify_presented;
 use crate::state::AppState;
 
 /// A JSON body whose refusals are typed: 413 `PAYLOAD_TOO_LARGE` over the route's limit,
-/// 400 `INVALID_REQUEST` for anything that is not the expected JSON.
+/// 400 `INVALID_REQUEST` for anything that is not the expected JSON object ([`protocol::json`]).
 #[derive(Debug)]
 pub(crate) struct JsonBody<T>(pub(crate) T);
 
@@ -28,7 +28,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self> {
         let RawBody(bytes) = RawBody::from_request(req, state).await?;
-        serde_json::from_slice(&bytes)
+        protocol::json::from_object_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| Error::BadRequest(format!("body is not the expected JSON: {e}")))
     }

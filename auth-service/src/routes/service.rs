@@ -55,8 +55,8 @@ pub(crate) async fn reapply(
     State(state): State<AppState>,
     RawBody(body): RawBody,
 ) -> Result<Response> {
-    let req: protocol::feed::Reapply =
-        serde_json::from_slice(&body).map_err(|e| Error::BadRequest(format!("body: {e}")))?;
+    let req: protocol::feed::Reapply = protocol::json::from_object_slice(&body)
+        .map_err(|e| Error::BadRequest(format!("body: {e}")))?;
     Ok(axum::Json(crate::revocations::reapply(&state, req).await?).into_response())
 }
 

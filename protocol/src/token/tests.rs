@@ -92,3 +92,64 @@ fn a_ticket_is_never_a_session() {
         Err(TokenError::BadType { .. })
     ));
 }
+
+/// Found by the property test `prop_token_verify` (protocol/tests/props.rs): serde reads a
+/// struct from a JSON array of its fields, so a token whose header was
+/// `["EdDSA","cellbind-session+jwt","k1"]`, or whose claims were an array of the claim values
+/// in field order, verified. Both must be objects (RFC 7515 §4, RFC 7519 §4; step 3 and 8).
+#[test]
+fn array_header_or_claims_are_refused() {
+    let k = key("k1", 1);
+    let c = cell();
+    let craft = |header: &str, payload: &str| {
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header),
+            URL_SAFE_NO_PAD.encode(payload)
+        );
+        let sig = k.sign_raw(input.as_bytes());
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig))
+    };
+    let run = |t: &str| {
+        verify::<SessionClaims>(t, &keyset(&k), &expect(&c), NOW, MAX_TOKEN_HEADER_BYTES)
+            .map(|v| v.claims)
+    };
+    let object_header = r#"{"alg":"EdDSA","typ":"cellbind-session+jwt","kid":"k1"}"#;
+    let array_header = r#"["EdDSA","cellbind-session+jwt","k1"]"#;
+    let object_claims = serde_json::to_string(&claims()).unwrap();
+    let c0 = claims();
+    let array_claims = serde_json::json!([
+        c0.iss,
+        c0.aud,
+        c0.sub,
+        c0.ctr,
+        c0.cell,
+        c0.r#gen,
+        c0.iat,
+        c0.nbf,
+        c0.exp,
+        c0.auth_time,
+        c0.jti,
+        c0.cli
+    ])
+    .to_string();
+    // What serde alone makes of them: the very header and claims.
+    assert!(serde_json::from_str::<StrictHeader>(array_header).is_ok());
+    assert_eq!(
+        serde_json::from_str::<SessionClaims>(&array_claims).unwrap(),
+        claims()
+    );
+
+    assert_eq!(run(&craft(object_header, &object_claims)), Ok(claims()));
+    assert_eq!(
+        run(&craft(array_header, &object_claims)),
+        Err(TokenError::BadHeader)
+    );
+    assert!(
+        matches!(
+            run(&craft(object_header, &array_claims)),
+            Err(TokenError::BadClaims(_))
+        ),
+        "array claims"
+    );
+}
