@@ -299,6 +299,25 @@ pub fn must_refuse(valid: &str, edits: &[TomlEdit]) -> bool {
     }
 }
 
+/// The verdict every configuration-loading property shares: the valid text loads, edits that
+/// can only have made it invalid are refused, and every refusal is the loader's typed one.
+pub fn check_config_verdict<T, E: std::fmt::Display + std::fmt::Debug>(
+    valid: &str,
+    input: &TomlInput,
+    loaded: &Result<T, E>,
+    typed: impl Fn(&E) -> bool,
+) -> Result<(), TestCaseError> {
+    match (input, loaded) {
+        (TomlInput::Valid, Err(e)) => prop_assert!(false, "the valid configuration: {e}"),
+        (TomlInput::Edited(edits), Ok(_)) => {
+            prop_assert!(!must_refuse(valid, edits), "accepted {edits:?}");
+        }
+        (_, Err(e)) => prop_assert!(typed(e), "untyped refusal {e:?}"),
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The text of a configuration input.
 pub fn toml_text(valid: &str, input: &TomlInput) -> Vec<u8> {
     let edits = match input {
