@@ -9,7 +9,7 @@
 //! - parts with no knowledge of the request path: [`error`], [`metrics`], [`config`],
 //!   [`client_ip`], [`state`], [`origin`], [`target`], [`revocation_freshness`],
 //!   [`revocation_compaction`], [`drain`], [`conn`], [`limits`], [`token_cache`],
-//!   [`upstream`], [`tls`], and the generic [`guard`] layer;
+//!   [`pool`], [`upstream`], [`tls`], and the generic [`guard`] layer;
 //! - [`edge`]: [`Edge`], everything the request path shares, built from those parts;
 //! - the request path on top of it: [`sync`] (the feed) and [`reapply`] (the revocation
 //!   handback after a restore of the auth-service), [`validate`], [`forward`], [`browser`],
@@ -32,6 +32,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod origin;
+pub mod pool;
 pub mod reapply;
 pub mod revocation_compaction;
 pub mod revocation_freshness;

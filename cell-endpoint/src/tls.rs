@@ -23,7 +23,9 @@ use crate::error::EdgeError;
 pub const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(10);
 /// Largest HTTP/1 read buffer (bounds the request line plus headers), in bytes.
 pub const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
-/// Most headers in one HTTP/1 request.
+/// Most header lines in one HTTP/1 request (more: `431`). hyper's own default, which is why it
+/// is not passed to hyper: an explicit limit makes hyper fill a header table of that size for
+/// every request (issue 16's profile), its default uses an uninitialised one.
 pub const MAX_HEADERS: usize = 100;
 /// Largest HTTP/2 header list, in bytes.
 pub const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;
@@ -199,7 +201,6 @@ pub async fn serve_listener(
     builder
         .http1()
         .max_buf_size(MAX_HTTP1_BUF_BYTES)
-        .max_headers(MAX_HEADERS)
         .header_read_timeout(header_timeout);
     builder
         .http2()

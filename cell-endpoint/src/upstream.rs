@@ -1,6 +1,7 @@
 //! The edge's upstreams: the cell's auth-service (public listener for `/v1/sessions*`,
-//! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's pooled
-//! HTTP/1.1 client on rustls, trusting only the configured CA) with timeouts, so an upstream
+//! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's HTTP/1.1
+//! client connections on rustls, trusting only the configured CA, pooled per thread by
+//! [`crate::pool`]) with timeouts, so an upstream
 //! that is down is a fast error, never a hang; or in-process routers (tests, benchmarks). The
 //! auth-service may be several replicas sharing one database: a target then holds every
 //! replica's base and fails over between them ([`Target::send`]).
@@ -27,27 +28,22 @@ use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use protocol::Endpoint;
 use runtime::Secret;
 use tower::ServiceExt as _;
 
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
+use crate::pool::{PoolError, PooledBody};
 
-/// One pool of upstream connections (hyper's client).
-type Pool = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// The edge's client towards its upstreams (see the module doc): one pool of connections per
-/// thread that sends requests, made on the thread's first request. The public listener is
-/// served by one single-threaded runtime per core (`tls::serve_per_core`), so a request, its
-/// upstream connection and that connection's task all stay on one thread: no cross-thread
-/// wake-up on the request path.
+/// The edge's client towards its upstreams (see the module doc): its connections are kept per
+/// thread (`pool`). The public listener is served by one single-threaded runtime per core
+/// (`tls::serve_per_core`), so a request, its upstream connection and that connection's task
+/// all stay on one thread: no lock and no cross-thread wake-up on the request path.
 #[derive(Clone)]
 pub struct HttpsClient {
-    /// Tells this client's pools apart in a thread's list.
+    /// Tells this client's connections apart in a thread's pool.
     id: usize,
     connector: HttpsConnector<HttpConnector>,
 }
@@ -58,46 +54,12 @@ impl fmt::Debug for HttpsClient {
     }
 }
 
-std::thread_local! {
-    /// This thread's pools, one per [`HttpsClient`] used here (an edge has two: the
-    /// auth-service's and the app's share one client, the feed another at most).
-    static POOLS: std::cell::RefCell<Vec<(usize, Pool)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-impl HttpsClient {
-    /// Sends `req` on this thread's pool.
-    fn request(
-        &self,
-        req: http::Request<Full<Bytes>>,
-    ) -> hyper_util::client::legacy::ResponseFuture {
-        POOLS.with_borrow_mut(|pools| {
-            let i = match pools.iter().position(|(id, _)| *id == self.id) {
-                Some(i) => i,
-                None => {
-                    pools.push((self.id, self.pool()));
-                    pools.len() - 1
-                }
-            };
-            // `i` was just found or pushed.
-            pools[i].1.request(req)
-        })
-    }
-
-    fn pool(&self) -> Pool {
-        Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(UPSTREAM_POOL_IDLE_S))
-            .pool_timer(TokioTimer::new())
-            .build(self.connector.clone())
-    }
-}
-
-/// How long an idle upstream connection stays in the pool, in seconds.
-pub const UPSTREAM_POOL_IDLE_S: u64 = 60;
-
 /// An upstream's base: `https://authority` and an optional path prefix (no trailing `/`).
 #[derive(Debug, Clone)]
 pub struct Base {
     authority: Authority,
+    /// `Host` of every request to it.
+    host: HeaderValue,
     /// Empty, or `/segment...` without a trailing `/`.
     prefix: Box<str>,
     /// The base as configured, for logs and `Debug`.
@@ -113,8 +75,10 @@ impl Base {
         }
         let origin = url.origin().ascii_serialization();
         let authority = Authority::try_from(origin.strip_prefix("https://")?).ok()?;
+        let host = HeaderValue::from_str(authority.as_str()).ok()?;
         Some(Base {
             authority,
+            host,
             prefix: url.path().trim_end_matches('/').into(),
             url: url.clone(),
         })
@@ -267,7 +231,7 @@ impl Target {
                     // request is moved, not copied.
                     let uri = upstream_uri(base, pq).ok_or(SendError::BadTarget)?;
                     let (parts, body) = req.into_parts();
-                    return exchange(client, uri, parts, body, timeout).await;
+                    return exchange(client, base, uri, parts, body, timeout).await;
                 }
                 // Every base gets the ATTACKS A23 check before anything is sent.
                 let uris = bases
@@ -294,7 +258,8 @@ impl Target {
                     .skip(start)
                     .take(n);
                 for (i, (base, uri)) in order {
-                    let attempt = exchange(client, uri, parts.clone(), body.clone(), timeout).await;
+                    let attempt =
+                        exchange(client, base, uri, parts.clone(), body.clone(), timeout).await;
                     let failed = match attempt {
                         Ok(resp) => {
                             if i != start {
@@ -320,23 +285,30 @@ impl Target {
 }
 
 /// One attempt: `parts` (method and headers; a fresh HTTP/1.1 request, see `forward::build`)
-/// with `body` to `uri`. `timeout` bounds the whole exchange: the answer's head, then its body
-/// as the client reads it (an upstream that stalls mid-body ends the answer with an error
-/// rather than holding the client's connection).
+/// with `body` to `uri` (checked by [`upstream_uri`]) of `base`: sent in origin form with
+/// `base`'s `Host`. `timeout` bounds the whole exchange: the answer's head, then its body as
+/// the client reads it (an upstream that stalls mid-body ends the answer with an error rather
+/// than holding the client's connection).
 async fn exchange(
     client: &HttpsClient,
+    base: &Base,
     uri: http::Uri,
     mut parts: http::request::Parts,
     body: Bytes,
     timeout: Duration,
 ) -> Result<Response, SendError> {
-    parts.uri = uri;
+    parts.uri = match uri.path_and_query() {
+        Some(pq) => http::Uri::from(pq.clone()),
+        None => return Err(SendError::BadTarget),
+    };
+    parts.headers.insert(header::HOST, base.host.clone());
     let req = http::Request::from_parts(parts, Full::new(body));
     let deadline = tokio::time::Instant::now() + timeout;
-    match tokio::time::timeout_at(deadline, client.request(req)).await {
+    let sent = crate::pool::send(client.id, &client.connector, &base.authority, req);
+    match tokio::time::timeout_at(deadline, sent).await {
         Err(_) => Err(SendError::Timeout),
-        Ok(Err(e)) if e.is_connect() => Err(SendError::Refused),
-        Ok(Err(_)) => Err(SendError::Unreachable),
+        Ok(Err(PoolError::Connect)) => Err(SendError::Refused),
+        Ok(Err(PoolError::Exchange)) => Err(SendError::Unreachable),
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
@@ -353,14 +325,14 @@ pin_project_lite::pin_project! {
     /// is made only if the body is not all there when first read (most answers are).
     struct DeadlineBody {
         #[pin]
-        inner: hyper::body::Incoming,
+        inner: PooledBody,
         deadline: tokio::time::Instant,
         timer: Option<Pin<Box<tokio::time::Sleep>>>,
     }
 }
 
 impl DeadlineBody {
-    fn new(inner: hyper::body::Incoming, deadline: tokio::time::Instant) -> Self {
+    fn new(inner: PooledBody, deadline: tokio::time::Instant) -> Self {
         Self {
             inner,
             deadline,
@@ -494,7 +466,7 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
 }
 
 /// The upstream client (see the module doc): trusts only the PEM CA bundle at `ca`, gives a
-/// TCP connection `connect` to be made, keeps idle connections [`UPSTREAM_POOL_IDLE_S`].
+/// TCP connection `connect` to be made, keeps idle connections [`crate::pool::UPSTREAM_IDLE_TIMEOUT`].
 pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<HttpsClient, EdgeError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;

@@ -587,3 +587,29 @@ async fn proxy_protocol_v2_names_the_client_only_for_trusted_proxies() {
 
 #[allow(dead_code)]
 fn unused(_: HeaderMap) {}
+
+/// A request with more header lines than `tls::MAX_HEADERS` is refused (`431`) before anything
+/// reads it; one at the limit is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_more_headers_than_the_limit_is_refused() {
+    let r = rig();
+    let served = serve(r.edge.clone()).await;
+    let limit = cellbind_cell_endpoint::tls::MAX_HEADERS;
+    for (extra, expected) in [(limit - 1, "HTTP/1.1 200"), (limit, "HTTP/1.1 431")] {
+        let mut head =
+            String::from("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
+        // `host` and `connection` count too: `extra - 1` more reach the limit exactly.
+        for i in 0..extra - 1 {
+            head.push_str(&format!("x-filler-{i}: v\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut c = connect(&served, b"").await.unwrap();
+        c.write_all(head.as_bytes()).await.unwrap();
+        let (text, _) = read_until_closed(&mut c, Duration::from_secs(10)).await;
+        assert!(
+            text.starts_with(expected),
+            "{} header lines: {text}",
+            extra + 1
+        );
+    }
+}

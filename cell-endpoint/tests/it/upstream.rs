@@ -141,3 +141,85 @@ async fn an_upstream_body_that_stalls_ends_with_an_error_at_the_deadline() {
     .expect("the stalled answer ended by the exchange's deadline, not held open");
     assert!(read.is_err(), "a truncated answer must end with an error");
 }
+
+/// Serves `app` over TLS, recording the source port of every connection it accepts.
+async fn serve_counting(pki: &Pki, app: Router) -> (reqwest::Url, Arc<std::sync::Mutex<Vec<u16>>>) {
+    use axum::extract::ConnectInfo;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<u16>::new()));
+    let s = seen.clone();
+    let app = app.layer(axum::middleware::from_fn(
+        move |ConnectInfo(peer): ConnectInfo<SocketAddr>,
+              req: axum::extract::Request,
+              next: axum::middleware::Next| {
+            let s = s.clone();
+            {
+                let mut ports = s.lock().unwrap();
+                if !ports.contains(&peer.port()) {
+                    ports.push(peer.port());
+                }
+            }
+            next.run(req)
+        },
+    ));
+    let tls = cellbind_cell_endpoint::tls::load(&pki.cert, &pki.key)
+        .await
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let server = axum_server::from_tcp_rustls(listener, tls).unwrap();
+    tokio::spawn(async move {
+        let _ = server
+            .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+            .await;
+    });
+    let e = protocol::Endpoint::parse(&format!("https://{addr}")).unwrap();
+    (base_url("test", &e).unwrap(), seen)
+}
+
+// One thread, as each of the edge's serving threads: its idle connections are its own.
+#[tokio::test(flavor = "current_thread")]
+async fn answers_read_to_the_end_leave_their_connection_to_the_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-reuse");
+    let big = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+    let app = Router::new()
+        .route("/api/small", get(|| async { "ok" }))
+        .route("/api/big", get(move || async move { big.clone() }));
+    let (base, seen) = serve_counting(&pki, app).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    for _ in 0..5 {
+        let resp = target
+            .send(get_request("/api/small", &[]), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+        assert_eq!(&body[..], b"ok");
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "five requests one after the other on one kept-alive connection"
+    );
+
+    // An answer dropped before its end leaves unread bytes on its connection: that one is
+    // closed, and the next request gets a new connection and a whole answer.
+    let resp = target
+        .send(get_request("/api/big", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(resp);
+    let resp = target
+        .send(get_request("/api/small", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+    assert_eq!(&body[..], b"ok");
+    assert_eq!(seen.lock().unwrap().len(), 2, "{:?}", seen.lock().unwrap());
+}

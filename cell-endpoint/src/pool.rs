@@ -1,0 +1,262 @@
+//! The edge's upstream connections: HTTP/1.1 over rustls, kept alive and reused, one set of
+//! idle connections per serving thread and destination.
+//!
+//! ```text
+//!   connect (TCP, TLS, HTTP/1.1) ──► busy ──(the answer's body ends)──► idle ──(checkout)──► busy
+//!                                     │                                   │
+//!                                     └─(body dropped early, error)       ├─(the peer closed it)
+//!                                                  │                      ├─(idle > UPSTREAM_IDLE_TIMEOUT)
+//!                                                  ▼                      ▼
+//!                                               closed ◄──────────────────┘ (also over the idle cap)
+//! ```
+//!
+//! Why not hyper-util's pooled client (what the edge used first, issue 16): per request it
+//! locks a pool shared by every thread, hashes the destination, races a checkout against a
+//! lazily built connect future, and spawns a task that waits for the connection to come back
+//! idle. Here the thread that serves a request owns its idle connections (a `Vec` per
+//! destination, no lock: the edge serves each connection on one thread, `tls::serve_per_core`),
+//! takes the most recently used one, and puts it back when the answer's body has ended,
+//! without a task. A connection whose answer was not read to the end is closed, never reused.
+//!
+//! A request that never left (its connection turned out closed when it was handed the
+//! request) is sent again on another connection, as hyper-util did; a request that may have
+//! reached the upstream never is (the failover rules are `upstream::Target::send`'s).
+
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::uri::Authority;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tower::ServiceExt as _;
+
+/// How long an idle upstream connection is kept for reuse.
+pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most idle connections kept per serving thread and destination (more are closed when their
+/// answer ends): a burst's connections are not all held afterwards.
+pub const MAX_IDLE_PER_DESTINATION: usize = 256;
+
+/// Why an exchange failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolError {
+    /// No connection could be made (refused, unreachable, TLS refused): nothing was sent.
+    Connect,
+    /// The connection failed after the request may have been sent.
+    Exchange,
+}
+
+/// One destination's idle connection.
+struct Idle {
+    sender: SendRequest<Full<Bytes>>,
+    since: Instant,
+}
+
+/// The idle connections of one client (`id`) to one destination.
+struct Destination {
+    client: usize,
+    authority: Authority,
+    idle: Vec<Idle>,
+}
+
+std::thread_local! {
+    /// This thread's idle upstream connections: a handful of destinations (the app, each
+    /// auth-service replica), so a linear search.
+    static IDLE: RefCell<Vec<Destination>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Takes this thread's most recently used live idle connection to `authority`, closing any
+/// found closed or idle too long on the way.
+fn checkout(client: usize, authority: &Authority) -> Option<SendRequest<Full<Bytes>>> {
+    IDLE.with_borrow_mut(|dests| {
+        let dest = dests
+            .iter_mut()
+            .find(|d| d.client == client && d.authority == *authority)?;
+        let now = Instant::now();
+        while let Some(idle) = dest.idle.pop() {
+            if !idle.sender.is_closed() && now.duration_since(idle.since) <= UPSTREAM_IDLE_TIMEOUT {
+                return Some(idle.sender);
+            }
+        }
+        None
+    })
+}
+
+/// Puts a connection whose answer has ended back with this thread's idle ones; the oldest
+/// go first when they are too old or too many.
+fn checkin(client: usize, authority: Authority, sender: SendRequest<Full<Bytes>>) {
+    if sender.is_closed() {
+        return;
+    }
+    // A body dropped while its thread is ending (the thread-local is gone) just closes.
+    let _ = IDLE.try_with(|cell| {
+        let Ok(mut dests) = cell.try_borrow_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let i = match dests
+            .iter()
+            .position(|d| d.client == client && d.authority == authority)
+        {
+            Some(i) => i,
+            None => {
+                dests.push(Destination {
+                    client,
+                    authority,
+                    idle: Vec::new(),
+                });
+                dests.len() - 1
+            }
+        };
+        let idle = &mut dests[i].idle;
+        let stale = idle
+            .iter()
+            .take_while(|c| now.duration_since(c.since) > UPSTREAM_IDLE_TIMEOUT)
+            .count();
+        idle.drain(..stale);
+        if idle.len() >= MAX_IDLE_PER_DESTINATION {
+            idle.remove(0);
+        }
+        idle.push(Idle { sender, since: now });
+    });
+}
+
+/// Sends `req` (origin-form target, `Host` set) to `authority` on a pooled connection or a
+/// new one made with `connector`. The answer's body puts the connection back when it ends.
+pub async fn send(
+    client: usize,
+    connector: &HttpsConnector<HttpConnector>,
+    authority: &Authority,
+    mut req: http::Request<Full<Bytes>>,
+) -> Result<http::Response<PooledBody>, PoolError> {
+    loop {
+        let (mut sender, reused) = match checkout(client, authority) {
+            Some(sender) => (sender, true),
+            None => (connect(connector, authority).await?, false),
+        };
+        if sender.ready().await.is_err() {
+            if reused {
+                continue;
+            }
+            return Err(PoolError::Connect);
+        }
+        match sender.try_send_request(req).await {
+            Ok(resp) => {
+                let back = Checkin {
+                    client,
+                    authority: authority.clone(),
+                    sender,
+                };
+                return Ok(resp.map(|body| PooledBody {
+                    inner: body,
+                    back: Some(back),
+                }));
+            }
+            Err(mut e) => match e.take_message() {
+                // Never written: the connection was found closed. Another one is tried (a new
+                // one at the latest, when every idle one was closed).
+                Some(unsent) if reused => req = unsent,
+                Some(_) => return Err(PoolError::Connect),
+                None => {
+                    tracing::debug!(error = %e.into_error(), "upstream exchange failed");
+                    return Err(PoolError::Exchange);
+                }
+            },
+        }
+    }
+}
+
+/// A new connection to `authority`: TCP, TLS (the connector's trust), the HTTP/1.1 handshake;
+/// the connection's task runs on this thread's runtime.
+async fn connect(
+    connector: &HttpsConnector<HttpConnector>,
+    authority: &Authority,
+) -> Result<SendRequest<Full<Bytes>>, PoolError> {
+    let uri = http::Uri::builder()
+        .scheme(http::uri::Scheme::HTTPS)
+        .authority(authority.clone())
+        .path_and_query("/")
+        .build()
+        .map_err(|_| PoolError::Connect)?;
+    let io = connector.clone().oneshot(uri).await.map_err(|e| {
+        tracing::debug!(error = %e, upstream = %authority, "upstream connect failed");
+        PoolError::Connect
+    })?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|_| PoolError::Connect)?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection closed");
+        }
+    });
+    Ok(sender)
+}
+
+/// What a finished answer gives back to the pool.
+struct Checkin {
+    client: usize,
+    authority: Authority,
+    sender: SendRequest<Full<Bytes>>,
+}
+
+pin_project_lite::pin_project! {
+    /// An upstream answer's body; when it has been read to its end, its connection goes back to
+    /// the pool (dropped earlier, the connection closes).
+    pub struct PooledBody {
+        #[pin]
+        inner: Incoming,
+        back: Option<Checkin>,
+    }
+
+    impl PinnedDrop for PooledBody {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            // A body with nothing more to read (its last frame read, or none at all, as for a
+            // `204` or a `HEAD`) leaves its connection reusable; any other closes it.
+            if http_body::Body::is_end_stream(&*this.inner)
+                && let Some(back) = this.back.take()
+            {
+                checkin(back.client, back.authority, back.sender);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PooledBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PooledBody")
+    }
+}
+
+impl http_body::Body for PooledBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        if frame.is_none()
+            && let Some(back) = this.back.take()
+        {
+            checkin(back.client, back.authority, back.sender);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
