@@ -53,35 +53,54 @@ fn same_authority(a: &str, uri: &Uri, ours: &str) -> bool {
     a == ours
 }
 
-/// The path rules of the module doc.
+/// The path rules of the module doc, in one pass over the bytes (every request is checked
+/// twice: by the canonical-target guard and again before it is appended to an upstream's base).
 pub fn check_path(path: &str) -> Result<(), &'static str> {
-    if !path.starts_with('/') || path.contains("//") || path.contains('\\') {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') {
         return Err(NOT_CANONICAL);
     }
-    let bytes = path.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or(NOT_CANONICAL)?;
-            let decoded = std::str::from_utf8(hex)
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or(NOT_CANONICAL)?;
-            if matches!(decoded, b'.' | b'/' | b'\\' | b'%' | 0x00..=0x1f | 0x7f) {
-                return Err(NOT_CANONICAL);
+    // The current segment starts at `seg`; its name ends at its first `;`, if any.
+    let mut seg = 1;
+    let mut name_end = None;
+    let mut i = 1;
+    loop {
+        match b.get(i) {
+            end @ (None | Some(b'/')) => {
+                if matches!(&b[seg..name_end.unwrap_or(i)], b"." | b"..") {
+                    return Err(NOT_CANONICAL);
+                }
+                if end.is_none() {
+                    return Ok(());
+                }
+                if i == seg {
+                    // An empty segment before a `/`: `//`.
+                    return Err(NOT_CANONICAL);
+                }
+                seg = i + 1;
+                name_end = None;
+                i += 1;
             }
-            i += 3;
-        } else {
-            i += 1;
+            Some(b'\\') => return Err(NOT_CANONICAL),
+            Some(b';') => {
+                name_end.get_or_insert(i);
+                i += 1;
+            }
+            Some(b'%') => {
+                let hex = |j: usize| b.get(j).and_then(|c| (*c as char).to_digit(16));
+                let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else {
+                    return Err(NOT_CANONICAL);
+                };
+                // Two hex digits: the value fits a byte.
+                let decoded = (hi * 16 + lo) as u8;
+                if matches!(decoded, b'.' | b'/' | b'\\' | b'%' | 0x00..=0x1f | 0x7f) {
+                    return Err(NOT_CANONICAL);
+                }
+                i += 3;
+            }
+            Some(_) => i += 1,
         }
     }
-    for segment in path.split('/').skip(1) {
-        let name = segment.split(';').next().unwrap_or(segment);
-        if name == "." || name == ".." {
-            return Err(NOT_CANONICAL);
-        }
-    }
-    Ok(())
 }
 
 /// This cell's public authority from its public URL (`https://Cell.Example:443/` →
@@ -96,6 +115,47 @@ pub fn authority_of(public_url: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The rules as first written (several passes): the one-pass check must agree with it.
+    fn reference(path: &str) -> Result<(), &'static str> {
+        if !path.starts_with('/') || path.contains("//") || path.contains('\\') {
+            return Err(NOT_CANONICAL);
+        }
+        let bytes = path.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = bytes.get(i + 1..i + 3).ok_or(NOT_CANONICAL)?;
+                let decoded = std::str::from_utf8(hex)
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or(NOT_CANONICAL)?;
+                if matches!(decoded, b'.' | b'/' | b'\\' | b'%' | 0x00..=0x1f | 0x7f) {
+                    return Err(NOT_CANONICAL);
+                }
+                i += 3;
+            } else {
+                i += 1;
+            }
+        }
+        for segment in path.split('/').skip(1) {
+            let name = segment.split(';').next().unwrap_or(segment);
+            if name == "." || name == ".." {
+                return Err(NOT_CANONICAL);
+            }
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+        #[test]
+        fn the_one_pass_check_agrees_with_the_reference(
+            path in "(/|[a-z]|\\.|;|%|[0-9a-fA-F]|\\\\|x|%2[eEfF]|%5[cC]|%00|%7[fF]|%25){0,12}"
+        ) {
+            proptest::prop_assert_eq!(check_path(&path), reference(&path), "{}", path);
+        }
+    }
 
     #[test]
     fn non_canonical_paths_are_refused() {
