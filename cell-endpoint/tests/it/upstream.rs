@@ -16,18 +16,7 @@ use cellbind_cell_endpoint::upstream::{Target, base_url, https_client};
 
 /// Serves `app` over TLS with the test PKI's certificate; its base URL.
 async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
-    let tls = cellbind_cell_endpoint::tls::load(&pki.cert, &pki.key)
-        .await
-        .unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let server = axum_server::from_tcp_rustls(listener, tls).unwrap();
-    tokio::spawn(async move {
-        let _ = server.serve(app.into_make_service()).await;
-    });
-    let e = protocol::Endpoint::parse(&format!("https://{addr}")).unwrap();
-    base_url("test", &e).unwrap()
+    serve_counting(pki, app).await.0
 }
 
 /// An upstream target (the edge's client) in front of `app` served over TLS.
