@@ -89,7 +89,12 @@ fn checkout(client: usize, authority: &Authority) -> Option<SendRequest<Full<Byt
 
 /// Puts a connection whose answer has ended back with this thread's idle ones; the oldest
 /// go first when they are too old or too many.
-fn checkin(client: usize, authority: Authority, sender: SendRequest<Full<Bytes>>) {
+fn checkin(back: Checkin) {
+    let Checkin {
+        client,
+        authority,
+        sender,
+    } = back;
     if sender.is_closed() {
         return;
     }
@@ -222,7 +227,7 @@ pin_project_lite::pin_project! {
             if http_body::Body::is_end_stream(&*this.inner)
                 && let Some(back) = this.back.take()
             {
-                checkin(back.client, back.authority, back.sender);
+                checkin(back);
             }
         }
     }
@@ -247,7 +252,7 @@ impl http_body::Body for PooledBody {
         if frame.is_none()
             && let Some(back) = this.back.take()
         {
-            checkin(back.client, back.authority, back.sender);
+            checkin(back);
         }
         Poll::Ready(frame)
     }

@@ -140,6 +140,16 @@ pub enum SendError {
 /// caller that skipped the routing guard still cannot send a dot segment or an encoded slash;
 /// a target `http` would read differently from the bytes given is `None`.
 pub fn upstream_uri(base: &Base, path_and_query: &str) -> Option<http::Uri> {
+    http::Uri::builder()
+        .scheme(Scheme::HTTPS)
+        .authority(base.authority.clone())
+        .path_and_query(upstream_target(base, path_and_query)?)
+        .build()
+        .ok()
+}
+
+/// The origin-form target of [`upstream_uri`] (what goes on the request line).
+fn upstream_target(base: &Base, path_and_query: &str) -> Option<PathAndQuery> {
     let (path, query) = match path_and_query.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
@@ -151,15 +161,7 @@ pub fn upstream_uri(base: &Base, path_and_query: &str) -> Option<http::Uri> {
         PathAndQuery::try_from(format!("{}{path_and_query}", base.prefix)).ok()?
     };
     let same = pq.path().strip_prefix(&*base.prefix) == Some(path) && pq.query() == query;
-    if !same {
-        return None;
-    }
-    http::Uri::builder()
-        .scheme(Scheme::HTTPS)
-        .authority(base.authority.clone())
-        .path_and_query(pq)
-        .build()
-        .ok()
+    same.then_some(pq)
 }
 
 /// An upstream base URL from the configuration (https only; an [`Endpoint`] has no query or
@@ -229,18 +231,18 @@ impl Target {
                 if let [base] = &bases[..] {
                     // One base (a load balancer, the app): nothing to fail over to, so the
                     // request is moved, not copied.
-                    let uri = upstream_uri(base, pq).ok_or(SendError::BadTarget)?;
+                    let target = upstream_target(base, pq).ok_or(SendError::BadTarget)?;
                     let (parts, body) = req.into_parts();
-                    return exchange(client, base, uri, parts, body, timeout).await;
+                    return exchange(client, base, target, parts, body, timeout).await;
                 }
                 // Every base gets the ATTACKS A23 check before anything is sent.
-                let uris = bases
+                let targets = bases
                     .iter()
-                    .map(|b| upstream_uri(b, pq).ok_or(SendError::BadTarget))
+                    .map(|b| upstream_target(b, pq).ok_or(SendError::BadTarget))
                     .collect::<Result<Vec<_>, _>>()?;
                 let (parts, body) = req.into_parts();
                 let resend = resendable(&parts.method);
-                let n = uris.len();
+                let n = targets.len();
                 let start = preferred
                     .load(Ordering::Relaxed)
                     .checked_rem(n)
@@ -252,14 +254,14 @@ impl Target {
                 };
                 let order = bases
                     .iter()
-                    .zip(uris)
+                    .zip(targets)
                     .enumerate()
                     .cycle()
                     .skip(start)
                     .take(n);
-                for (i, (base, uri)) in order {
+                for (i, (base, target)) in order {
                     let attempt =
-                        exchange(client, base, uri, parts.clone(), body.clone(), timeout).await;
+                        exchange(client, base, target, parts.clone(), body.clone(), timeout).await;
                     let failed = match attempt {
                         Ok(resp) => {
                             if i != start {
@@ -285,22 +287,18 @@ impl Target {
 }
 
 /// One attempt: `parts` (method and headers; a fresh HTTP/1.1 request, see `forward::build`)
-/// with `body` to `uri` (checked by [`upstream_uri`]) of `base`: sent in origin form with
-/// `base`'s `Host`. `timeout` bounds the whole exchange: the answer's head, then its body as
+/// with `body` to `target` of `base` (checked by [`upstream_target`]), with `base`'s `Host`. `timeout` bounds the whole exchange: the answer's head, then its body as
 /// the client reads it (an upstream that stalls mid-body ends the answer with an error rather
 /// than holding the client's connection).
 async fn exchange(
     client: &HttpsClient,
     base: &Base,
-    uri: http::Uri,
+    target: PathAndQuery,
     mut parts: http::request::Parts,
     body: Bytes,
     timeout: Duration,
 ) -> Result<Response, SendError> {
-    parts.uri = match uri.path_and_query() {
-        Some(pq) => http::Uri::from(pq.clone()),
-        None => return Err(SendError::BadTarget),
-    };
+    parts.uri = http::Uri::from(target);
     parts.headers.insert(header::HOST, base.host.clone());
     let req = http::Request::from_parts(parts, Full::new(body));
     let deadline = tokio::time::Instant::now() + timeout;
