@@ -177,7 +177,7 @@ impl Edge {
     /// Installs a whole view (start-up from disk, tests).
     pub fn install(&self, state: CellState) {
         let _g = self.apply_lock.lock();
-        self.state.store(Some(Arc::new(state)));
+        self.state.store(Some(Arc::new(state.stamped())));
     }
 
     /// Records a successful feed sync now (renews the write lease).
@@ -261,7 +261,7 @@ impl Edge {
                 // Revocations that can match nothing this instance accepts are dropped here:
                 // the feed never removes them.
                 revocation_compaction::compact(&mut n, lifetime_s, now);
-                Arc::new(n)
+                Arc::new(n.stamped())
             }
             Err(e) => {
                 self.metrics.feed_rejected();

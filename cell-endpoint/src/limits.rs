@@ -1,13 +1,22 @@
 //! Rate limits (governor): per client IP for every request, per subject for validated ones.
 //! Both answer `429 RATE_LIMITED` with `Retry-After`. Also where a request's client address
 //! is recorded once established ([`ClientIp`], [`client_ip`]).
+//!
+//! A subject's limiter is one shared object ([`SubjectLimiter`]) that every cached session of
+//! the subject holds (`token_cache::Validated`): a request checks it directly, without hashing
+//! the subject and probing a map of every subject (at a million cached sessions those probes
+//! were cache misses costing about a microsecond per request). The map of subjects is only
+//! consulted when a token is verified, and a subject leaves it when no cached session holds
+//! its limiter any more (housekeeping), so two sessions of one subject always share one.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::{ConnectInfo, Request};
 use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::SubjectId;
 
 use crate::config::Settings;
@@ -16,12 +25,38 @@ use crate::error::EdgeError;
 /// How often idle limiter entries are dropped, in seconds.
 pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
 
-/// The keyed limiters.
+/// One subject's rate limit, shared by every cached session of the subject.
+#[derive(Debug)]
+pub struct SubjectLimiter {
+    limiter: DefaultDirectRateLimiter,
+}
+
+impl SubjectLimiter {
+    /// One request of this subject: allowed, or `429` with the wait.
+    pub fn check(&self) -> Result<(), EdgeError> {
+        self.limiter.check().map_err(|n| EdgeError::RateLimited {
+            retry_after_s: retry_after(self.limiter.clock(), &n),
+        })
+    }
+}
+
+/// The limiters: per IP (keyed) and per subject (one shared [`SubjectLimiter`] each).
 #[derive(Debug)]
 pub struct Limits {
     per_ip: DefaultKeyedRateLimiter<IpAddr>,
-    per_subject: DefaultKeyedRateLimiter<SubjectId>,
+    subject_quota: Quota,
+    /// Every subject whose limiter a cached session may hold. Locked only when a token is
+    /// verified (after a signature check) and by housekeeping, never on a cached request.
+    subjects: Mutex<HashMap<SubjectId, Arc<SubjectLimiter>>>,
     clock: DefaultClock,
+}
+
+fn retry_after(
+    clock: &DefaultClock,
+    not_until: &governor::NotUntil<governor::clock::QuantaInstant>,
+) -> u64 {
+    let wait = not_until.wait_time_from(clock.now());
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 fn quota(per_s: u32, burst: u32) -> Quota {
@@ -34,36 +69,54 @@ impl Limits {
     pub fn new(s: &Settings) -> Self {
         Self {
             per_ip: RateLimiter::keyed(quota(s.rate_per_ip_per_s, s.burst_per_ip)),
-            per_subject: RateLimiter::keyed(quota(s.rate_per_subject_per_s, s.burst_per_subject)),
+            subject_quota: quota(s.rate_per_subject_per_s, s.burst_per_subject),
+            subjects: Mutex::new(HashMap::new()),
             clock: DefaultClock::default(),
         }
-    }
-
-    fn retry_after(&self, not_until: &governor::NotUntil<governor::clock::QuantaInstant>) -> u64 {
-        let wait = not_until.wait_time_from(self.clock.now());
-        wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
     }
 
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), EdgeError> {
         self.per_ip
             .check_key(&ip)
             .map_err(|n| EdgeError::RateLimited {
-                retry_after_s: self.retry_after(&n),
+                retry_after_s: retry_after(&self.clock, &n),
             })
     }
 
-    pub fn check_subject(&self, sub: &SubjectId) -> Result<(), EdgeError> {
-        self.per_subject
-            .check_key(sub)
-            .map_err(|n| EdgeError::RateLimited {
-                retry_after_s: self.retry_after(&n),
+    /// The limiter of `sub`: the one its other cached sessions hold, else a new one.
+    pub fn subject(&self, sub: &SubjectId) -> Arc<SubjectLimiter> {
+        // A panic elsewhere while holding the lock leaves the map whole (every change is one
+        // insert or retain), so a poisoned lock is used as it is.
+        let mut subjects = self.subjects.lock().unwrap_or_else(PoisonError::into_inner);
+        subjects
+            .entry(sub.clone())
+            .or_insert_with(|| {
+                Arc::new(SubjectLimiter {
+                    limiter: RateLimiter::direct_with_clock(self.subject_quota, self.clock.clone()),
+                })
             })
+            .clone()
     }
 
-    /// Drops idle entries so memory stays bounded (call every [`LIMITER_HOUSEKEEPING_S`]).
+    /// Subjects whose limiter some cached session holds.
+    pub fn subjects_held(&self) -> usize {
+        self.subjects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Drops idle per-IP entries, and the subjects no cached session holds any more, so memory
+    /// stays bounded (call every [`LIMITER_HOUSEKEEPING_S`]). A subject still held stays: a new
+    /// session of it must share the limiter its other sessions use.
     pub fn retain_recent(&self) {
         self.per_ip.retain_recent();
-        self.per_subject.retain_recent();
+        // Under the lock no one can take another handle from the map, so a count of one
+        // (the map's own) cannot grow before the entry goes.
+        self.subjects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, l| Arc::strong_count(l) > 1);
     }
 }
 
@@ -89,5 +142,46 @@ pub fn client_ip(req: &Request) -> Option<IpAddr> {
     match req.extensions().get::<ClientIp>() {
         Some(ClientIp(ip)) => Some(*ip),
         None => peer_of(req),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::CellId;
+
+    fn limits(burst: u32) -> Limits {
+        let mut s = Settings::new(CellId::new("cell-03").unwrap(), "https://127.0.0.3:8443");
+        s.rate_per_subject_per_s = 1;
+        s.burst_per_subject = burst;
+        Limits::new(&s)
+    }
+
+    #[test]
+    fn the_sessions_of_one_subject_share_one_limiter_while_any_holds_it() {
+        let l = limits(2);
+        let alice = SubjectId::new("c-1.tech1").unwrap();
+        let bob = SubjectId::new("c-1.tech2").unwrap();
+        let (a1, a2, b) = (l.subject(&alice), l.subject(&alice), l.subject(&bob));
+        assert!(Arc::ptr_eq(&a1, &a2));
+        assert!(!Arc::ptr_eq(&a1, &b));
+        // The burst of two is the subject's, whichever session spends it.
+        a1.check().unwrap();
+        a2.check().unwrap();
+        assert!(matches!(
+            a1.check(),
+            Err(EdgeError::RateLimited { retry_after_s: 1 })
+        ));
+        b.check().unwrap();
+        // Housekeeping keeps a subject some session holds: a new session of it shares the
+        // spent limiter instead of getting a fresh burst.
+        drop(a2);
+        l.retain_recent();
+        assert_eq!(l.subjects_held(), 2);
+        assert!(l.subject(&alice).check().is_err());
+        // Once no session holds it, it goes.
+        drop((a1, b));
+        l.retain_recent();
+        assert_eq!(l.subjects_held(), 0);
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use protocol::feed::{Change, FeedBody, FeedKey, FeedResponse, Snapshot};
 use protocol::jwks::{KeySet, PublicKey};
@@ -27,8 +28,9 @@ pub const STATE_FILE: &str = "state.json";
 pub const MAX_STATE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// One immutable view of the cell. Derived indexes (key set, revocation matcher) are built
-/// once when the view is made.
-#[derive(Debug, Clone)]
+/// once when the view is made. A clone is not installed (its stamp is 0): its fields may
+/// still change before it is.
+#[derive(Debug)]
 pub struct CellState {
     pub cell: CellId,
     /// Last feed sequence number applied.
@@ -45,7 +47,30 @@ pub struct CellState {
     /// `snapshot.ownership` as a hash index: the per-request ownership lookup is one hash
     /// probe, not a walk of string comparisons down a B-tree of every contractor.
     owners: HashMap<ContractorId, OwnershipRecord>,
+    /// Which install this view is ([`CellState::stamp`]); 0 until installed.
+    stamp: u64,
 }
+
+impl Clone for CellState {
+    fn clone(&self) -> Self {
+        Self {
+            cell: self.cell.clone(),
+            seq: self.seq,
+            head: self.head,
+            confirmed_at: self.confirmed_at,
+            epoch: self.epoch.clone(),
+            snapshot: self.snapshot.clone(),
+            keyset: self.keyset.clone(),
+            revocations: self.revocations.clone(),
+            owners: self.owners.clone(),
+            stamp: 0,
+        }
+    }
+}
+
+/// The last stamp given to an installed view (process-wide, so two edges in one process never
+/// share one).
+static LAST_STAMP: AtomicU64 = AtomicU64::new(0);
 
 /// The persisted form of a [`CellState`].
 #[derive(Debug, Serialize, Deserialize)]
@@ -106,6 +131,7 @@ impl CellState {
             keyset,
             revocations,
             owners,
+            stamp: 0,
         })
     }
 
@@ -238,6 +264,20 @@ impl CellState {
     /// Whether a kid is in the key set.
     pub fn has_kid(&self, kid: &Kid) -> bool {
         self.keyset.contains(kid.as_str())
+    }
+
+    /// This view's install: distinct for every view the edge installs (never reused in the
+    /// process), 0 for a view not installed. A cached session remembers the stamp of the view
+    /// it passed the view's checks under (`token_cache::ServedUnder`).
+    pub fn stamp(&self) -> u64 {
+        self.stamp
+    }
+
+    /// This view with a fresh stamp: called by the edge when it installs it, after the last
+    /// change to it, so a stamp names one content.
+    pub(crate) fn stamped(mut self) -> Self {
+        self.stamp = LAST_STAMP.fetch_add(1, Ordering::Relaxed) + 1;
+        self
     }
 }
 

@@ -9,6 +9,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::{HeaderName, HeaderValue};
 use protocol::Kid;
@@ -18,22 +19,36 @@ use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use crate::error::EdgeError;
+use crate::limits::SubjectLimiter;
 use crate::state::CellState;
 
 /// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
 /// active sessions than this per instance only cost signature checks, never a wrong verdict.
 pub const TOKEN_CACHE_CAPACITY: usize = 32_768;
 
-/// Memory one cached session costs, in bytes, as measured by `benches/state.rs` (770–800 from
+/// Memory one cached session costs, in bytes, as measured by `benches/state.rs` (790–830 from
 /// 10k to 1M sessions): the token's SHA-256 (not the ~500-byte token), its claims, the
-/// rendered identity headers and the cache's slot. The default bound is thus ~25 MiB; 1M
-/// cached sessions take ~770 MiB.
-pub const CACHED_SESSION_BYTES: usize = 800;
+/// rendered identity headers, the view stamp, the expiry, the subject limiter's pointer and the
+/// cache's slot (the subject's limiter itself, ~170 bytes, is per subject). The default bound
+/// is thus ~27 MiB; 1M cached sessions take ~790 MiB.
+pub const CACHED_SESSION_BYTES: usize = 830;
 
 /// What the validation layer proved about a request; the forwarder reads it (as
 /// `Arc<Validated>` in the request extensions).
-#[derive(Debug, Clone)]
+///
+/// Laid out in declaration order (`repr(C)`): what a cached request reads — the stamp, the
+/// expiry, the limiter — comes first, beside the `Arc`'s counts it touches anyway, so a
+/// session that is not in the CPU caches costs one miss here rather than three.
+#[derive(Debug)]
+#[repr(C)]
 pub struct Validated {
+    /// The view under which this session last passed the checks that depend only on the
+    /// view ([`ServedUnder`]).
+    pub served_under: ServedUnder,
+    /// `claims.exp` plus the leeway: from then on the cached entry is dead.
+    dead_at: u64,
+    /// The subject's rate limit, shared with the subject's other sessions.
+    pub subject_limiter: Arc<SubjectLimiter>,
     pub kid: Kid,
     pub claims: SessionClaims,
     /// `X-Cellbind-Subject`, `-Contractor`, `-Generation`, `-Session`, rendered once when the
@@ -41,10 +56,39 @@ pub struct Validated {
     pub identity_headers: [(HeaderName, HeaderValue); 4],
 }
 
+/// The stamp ([`CellState::stamp`]) of the installed view under which a session's key was
+/// held, the session not revoked, and its contractor active here at its generation — every
+/// check that depends on the view alone. Views are immutable once installed and each install
+/// takes a new stamp, so while the same view is installed those checks would give the same
+/// answer: a cached session skips them (their hash probes were most of a cached request's
+/// cost at scale). A new view (a revocation, a key or ownership change) has another stamp, so
+/// the first request under it checks everything again. Expiry, the rate limit, the revocation
+/// freshness bound and the write lease are checked on every request.
+#[derive(Debug, Default)]
+pub struct ServedUnder(AtomicU64);
+
+impl ServedUnder {
+    /// Whether the session passed the view's checks under `state` (never for an uninstalled
+    /// view: stamp 0).
+    pub fn is(&self, state: &CellState) -> bool {
+        let stamp = state.stamp();
+        stamp != 0 && self.0.load(Ordering::Relaxed) == stamp
+    }
+
+    /// Records that the session passed the view's checks under `state`.
+    pub fn set(&self, state: &CellState) {
+        self.0.store(state.stamp(), Ordering::Relaxed);
+    }
+}
+
 impl Validated {
     /// Builds the forwarded identity headers from verified claims. Every id type is
     /// restricted to header-safe ASCII, so this cannot fail for a verified token.
-    pub fn new(kid: Kid, claims: SessionClaims) -> Result<Self, EdgeError> {
+    pub fn new(
+        kid: Kid,
+        claims: SessionClaims,
+        subject_limiter: Arc<SubjectLimiter>,
+    ) -> Result<Self, EdgeError> {
         let value = |s: &str| {
             HeaderValue::from_str(s).map_err(|_| EdgeError::Upstream("identity header".into()))
         };
@@ -67,6 +111,9 @@ impl Validated {
             ),
         ];
         Ok(Self {
+            served_under: ServedUnder::default(),
+            dead_at: claims.exp.saturating_add(LEEWAY_S),
+            subject_limiter,
             kid,
             claims,
             identity_headers,
@@ -145,22 +192,23 @@ impl TokenCache {
         if !bool::from(hit.digest[..].ct_eq(&d[..])) {
             return None;
         }
-        if now >= hit.verified.claims.exp.saturating_add(LEEWAY_S) {
+        if now >= hit.verified.dead_at {
             self.cache.remove(&k);
             return None;
         }
-        if !state.has_kid(&hit.verified.kid) {
+        if !hit.verified.served_under.is(state) && !state.has_kid(&hit.verified.kid) {
             return None;
         }
-        Some(hit.verified.clone())
+        Some(hit.verified)
     }
 
     pub(crate) fn insert(
         &self,
         token: &str,
         v: protocol::token::Verified<SessionClaims>,
+        subject_limiter: Arc<SubjectLimiter>,
     ) -> Result<Arc<Validated>, EdgeError> {
-        let verified = Arc::new(Validated::new(v.kid, v.claims)?);
+        let verified = Arc::new(Validated::new(v.kid, v.claims, subject_limiter)?);
         let d = digest(token);
         self.cache.insert(
             self.key(&d),

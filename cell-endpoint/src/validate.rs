@@ -18,6 +18,12 @@
 //!
 //! The verified claims are put in the request extensions for the forwarder. Steps 5 and 6 (and
 //! the revocation freshness bound, when configured) apply to `/api/*` only.
+//!
+//! A cached session that passed the key, revocation and ownership checks under the installed
+//! view (active here at its generation) is remembered to have (`token_cache::ServedUnder`):
+//! until another view is installed its requests skip those three lookups, whose answers cannot
+//! have changed. Expiry, the CSRF proof, the rate limit, the freshness bound and the lease are
+//! checked on every request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +32,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request};
 use protocol::Kid;
 use protocol::http::{Presented, Source};
-use protocol::ownership::{Access, Decision, decide, wrong_cell_target};
+use protocol::ownership::{Access, Decision, OwnershipRecord, decide, wrong_cell_target};
 use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, parse};
 
 use crate::edge::Edge;
@@ -93,12 +99,15 @@ impl Edge {
                     leeway_s: LEEWAY_S,
                 };
                 let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;
-                self.token_cache().insert(token, v)?
+                let limiter = self.limits().subject(&v.claims.sub);
+                self.token_cache().insert(token, v, limiter)?
             }
         };
-        if state
-            .revocations
-            .is_revoked(&verified.claims, &verified.kid)
+        // Passed under this very view: its revocations were checked then (`ServedUnder`).
+        if !verified.served_under.is(state)
+            && state
+                .revocations
+                .is_revoked(&verified.claims, &verified.kid)
         {
             return Err(EdgeError::Revoked);
         }
@@ -202,9 +211,22 @@ impl Edge {
         let state = self.ready_state()?;
         let settings = self.settings();
         let verified = self.resolve_now(&state, headers, access)?.validated;
-        self.limits().check_subject(&verified.claims.sub)?;
+        verified.subject_limiter.check()?;
         let c = &verified.claims;
-        let decision = decide(state.ownership(&c.ctr), c.r#gen, access);
+        // The ownership decision, unless the session passed every check of this view already.
+        let decision = if verified.served_under.is(&state) {
+            Decision::Serve
+        } else {
+            let record = state.ownership(&c.ctr);
+            let decision = decide(record, c.r#gen, access);
+            // Served for any access (active here at the session's generation), and its key
+            // and revocations checked under this view by `resolve_now`: remembered.
+            if decision == Decision::Serve && matches!(record, Some(OwnershipRecord::Active { .. }))
+            {
+                verified.served_under.set(&state);
+            }
+            decision
+        };
         match decision {
             Decision::Serve => {}
             Decision::HandoffInProgress => return Err(EdgeError::Handoff),

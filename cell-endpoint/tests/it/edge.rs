@@ -783,3 +783,74 @@ async fn a_state_without_keys_is_not_ready_rather_than_401() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(code(&body), "NOT_READY");
 }
+
+/// A cached session that passed every check of the installed view skips the view's checks
+/// while that view stays (`ServedUnder`); a view installed anew, whatever path installs it,
+/// is checked anew: a release, a revocation and a removed key all bite on the next request.
+#[tokio::test]
+async fn a_view_installed_anew_is_checked_anew_for_cached_sessions() {
+    let (edge, seen, _c) = edge();
+    let c = claims(CTR, 1);
+    let token = mint(&c);
+    for _ in 0..2 {
+        assert_eq!(
+            send(&edge, get("/api/x", Some(&token))).await.0,
+            StatusCode::OK
+        );
+    }
+    // Each install is a new stamp; a clone of an installed view is not installed.
+    let first = edge.current().unwrap();
+    assert_ne!(first.stamp(), 0);
+    assert_eq!(first.as_ref().clone().stamp(), 0);
+
+    let mut released = snapshot();
+    released.ownership.insert(
+        ContractorId::new(CTR).unwrap(),
+        OwnershipRecord::Released {
+            r#gen: Generation(1),
+            successor: protocol::CellId::new(OTHER_CELL).unwrap(),
+            successor_gen: Generation(2),
+        },
+    );
+    edge.install(CellState::from_snapshot(cell(), 11, 11, NOW, released).unwrap());
+    assert!(edge.current().unwrap().stamp() > first.stamp());
+    let (status, _, body) = send(&edge, get("/api/x", Some(&token))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(code(&body), "WRONG_CELL");
+
+    // Back to the first content, installed again: served (and remembered) again.
+    edge.install(state());
+    for _ in 0..2 {
+        assert_eq!(
+            send(&edge, get("/api/x", Some(&token))).await.0,
+            StatusCode::OK
+        );
+    }
+    let mut revoked = snapshot();
+    revoked.revocations.push(Revocation {
+        seq: 11,
+        kind: RevocationKind::Session {
+            jti: c.jti.clone(),
+            exp: c.exp,
+        },
+        at: NOW,
+        by: "self".into(),
+        reason: "sign-out".into(),
+    });
+    edge.install(CellState::from_snapshot(cell(), 11, 11, NOW, revoked).unwrap());
+    let (status, _, body) = send(&edge, get("/api/x", Some(&token))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "SESSION_REVOKED");
+
+    edge.install(state());
+    assert_eq!(
+        send(&edge, get("/api/x", Some(&token))).await.0,
+        StatusCode::OK
+    );
+    let mut keyless = snapshot();
+    keyless.keys = vec![feed_key(&key("k-next", 8), KeyStatus::Current)];
+    edge.install(CellState::from_snapshot(cell(), 11, 11, NOW, keyless).unwrap());
+    let (status, _, _) = send(&edge, get("/api/x", Some(&token))).await;
+    assert_ne!(status, StatusCode::OK);
+    assert_eq!(seen.count(), 5);
+}
