@@ -6,8 +6,8 @@
 //! serves to the cell's app. [`app`] builds the whole service so tests drive it in-process.
 //!
 //! Layout, from the ground up (no module imports one above it):
-//! - parts with no knowledge of the request path: [`error`], [`metrics`], [`config`],
-//!   [`client_ip`], [`state`], [`origin`], [`target`], [`revocation_freshness`],
+//! - parts with no knowledge of the request path: [`error`], [`subject_limit`], [`metrics`],
+//!   [`config`], [`client_ip`], [`state`], [`origin`], [`target`], [`revocation_freshness`],
 //!   [`revocation_compaction`], [`drain`], [`conn`], [`limits`], [`token_cache`],
 //!   [`pool`], [`upstream`], [`tls`], and the generic [`guard`] layer;
 //! - [`edge`]: [`Edge`], everything the request path shares, built from those parts;
@@ -39,6 +39,7 @@ pub mod revocation_freshness;
 pub mod server;
 pub mod service;
 pub mod state;
+pub mod subject_limit;
 pub mod sync;
 pub mod target;
 pub mod tls;

@@ -5,9 +5,9 @@
 //! A subject's limiter is one shared object ([`SubjectLimiter`]) that every cached session of
 //! the subject holds (`token_cache::Validated`): a request checks it directly, without hashing
 //! the subject and probing a map of every subject (at a million cached sessions those probes
-//! were cache misses costing about a microsecond per request). The map of subjects is only
-//! consulted when a token is verified, and a subject leaves it when no cached session holds
-//! its limiter any more (housekeeping), so two sessions of one subject always share one.
+//! were cache misses costing about a microsecond per request). The map of subjects here is
+//! only consulted when a token is verified, and a subject leaves it when no cached session
+//! holds its limiter any more (housekeeping), so two sessions of one subject always share one.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -15,30 +15,17 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::{ConnectInfo, Request};
-use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::clock::DefaultClock;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::SubjectId;
 
 use crate::config::Settings;
 use crate::error::EdgeError;
+pub use crate::subject_limit::SubjectLimiter;
+use crate::subject_limit::retry_after;
 
 /// How often idle limiter entries are dropped, in seconds.
 pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
-
-/// One subject's rate limit, shared by every cached session of the subject.
-#[derive(Debug)]
-pub struct SubjectLimiter {
-    limiter: DefaultDirectRateLimiter,
-}
-
-impl SubjectLimiter {
-    /// One request of this subject: allowed, or `429` with the wait.
-    pub fn check(&self) -> Result<(), EdgeError> {
-        self.limiter.check().map_err(|n| EdgeError::RateLimited {
-            retry_after_s: retry_after(self.limiter.clock(), &n),
-        })
-    }
-}
 
 /// The limiters: per IP (keyed) and per subject (one shared [`SubjectLimiter`] each).
 #[derive(Debug)]
@@ -49,14 +36,6 @@ pub struct Limits {
     /// verified (after a signature check) and by housekeeping, never on a cached request.
     subjects: Mutex<HashMap<SubjectId, Arc<SubjectLimiter>>>,
     clock: DefaultClock,
-}
-
-fn retry_after(
-    clock: &DefaultClock,
-    not_until: &governor::NotUntil<governor::clock::QuantaInstant>,
-) -> u64 {
-    let wait = not_until.wait_time_from(clock.now());
-    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 fn quota(per_s: u32, burst: u32) -> Quota {
@@ -91,9 +70,7 @@ impl Limits {
         subjects
             .entry(sub.clone())
             .or_insert_with(|| {
-                Arc::new(SubjectLimiter {
-                    limiter: RateLimiter::direct_with_clock(self.subject_quota, self.clock.clone()),
-                })
+                Arc::new(SubjectLimiter::new(self.subject_quota, self.clock.clone()))
             })
             .clone()
     }

@@ -30,7 +30,7 @@ pub const MAX_STATE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// One immutable view of the cell. Derived indexes (key set, revocation matcher) are built
 /// once when the view is made. A clone is not installed (its stamp is 0): its fields may
 /// still change before it is.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CellState {
     pub cell: CellId,
     /// Last feed sequence number applied.
@@ -48,23 +48,17 @@ pub struct CellState {
     /// probe, not a walk of string comparisons down a B-tree of every contractor.
     owners: HashMap<ContractorId, OwnershipRecord>,
     /// Which install this view is ([`CellState::stamp`]); 0 until installed.
-    stamp: u64,
+    stamp: Stamp,
 }
 
-impl Clone for CellState {
+/// Which install a view is ([`CellState::stamp`]). A clone is a view not installed (its fields
+/// may still change before it is), so cloning gives 0.
+#[derive(Debug, Default)]
+struct Stamp(u64);
+
+impl Clone for Stamp {
     fn clone(&self) -> Self {
-        Self {
-            cell: self.cell.clone(),
-            seq: self.seq,
-            head: self.head,
-            confirmed_at: self.confirmed_at,
-            epoch: self.epoch.clone(),
-            snapshot: self.snapshot.clone(),
-            keyset: self.keyset.clone(),
-            revocations: self.revocations.clone(),
-            owners: self.owners.clone(),
-            stamp: 0,
-        }
+        Stamp(0)
     }
 }
 
@@ -131,7 +125,7 @@ impl CellState {
             keyset,
             revocations,
             owners,
-            stamp: 0,
+            stamp: Stamp::default(),
         })
     }
 
@@ -270,13 +264,13 @@ impl CellState {
     /// process), 0 for a view not installed. A cached session remembers the stamp of the view
     /// it passed the view's checks under (`token_cache::ServedUnder`).
     pub fn stamp(&self) -> u64 {
-        self.stamp
+        self.stamp.0
     }
 
     /// This view with a fresh stamp: called by the edge when it installs it, after the last
     /// change to it, so a stamp names one content.
     pub(crate) fn stamped(mut self) -> Self {
-        self.stamp = LAST_STAMP.fetch_add(1, Ordering::Relaxed) + 1;
+        self.stamp = Stamp(LAST_STAMP.fetch_add(1, Ordering::Relaxed) + 1);
         self
     }
 }

@@ -19,8 +19,8 @@ use sha2::Digest as _;
 use subtle::ConstantTimeEq as _;
 
 use crate::error::EdgeError;
-use crate::limits::SubjectLimiter;
 use crate::state::CellState;
+use crate::subject_limit::SubjectLimiter;
 
 /// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
 /// active sessions than this per instance only cost signature checks, never a wrong verdict.

@@ -186,6 +186,20 @@ async fn a_session_older_than_the_owners_generation_is_sent_to_sign_in_here() {
     assert_eq!(body["owner_endpoint"], ISSUER);
 }
 
+/// The revocation of the session `c` by its own sign-out, as feed entry 11.
+fn sign_out(c: &protocol::token::SessionClaims) -> Revocation {
+    Revocation {
+        seq: 11,
+        kind: RevocationKind::Session {
+            jti: c.jti.clone(),
+            exp: c.exp,
+        },
+        at: NOW,
+        by: "self".into(),
+        reason: "sign-out".into(),
+    }
+}
+
 #[tokio::test]
 async fn revocation_is_checked_on_every_request_even_for_a_cached_token() {
     let (edge, seen, _c) = edge();
@@ -195,17 +209,7 @@ async fn revocation_is_checked_on_every_request_even_for_a_cached_token() {
         send(&edge, get("/api/x", Some(&token))).await.0,
         StatusCode::OK
     );
-    let revoke = Revocation {
-        seq: 11,
-        kind: RevocationKind::Session {
-            jti: c.jti.clone(),
-            exp: c.exp,
-        },
-        at: NOW,
-        by: "self".into(),
-        reason: "sign-out".into(),
-    };
-    edge.apply_feed(10, delta(10, vec![Change::Revocation(revoke)]))
+    edge.apply_feed(10, delta(10, vec![Change::Revocation(sign_out(&c))]))
         .unwrap();
     let (status, _, body) = send(&edge, get("/api/x", Some(&token))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -827,16 +831,7 @@ async fn a_view_installed_anew_is_checked_anew_for_cached_sessions() {
         );
     }
     let mut revoked = snapshot();
-    revoked.revocations.push(Revocation {
-        seq: 11,
-        kind: RevocationKind::Session {
-            jti: c.jti.clone(),
-            exp: c.exp,
-        },
-        at: NOW,
-        by: "self".into(),
-        reason: "sign-out".into(),
-    });
+    revoked.revocations.push(sign_out(&c));
     edge.install(CellState::from_snapshot(cell(), 11, 11, NOW, revoked).unwrap());
     let (status, _, body) = send(&edge, get("/api/x", Some(&token))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);

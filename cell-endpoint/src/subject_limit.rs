@@ -1,0 +1,39 @@
+//! One subject's rate limit ([`SubjectLimiter`]), the object every cached session of the
+//! subject holds (`token_cache::Validated`) and `limits` hands out, one per subject. A part of
+//! its own so that the token cache holds it without depending on the limits' configuration.
+
+use governor::clock::{Clock as _, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::error::EdgeError;
+
+/// One subject's rate limit, shared by every cached session of the subject.
+#[derive(Debug)]
+pub struct SubjectLimiter {
+    limiter: DefaultDirectRateLimiter,
+}
+
+impl SubjectLimiter {
+    /// A full bucket of `quota`, timed by `clock`.
+    pub fn new(quota: Quota, clock: DefaultClock) -> Self {
+        Self {
+            limiter: RateLimiter::direct_with_clock(quota, clock),
+        }
+    }
+
+    /// One request of this subject: allowed, or `429` with the wait.
+    pub fn check(&self) -> Result<(), EdgeError> {
+        self.limiter.check().map_err(|n| EdgeError::RateLimited {
+            retry_after_s: retry_after(self.limiter.clock(), &n),
+        })
+    }
+}
+
+/// Whole seconds until `not_until` allows a request, rounded up (`Retry-After`).
+pub(crate) fn retry_after(
+    clock: &DefaultClock,
+    not_until: &governor::NotUntil<governor::clock::QuantaInstant>,
+) -> u64 {
+    let wait = not_until.wait_time_from(clock.now());
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
