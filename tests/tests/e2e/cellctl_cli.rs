@@ -56,7 +56,14 @@ async fn start_dev(dir: &Path, base: u16, stderr_file: &Path) -> Child {
         false
     })
     .await;
-    assert_eq!(ready, Ok(true), "cellctl dev did not come up");
+    if ready != Ok(true) {
+        let status = child.try_wait().ok().flatten();
+        let stderr = std::fs::read_to_string(stderr_file).unwrap_or_default();
+        panic!(
+            "cellctl dev did not come up (ready: {ready:?}, exit: {status:?}, port base {base}); \
+             its stderr:\n{stderr}"
+        );
+    }
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     child
