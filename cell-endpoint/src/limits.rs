@@ -76,7 +76,8 @@ impl Limits {
     }
 
     /// Subjects whose limiter some cached session holds.
-    pub fn subjects_held(&self) -> usize {
+    #[cfg(test)]
+    fn subjects_held(&self) -> usize {
         self.subjects
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

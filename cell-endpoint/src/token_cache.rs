@@ -75,8 +75,9 @@ impl ServedUnder {
         stamp != 0 && self.0.load(Ordering::Relaxed) == stamp
     }
 
-    /// Records that the session passed the view's checks under `state`.
-    pub fn set(&self, state: &CellState) {
+    /// Records that the session passed the view's checks under `state` (only validation,
+    /// after those checks, may say so).
+    pub(crate) fn set(&self, state: &CellState) {
         self.0.store(state.stamp(), Ordering::Relaxed);
     }
 }
