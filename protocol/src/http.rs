@@ -174,13 +174,24 @@ fn authorization(headers: &HeaderMap) -> Option<Result<&str, CredentialError>> {
     Some(bearer_token(value))
 }
 
+/// `value` as text when it is ASCII: what `HeaderValue::to_str` decides (a header value never
+/// holds a control byte other than tab, nor DEL, so the two differ only in speed), checked a
+/// machine word at a time instead of a byte at a time — a token is read on every request.
+fn header_text(value: &HeaderValue) -> Option<&str> {
+    let bytes = value.as_bytes();
+    if !bytes.is_ascii() {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
 fn bearer_token(value: &HeaderValue) -> Result<&str, CredentialError> {
     if value.len() > MAX_TOKEN_HEADER_BYTES + BEARER_PREFIX.len() {
         return Err(CredentialError::TooLarge {
             max: MAX_TOKEN_HEADER_BYTES,
         });
     }
-    let text = value.to_str().map_err(|_| CredentialError::NotText)?;
+    let text = header_text(value).ok_or(CredentialError::NotText)?;
     let token = text
         .strip_prefix(BEARER_PREFIX)
         .ok_or(CredentialError::NotBearer)?;

@@ -321,3 +321,20 @@ fn the_edge_forwards_only_the_chosen_session_cookie_and_the_app_none_of_ours() {
     assert!(cookies_without_session(&ours_only).is_none());
     assert!(cookies_without_session(&HeaderMap::new()).is_none());
 }
+
+/// The word-at-a-time text check agrees with `HeaderValue::to_str` on every byte a header
+/// value may hold, alone and inside a token.
+#[test]
+fn header_text_decides_what_to_str_decides() {
+    for b in 0..=255u8 {
+        let Ok(alone) = HeaderValue::from_bytes(&[b]) else {
+            continue;
+        };
+        assert_eq!(header_text(&alone), alone.to_str().ok(), "byte {b:#04x}");
+        let mut long = b"Bearer eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJjLTEudCJ9.".to_vec();
+        long.push(b);
+        long.extend_from_slice(b"c2lnbmF0dXJlc2lnbmF0dXJl");
+        let inside = HeaderValue::from_bytes(&long).unwrap();
+        assert_eq!(header_text(&inside), inside.to_str().ok(), "byte {b:#04x}");
+    }
+}
