@@ -167,9 +167,11 @@ pub struct Config {
     /// Most open connections from one client address.
     #[serde(default = "default_usize::<DEFAULT_MAX_CONNECTIONS_PER_IP>")]
     pub max_connections_per_ip: usize,
-    /// Most verified tokens the edge caches (a repeat token skips the signature check). Each
-    /// cached session costs about [`crate::token_cache::CACHED_SESSION_BYTES`] bytes, only once
-    /// it is held; a session beyond the bound costs a signature check, never a wrong verdict.
+    /// Most verified tokens the edge caches (a repeat token skips the signature check). The
+    /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
+    /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
+    /// [`crate::token_cache::CACHED_SESSION_BYTES`] a session); a session beyond the bound
+    /// costs a signature check, never a wrong verdict.
     #[serde(default = "default_usize::<{crate::token_cache::TOKEN_CACHE_CAPACITY}>")]
     pub token_cache_capacity: usize,
     /// Threads serving the public listener, each a single-threaded runtime with its own

@@ -849,3 +849,63 @@ async fn a_view_installed_anew_is_checked_anew_for_cached_sessions() {
     assert_ne!(status, StatusCode::OK);
     assert_eq!(seen.count(), 5);
 }
+
+/// An edge whose verified-token cache has `capacity` entries and whose rate limits do not
+/// bite (many sessions of one subject, each requested a few times).
+fn edge_caching(capacity: usize) -> (Edge, Seen, protocol::time::FakeClock) {
+    let mut s = settings();
+    s.token_cache_capacity = capacity;
+    s.rate_per_subject_per_s = u32::MAX;
+    s.burst_per_subject = u32::MAX;
+    edge_with(s, None)
+}
+
+/// Sessions up to a quarter of the bound are all held (each in the emptier of its two
+/// buckets, so none is pushed out by another), and a held session is served from the cache.
+#[tokio::test]
+async fn the_token_cache_holds_every_session_well_under_its_bound() {
+    let (edge, seen, _c) = edge_caching(4_096);
+    let tokens: Vec<String> = (0..1_024).map(|_| session()).collect();
+    for t in &tokens {
+        assert_eq!(send(&edge, get("/api/x", Some(t))).await.0, StatusCode::OK);
+    }
+    assert_eq!(edge.token_cache().len(), 1_024);
+    assert_eq!(edge.token_cache().slots(), 4_096);
+    for t in &tokens {
+        assert_eq!(send(&edge, get("/api/x", Some(t))).await.0, StatusCode::OK);
+    }
+    // Every second request was a hit: nothing more was inserted.
+    assert_eq!(edge.token_cache().len(), 1_024);
+    assert_eq!(seen.count(), 2_048);
+}
+
+/// More live sessions than the cache holds: every one is still served (a session pushed out
+/// costs only a signature check), the cache never holds more than its slots, and a session
+/// past its expiry leaves the cache on its next request.
+#[tokio::test]
+async fn more_sessions_than_the_token_cache_holds_are_all_served() {
+    let (edge, seen, clock) = edge_caching(64);
+    assert_eq!(edge.token_cache().slots(), 64);
+    let tokens: Vec<String> = (0..200).map(|_| session()).collect();
+    for round in 0..3 {
+        for t in &tokens {
+            assert_eq!(
+                send(&edge, get("/api/x", Some(t))).await.0,
+                StatusCode::OK,
+                "round {round}"
+            );
+        }
+        assert!(edge.token_cache().len() <= 64);
+    }
+    assert_eq!(seen.count(), 600);
+
+    let held = edge.token_cache().len();
+    assert!(held > 0);
+    clock.advance(protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S + 1);
+    for t in &tokens {
+        let (status, _, body) = send(&edge, get("/api/x", Some(t))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(code(&body), "SESSION_EXPIRED");
+    }
+    assert_eq!(edge.token_cache().len(), 0);
+}
