@@ -236,13 +236,22 @@ impl Slot {
 /// one picked by the fingerprint (random replacement: under uniform use as good as LRU, and no
 /// shared state to update on a hit). An evicted session only costs its next request a
 /// signature check.
-#[derive(Debug)]
 pub struct TokenCache {
     key: FingerprintKey,
     groups: Box<[Group]>,
     /// `groups.len() - 1` (a power of two minus one).
     mask: usize,
     held: AtomicUsize,
+}
+
+/// The counts only: the table has up to millions of slots (and its key is a secret).
+impl std::fmt::Debug for TokenCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCache")
+            .field("slots", &self.slots())
+            .field("held", &self.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for TokenCache {
@@ -449,6 +458,10 @@ mod tests {
         let other = TokenCache::with_capacity(16).key.of(a);
         assert_ne!((other.tag, other.check), (fa.tag, fa.check));
         assert_eq!(format!("{:?}", cache.key), "FingerprintKey(..)");
+        assert_eq!(
+            format!("{cache:?}"),
+            "TokenCache { slots: 1048576, held: 0, .. }"
+        );
     }
 
     fn verified(i: usize) -> (String, protocol::token::Verified<SessionClaims>) {
