@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::upstream::{Target, Upstreams};
+use cellbind_cell_endpoint::upstream::{Target, UpstreamHttp, Upstreams};
 use cellbind_cell_endpoint::{CellState, Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::ownership::{Access, OwnershipRecord};
@@ -301,8 +301,12 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     let app_url =
         serve(Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") })));
     let app_url = protocol::Endpoint::parse(&app_url).unwrap();
-    let client =
-        cellbind_cell_endpoint::upstream::https_client(&ca, Duration::from_secs(2)).unwrap();
+    let client = cellbind_cell_endpoint::upstream::https_client(
+        &ca,
+        Duration::from_secs(2),
+        UpstreamHttp::default(),
+    )
+    .unwrap();
     let mut up = Upstreams::local(None, None);
     let base = cellbind_cell_endpoint::upstream::base_url("app", &app_url).unwrap();
     up.auth = Target::http(client.clone(), vec![base.clone()]).unwrap();

@@ -179,6 +179,12 @@ pub struct Config {
     /// the process may use. Feed sync and the management listener run beside them.
     #[serde(default)]
     pub io_threads: usize,
+    /// Which HTTP versions the edge offers its upstreams (ALPN in the TLS handshake):
+    /// `"http2-or-http1"` (default): HTTP/2 where the upstream accepts it, one connection per
+    /// serving thread and upstream carrying every request of that thread; HTTP/1.1 kept-alive
+    /// connections, one request at a time on each, where it does not. `"http1"`: HTTP/1.1 only.
+    #[serde(default)]
+    pub upstream_http: crate::upstream::UpstreamHttp,
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,

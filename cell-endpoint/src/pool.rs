@@ -1,5 +1,7 @@
-//! The edge's upstream connections: HTTP/1.1 over rustls, kept alive and reused, one set of
-//! idle connections per serving thread and destination.
+//! The edge's upstream connections over rustls, per serving thread and destination: one
+//! shared HTTP/2 connection when the upstream chose HTTP/2 in the TLS handshake (every request
+//! of the thread is a stream on it; an answer dropped early resets its stream only), else
+//! HTTP/1.1 connections kept alive and reused, one request at a time:
 //!
 //! ```text
 //!   connect (TCP, TLS, HTTP/1.1) ──► busy ──(the answer's body ends)──► idle ──(checkout)──► busy
@@ -32,8 +34,9 @@ use http::uri::Authority;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http2;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connection as _, HttpConnector};
 use tower::ServiceExt as _;
 
 /// How long an idle upstream connection is kept for reuse.
@@ -62,6 +65,65 @@ struct Destination {
     client: usize,
     authority: Authority,
     idle: Vec<Idle>,
+    /// This thread's HTTP/2 connection to the destination, when it chose HTTP/2: every
+    /// request of the thread shares it.
+    shared: Option<http2::SendRequest<Full<Bytes>>>,
+}
+
+/// A connection a request can be sent on.
+enum Sender {
+    /// HTTP/1.1: one request at a time, the connection is the request's until its answer ends.
+    Exclusive(SendRequest<Full<Bytes>>),
+    /// HTTP/2: shared by every request of the thread.
+    Shared(http2::SendRequest<Full<Bytes>>),
+}
+
+/// This thread's HTTP/2 connection to `authority`, if it has a live one.
+fn shared(client: usize, authority: &Authority) -> Option<http2::SendRequest<Full<Bytes>>> {
+    IDLE.with_borrow_mut(|dests| {
+        let dest = dests
+            .iter_mut()
+            .find(|d| d.client == client && d.authority == *authority)?;
+        match &dest.shared {
+            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(_) => {
+                dest.shared = None;
+                None
+            }
+            None => None,
+        }
+    })
+}
+
+/// Forgets this thread's HTTP/2 connection to `authority` (found closing): requests already
+/// on it finish there, the next one makes a new connection.
+fn unshare(client: usize, authority: &Authority) {
+    IDLE.with_borrow_mut(|dests| {
+        if let Some(dest) = dests
+            .iter_mut()
+            .find(|d| d.client == client && d.authority == *authority)
+        {
+            dest.shared = None;
+        }
+    })
+}
+
+/// Keeps `sender` as this thread's HTTP/2 connection to `authority`.
+fn share(client: usize, authority: &Authority, sender: &http2::SendRequest<Full<Bytes>>) {
+    IDLE.with_borrow_mut(|dests| {
+        match dests
+            .iter_mut()
+            .find(|d| d.client == client && d.authority == *authority)
+        {
+            Some(dest) => dest.shared = Some(sender.clone()),
+            None => dests.push(Destination {
+                client,
+                authority: authority.clone(),
+                idle: Vec::new(),
+                shared: Some(sender.clone()),
+            }),
+        }
+    })
 }
 
 std::thread_local! {
@@ -114,6 +176,7 @@ fn checkin(back: Checkin) {
                     client,
                     authority,
                     idle: Vec::new(),
+                    shared: None,
                 });
                 dests.len() - 1
             }
@@ -140,32 +203,76 @@ pub async fn send(
     mut req: http::Request<Full<Bytes>>,
 ) -> Result<http::Response<PooledBody>, PoolError> {
     loop {
-        let (mut sender, reused) = match checkout(client, authority) {
-            Some(sender) => (sender, true),
-            None => (connect(connector, authority).await?, false),
+        let (sender, reused) = match shared(client, authority) {
+            Some(s) => (Sender::Shared(s), true),
+            None => match checkout(client, authority) {
+                Some(sender) => (Sender::Exclusive(sender), true),
+                None => (connect(client, connector, authority).await?, false),
+            },
         };
-        if sender.ready().await.is_err() {
-            if reused {
-                continue;
+        let sent = match sender {
+            Sender::Shared(mut sender) => {
+                if sender.ready().await.is_err() {
+                    // Closing (the upstream said GOAWAY, or the connection failed): the next
+                    // request of the thread makes a new one.
+                    unshare(client, authority);
+                    if reused {
+                        continue;
+                    }
+                    return Err(PoolError::Connect);
+                }
+                // HTTP/2 names the scheme and authority in the request itself (`:scheme`,
+                // `:authority`; `Host`, the same authority, stays).
+                if req.uri().authority().is_none() {
+                    let mut parts = std::mem::take(req.uri_mut()).into_parts();
+                    parts.scheme = Some(http::uri::Scheme::HTTPS);
+                    parts.authority = Some(authority.clone());
+                    *req.uri_mut() =
+                        http::Uri::from_parts(parts).map_err(|_| PoolError::Connect)?;
+                }
+                *req.version_mut() = http::Version::HTTP_2;
+                sender.try_send_request(req).await.map(|resp| {
+                    resp.map(|body| PooledBody {
+                        inner: body,
+                        back: None,
+                    })
+                })
             }
-            return Err(PoolError::Connect);
-        }
-        match sender.try_send_request(req).await {
-            Ok(resp) => {
-                let back = Checkin {
-                    client,
-                    authority: authority.clone(),
-                    sender,
-                };
-                return Ok(resp.map(|body| PooledBody {
-                    inner: body,
-                    back: Some(back),
-                }));
+            Sender::Exclusive(mut sender) => {
+                if sender.ready().await.is_err() {
+                    if reused {
+                        continue;
+                    }
+                    return Err(PoolError::Connect);
+                }
+                // (A request that found a shared HTTP/2 connection closed and comes here keeps
+                // its absolute target: HTTP/1.1 servers accept the absolute form.)
+                *req.version_mut() = http::Version::HTTP_11;
+                match sender.try_send_request(req).await {
+                    Ok(resp) => {
+                        let back = Checkin {
+                            client,
+                            authority: authority.clone(),
+                            sender,
+                        };
+                        Ok(resp.map(|body| PooledBody {
+                            inner: body,
+                            back: Some(back),
+                        }))
+                    }
+                    Err(e) => Err(e),
+                }
             }
+        };
+        match sent {
+            Ok(resp) => return Ok(resp),
             Err(mut e) => match e.take_message() {
                 // Never written: the connection was found closed. Another one is tried (a new
                 // one at the latest, when every idle one was closed).
-                Some(unsent) if reused => req = unsent,
+                Some(unsent) if reused => {
+                    unshare(client, authority);
+                    req = unsent;
+                }
                 Some(_) => return Err(PoolError::Connect),
                 None => {
                     tracing::debug!(error = %e.into_error(), "upstream exchange failed");
@@ -179,9 +286,10 @@ pub async fn send(
 /// A new connection to `authority`: TCP, TLS (the connector's trust), the HTTP/1.1 handshake;
 /// the connection's task runs on this thread's runtime.
 async fn connect(
+    client: usize,
     connector: &HttpsConnector<HttpConnector>,
     authority: &Authority,
-) -> Result<SendRequest<Full<Bytes>>, PoolError> {
+) -> Result<Sender, PoolError> {
     let uri = http::Uri::builder()
         .scheme(http::uri::Scheme::HTTPS)
         .authority(authority.clone())
@@ -192,6 +300,18 @@ async fn connect(
         tracing::debug!(error = %e, upstream = %authority, "upstream connect failed");
         PoolError::Connect
     })?;
+    if io.connected().is_negotiated_h2() {
+        let (sender, conn) = http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .map_err(|_| PoolError::Connect)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection closed");
+            }
+        });
+        share(client, authority, &sender);
+        return Ok(Sender::Shared(sender));
+    }
     let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|_| PoolError::Connect)?;
@@ -200,7 +320,7 @@ async fn connect(
             tracing::debug!(error = %e, "upstream connection closed");
         }
     });
-    Ok(sender)
+    Ok(Sender::Exclusive(sender))
 }
 
 /// What a finished answer gives back to the pool.

@@ -132,7 +132,6 @@ struct Fingerprint {
 }
 
 /// The fingerprint key (`Fingerprint`): this process's secret.
-#[derive(Clone)]
 struct FingerprintKey(u64, u64);
 
 impl std::fmt::Debug for FingerprintKey {

@@ -8,10 +8,12 @@
 //!
 //! The client is a proxy's, not a browser's: it follows no redirect (a `302` of the app is
 //! the client's to follow), adds no header (no default `Accept`, no `User-Agent`), decodes
-//! nothing, and streams the answer's body to the client as it arrives. Upstream connections
-//! are HTTP/1.1 kept alive in a pool (one request at a time on each, as a reverse proxy's
-//! are): under load every edge worker writes to its own connection, where one multiplexed
-//! HTTP/2 connection would funnel every request through one connection task on each side.
+//! nothing, and streams the answer's body to the client as it arrives. It offers HTTP/2 and
+//! HTTP/1.1 in the TLS handshake (`upstream_http`): an upstream that picks HTTP/2 gets one
+//! connection per serving thread carrying all that thread's requests at once (a thread's
+//! requests already run one after another, so the connection serialises nothing that was not
+//! serialised), and receives the requests of a busy moment in one read; one that picks
+//! HTTP/1.1 gets kept-alive connections, one request at a time on each (`pool`).
 
 use std::fmt;
 use std::pin::Pin;
@@ -31,6 +33,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use protocol::Endpoint;
 use runtime::Secret;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tower::ServiceExt as _;
 
 use crate::config::{Config, Replicas};
@@ -419,7 +423,11 @@ impl Upstreams {
 
     /// Real HTTPS upstreams trusting only `ca_cert`.
     pub fn from_config(c: &Config) -> Result<Self, EdgeError> {
-        let client = https_client(&c.ca_cert, Duration::from_millis(c.connect_timeout_ms))?;
+        let client = https_client(
+            &c.ca_cert,
+            Duration::from_millis(c.connect_timeout_ms),
+            c.upstream_http,
+        )?;
         let http = |what, urls: &Replicas| -> Result<Target, EdgeError> {
             let bases = urls
                 .urls()
@@ -463,9 +471,26 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
     Ok(v)
 }
 
+/// The HTTP versions the edge offers an upstream in its TLS handshake (ALPN); the upstream
+/// picks one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamHttp {
+    /// HTTP/2 if the upstream accepts it, else HTTP/1.1.
+    #[default]
+    Http2OrHttp1,
+    /// HTTP/1.1 only.
+    Http1,
+}
+
 /// The upstream client (see the module doc): trusts only the PEM CA bundle at `ca`, gives a
-/// TCP connection `connect` to be made, keeps idle connections [`crate::pool::UPSTREAM_IDLE_TIMEOUT`].
-pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<HttpsClient, EdgeError> {
+/// TCP connection `connect` to be made, offers the versions `http`, keeps idle connections
+/// [`crate::pool::UPSTREAM_IDLE_TIMEOUT`].
+pub fn https_client(
+    ca: &std::path::Path,
+    connect: Duration,
+    http: UpstreamHttp,
+) -> Result<HttpsClient, EdgeError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
     let pem = std::fs::read(ca).map_err(|e| EdgeError::Config(format!("{}: {e}", ca.display())))?;
@@ -495,9 +520,11 @@ pub fn https_client(ca: &std::path::Path, connect: Duration) -> Result<HttpsClie
     tcp.set_connect_timeout(Some(connect));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_only()
-        .enable_http1()
-        .wrap_connector(tcp);
+        .https_only();
+    let https = match http {
+        UpstreamHttp::Http2OrHttp1 => https.enable_all_versions().wrap_connector(tcp),
+        UpstreamHttp::Http1 => https.enable_http1().wrap_connector(tcp),
+    };
     static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
     Ok(HttpsClient {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

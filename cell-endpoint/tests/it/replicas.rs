@@ -13,7 +13,9 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::any;
 use cellbind_cell_endpoint::config::Config;
-use cellbind_cell_endpoint::upstream::{SendError, Target, Upstreams, base_url, https_client};
+use cellbind_cell_endpoint::upstream::{
+    SendError, Target, UpstreamHttp, Upstreams, base_url, https_client,
+};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::AsyncReadExt as _;
@@ -130,14 +132,14 @@ async fn a_replica_that_refuses_connections_is_skipped_for_gets_and_posts() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "replicas");
     let (up, count, _h) = live(&pki).await;
-    let client = https_client(&pki.ca, Duration::from_secs(2)).unwrap();
+    let client = https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap();
     let target = Target::http(client, vec![closed_port(), up]).unwrap();
     assert_eq!(status_of(&target, "GET").await, Ok(StatusCode::OK));
     assert_eq!(status_of(&target, "POST").await, Ok(StatusCode::OK));
     assert_eq!(count.load(Ordering::SeqCst), 2);
     // Every replica refusing: the request never left.
     let down = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
         vec![closed_port(), closed_port()],
     )
     .unwrap();
@@ -155,7 +157,7 @@ async fn a_get_fails_over_from_a_replica_dying_mid_request_and_then_goes_straigh
     let pki = make_pki(dir.path(), "replicas");
     let (dead, accepted) = dying(&pki).await;
     let (up, count, _h) = live(&pki).await;
-    let client = https_client(&pki.ca, Duration::from_secs(2)).unwrap();
+    let client = https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap();
     let target = Target::http(client, vec![dead, up]).unwrap();
     assert_eq!(status_of(&target, "GET").await, Ok(StatusCode::OK));
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -180,7 +182,7 @@ async fn a_post_that_may_have_reached_a_dying_replica_is_never_sent_again() {
     let pki = make_pki(dir.path(), "replicas");
     let (dead, accepted) = dying(&pki).await;
     let (up, count, _h) = live(&pki).await;
-    let client = https_client(&pki.ca, Duration::from_secs(2)).unwrap();
+    let client = https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap();
     let target = Target::http(client, vec![dead, up]).unwrap();
     assert_eq!(
         status_of(&target, "POST").await,

@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::get;
-use cellbind_cell_endpoint::upstream::{Target, base_url, https_client};
+use cellbind_cell_endpoint::upstream::{Target, UpstreamHttp, base_url, https_client};
 
 /// Serves `app` over TLS with the test PKI's certificate; its base URL.
 async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
@@ -23,7 +23,7 @@ async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
 async fn target_for(pki: &Pki, app: Router) -> Target {
     let base = serve(pki, app).await;
     Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
         vec![base],
     )
     .unwrap()
@@ -168,7 +168,7 @@ async fn serve_counting(pki: &Pki, app: Router) -> (reqwest::Url, Arc<std::sync:
 
 // One thread, as each of the edge's serving threads: its idle connections are its own.
 #[tokio::test(flavor = "current_thread")]
-async fn answers_read_to_the_end_leave_their_connection_to_the_next_request() {
+async fn http1_answers_read_to_the_end_leave_their_connection_to_the_next_request() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "upstream-reuse");
     let big = bytes::Bytes::from(vec![b'x'; 1 << 20]);
@@ -177,7 +177,7 @@ async fn answers_read_to_the_end_leave_their_connection_to_the_next_request() {
         .route("/api/big", get(move || async move { big.clone() }));
     let (base, seen) = serve_counting(&pki, app).await;
     let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2)).unwrap(),
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::Http1).unwrap(),
         vec![base],
     )
     .unwrap();
@@ -211,4 +211,76 @@ async fn answers_read_to_the_end_leave_their_connection_to_the_next_request() {
     let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
     assert_eq!(&body[..], b"ok");
     assert_eq!(seen.lock().unwrap().len(), 2, "{:?}", seen.lock().unwrap());
+}
+
+// One thread, as each of the edge's serving threads: its HTTP/2 connection is its own.
+#[tokio::test(flavor = "current_thread")]
+async fn over_http2_a_thread_sends_all_its_requests_on_one_connection_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-h2");
+    let big = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+    // Every request waits until 16 are in the app at the same time: only requests sent side
+    // by side (multiplexed) can all be answered.
+    let gate = Arc::new(tokio::sync::Barrier::new(16));
+    let app = Router::new()
+        .route(
+            "/api/together",
+            get(move |req: axum::extract::Request| {
+                let gate = gate.clone();
+                async move {
+                    gate.wait().await;
+                    format!("{:?}", req.version())
+                }
+            }),
+        )
+        .route("/api/small", get(|| async { "ok" }))
+        .route("/api/big", get(move || async move { big.clone() }));
+    let (base, seen) = serve_counting(&pki, app).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    // The first request makes the connection; the 16 after it share it.
+    let resp = target
+        .send(get_request("/api/small", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let together = (0..16).map(|_| async {
+        let resp = target
+            .send(get_request("/api/together", &[]), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        axum::body::to_bytes(resp.into_body(), 4096).await.unwrap()
+    });
+    let answers =
+        tokio::time::timeout(Duration::from_secs(20), futures::future::join_all(together))
+            .await
+            .expect("16 requests in flight at once on the thread's connection");
+    for body in answers {
+        assert_eq!(&body[..], b"HTTP/2.0");
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "17 requests of one thread on one HTTP/2 connection"
+    );
+
+    // An answer dropped before its end ends its stream, not the connection: the next
+    // request goes on the same connection and gets a whole answer.
+    let resp = target
+        .send(get_request("/api/big", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(resp);
+    let resp = target
+        .send(get_request("/api/small", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+    assert_eq!(&body[..], b"ok");
+    assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
 }
