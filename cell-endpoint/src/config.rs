@@ -179,6 +179,12 @@ pub struct Config {
     /// the process may use. Feed sync and the management listener run beside them.
     #[serde(default)]
     pub io_threads: usize,
+    /// How the serving threads share the public port: `"shared"` (default): one listening
+    /// socket they all accept from, a new connection going to a thread free to take it;
+    /// `"per-thread"`: one `SO_REUSEPORT` listener each, the kernel spreading connections by a
+    /// hash of the client's address and port.
+    #[serde(default)]
+    pub io_listener: crate::tls::IoListener,
     /// Which HTTP versions the edge offers its upstreams (ALPN in the TLS handshake):
     /// `"http2-or-http1"` (default): HTTP/2 where the upstream accepts it, one connection per
     /// serving thread and upstream carrying every request of that thread; HTTP/1.1 kept-alive

@@ -75,6 +75,7 @@ pub async fn run(
     let served = tls::serve_per_core(
         config.listen,
         threads,
+        config.io_listener,
         tls.clone(),
         handle,
         gate,

@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::conn::{ConnectionGate, GateAcceptor};
@@ -102,10 +104,24 @@ pub async fn watch(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Dur
     }
 }
 
+/// How the serving threads share the public port (`io_listener`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoListener {
+    /// One listening socket that every serving thread accepts from: a new connection goes to
+    /// a thread that is free to take it (nginx's default). A lightly loaded edge keeps its
+    /// connections on few threads, which is cheaper where it shares its cores with the app.
+    #[default]
+    Shared,
+    /// One listener per thread on the same port (`SO_REUSEPORT`): the kernel spreads new
+    /// connections over the threads by a hash of the client's address and port, whatever each
+    /// thread's load (nginx's `reuseport`). Even for many clients on a dedicated host.
+    PerThread,
+}
+
 /// Serves `app` on `listen` with `threads` threads (at least one), each a single-threaded
-/// runtime accepting on its own listener of the same port (`SO_REUSEPORT`: the kernel spreads
-/// new connections over them), until `handle` shuts them down; returns when every thread has
-/// stopped, or at once with the first one's failure.
+/// runtime accepting from the port as `sharing` says, until `handle` shuts them down; returns
+/// when every thread has stopped, or at once with the first one's failure.
 ///
 /// Why not one multi-threaded runtime: a proxied request is a chain of wake-ups (client
 /// socket, upstream connection task, response), and a work-stealing scheduler moves them
@@ -115,23 +131,41 @@ pub async fn watch(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Dur
 pub async fn serve_per_core(
     listen: SocketAddr,
     threads: usize,
+    sharing: IoListener,
     tls: RustlsConfig,
     handle: Handle<SocketAddr>,
     gate: Arc<ConnectionGate>,
     app: Router,
 ) -> Result<(), EdgeError> {
-    // Every listener is bound before any serves: a taken port fails the start at once, also
-    // when what holds it is another process's shared listener (which a shared bind would
-    // join): the port is first bound alone.
-    if listen.port() != 0 {
-        drop(std::net::TcpListener::bind(listen)?);
-    }
-    let first = bind_shared(listen)?;
-    let listen = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..threads.max(1) {
-        listeners.push(bind_shared(listen)?);
-    }
+    let threads = threads.max(1);
+    let listeners = match sharing {
+        IoListener::Shared => {
+            // Not `SO_REUSEPORT`: no other process can join the port afterwards. Each thread
+            // holds a handle of the same socket.
+            let one = bind(listen, false)?;
+            let mut listeners = Vec::with_capacity(threads);
+            for _ in 1..threads {
+                listeners.push(one.try_clone()?);
+            }
+            listeners.push(one);
+            listeners
+        }
+        IoListener::PerThread => {
+            // Every listener is bound before any serves: a taken port fails the start at
+            // once, also when what holds it is another process's shared listener (which a
+            // shared bind would join): the port is first bound alone.
+            if listen.port() != 0 {
+                drop(std::net::TcpListener::bind(listen)?);
+            }
+            let first = bind(listen, true)?;
+            let listen = first.local_addr()?;
+            let mut listeners = vec![first];
+            for _ in 1..threads {
+                listeners.push(bind(listen, true)?);
+            }
+            listeners
+        }
+    };
     let mut stopped = Vec::with_capacity(listeners.len());
     for (i, listener) in listeners.into_iter().enumerate() {
         let (done, stop) = tokio::sync::oneshot::channel();
@@ -160,8 +194,9 @@ pub async fn serve_per_core(
     Ok(())
 }
 
-/// A listener on `listen` that other listeners of this process may share (`SO_REUSEPORT`).
-fn bind_shared(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// A listener on `listen`; with `reuse_port`, one that other listeners of this process may
+/// bind beside it (`SO_REUSEPORT`).
+fn bind(listen: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(
         Domain::for_address(listen),
@@ -169,7 +204,7 @@ fn bind_shared(listen: SocketAddr) -> std::io::Result<std::net::TcpListener> {
         Some(Protocol::TCP),
     )?;
     socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
+    socket.set_reuse_port(reuse_port)?;
     socket.set_nonblocking(true)?;
     socket.bind(&listen.into())?;
     socket.listen(LISTEN_BACKLOG)?;

@@ -186,3 +186,81 @@ async fn a_client_that_reconnects_resumes_its_tls_session_whatever_came_between(
     );
     handle.shutdown();
 }
+
+/// The public port served by two threads, both ways of sharing it (`io_listener`): every
+/// connection of a burst is served, and a second edge on the taken port fails its start at
+/// once instead of joining the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_ways_of_sharing_the_port_serve_every_connection_and_refuse_a_second_edge() {
+    for sharing in [tls::IoListener::Shared, tls::IoListener::PerThread] {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = make_pki(dir.path(), "sharing");
+        let (edge, _seen, _clock) = edge();
+        let config = tls::load(&pki.cert, &pki.key).await.unwrap();
+        let listen: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let handle = axum_server::Handle::new();
+        let server = tokio::spawn(tls::serve_per_core(
+            listen,
+            2,
+            sharing,
+            config.clone(),
+            handle.clone(),
+            edge.connection_gate(),
+            cellbind_cell_endpoint::app(edge.clone()),
+        ));
+        let url = format!("https://{listen}");
+        let probe = https(&pki.ca, true);
+        wait_for("the edge to serve", Duration::from_secs(30), || {
+            let (probe, url) = (probe.clone(), url.clone());
+            async move {
+                let r = probe.get(format!("{url}/healthz")).send().await.ok()?;
+                (r.status() == StatusCode::OK).then_some(())
+            }
+        })
+        .await;
+
+        let token = session();
+        // Eight clients at once, each on its own connection.
+        let burst = (0..8).map(|_| {
+            let (client, url, token) = (https(&pki.ca, true), url.clone(), token.clone());
+            async move {
+                client
+                    .get(format!("{url}/api/routes/today"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .map(|r| r.status())
+            }
+        });
+        for status in futures::future::join_all(burst).await {
+            assert_eq!(status.unwrap(), StatusCode::OK, "{sharing:?}");
+        }
+
+        let second = tokio::time::timeout(
+            Duration::from_secs(10),
+            tls::serve_per_core(
+                listen,
+                2,
+                sharing,
+                config,
+                axum_server::Handle::new(),
+                edge.connection_gate(),
+                cellbind_cell_endpoint::app(edge.clone()),
+            ),
+        )
+        .await
+        .expect("a second edge on a taken port fails its start at once");
+        assert!(
+            second.is_err(),
+            "{sharing:?}: a second edge joined the port"
+        );
+
+        handle.graceful_shutdown(Some(Duration::from_secs(5)));
+        drop(probe);
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the edge did not stop")
+            .unwrap()
+            .unwrap();
+    }
+}
