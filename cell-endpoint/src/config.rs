@@ -184,16 +184,43 @@ pub struct Config {
     /// `"per-thread"`: one `SO_REUSEPORT` listener each, the kernel spreading connections by a
     /// hash of the client's address and port.
     #[serde(default)]
-    pub io_listener: crate::tls::IoListener,
+    pub io_listener: IoListener,
     /// Which HTTP versions the edge offers its upstreams (ALPN in the TLS handshake):
     /// `"http2-or-http1"` (default): HTTP/2 where the upstream accepts it, one connection per
     /// serving thread and upstream carrying every request of that thread; HTTP/1.1 kept-alive
     /// connections, one request at a time on each, where it does not. `"http1"`: HTTP/1.1 only.
     #[serde(default)]
-    pub upstream_http: crate::upstream::UpstreamHttp,
+    pub upstream_http: UpstreamHttp,
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+}
+
+/// How the serving threads share the public port (`io_listener`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoListener {
+    /// One listening socket that every serving thread accepts from: a new connection goes to
+    /// a thread that is free to take it (nginx's default). A lightly loaded edge keeps its
+    /// connections on few threads, which is cheaper where it shares its cores with the app.
+    #[default]
+    Shared,
+    /// One listener per thread on the same port (`SO_REUSEPORT`): the kernel spreads new
+    /// connections over the threads by a hash of the client's address and port, whatever each
+    /// thread's load (nginx's `reuseport`). Even for many clients on a dedicated host.
+    PerThread,
+}
+
+/// The HTTP versions the edge offers an upstream in its TLS handshake (ALPN); the upstream
+/// picks one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamHttp {
+    /// HTTP/2 if the upstream accepts it, else HTTP/1.1.
+    #[default]
+    Http2OrHttp1,
+    /// HTTP/1.1 only.
+    Http1,
 }
 
 impl runtime::server::ServerConfig for Config {

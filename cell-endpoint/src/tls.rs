@@ -14,10 +14,9 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use crate::config::IoListener;
 use crate::conn::{ConnectionGate, GateAcceptor};
 use crate::error::EdgeError;
 
@@ -102,21 +101,6 @@ pub async fn watch(config: RustlsConfig, cert: PathBuf, key: PathBuf, every: Dur
             }
         }
     }
-}
-
-/// How the serving threads share the public port (`io_listener`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum IoListener {
-    /// One listening socket that every serving thread accepts from: a new connection goes to
-    /// a thread that is free to take it (nginx's default). A lightly loaded edge keeps its
-    /// connections on few threads, which is cheaper where it shares its cores with the app.
-    #[default]
-    Shared,
-    /// One listener per thread on the same port (`SO_REUSEPORT`): the kernel spreads new
-    /// connections over the threads by a hash of the client's address and port, whatever each
-    /// thread's load (nginx's `reuseport`). Even for many clients on a dedicated host.
-    PerThread,
 }
 
 /// Serves `app` on `listen` with `threads` threads (at least one), each a single-threaded

@@ -33,10 +33,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use protocol::Endpoint;
 use runtime::Secret;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tower::ServiceExt as _;
 
+pub use crate::config::UpstreamHttp;
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
 use crate::pool::{PoolError, PooledBody};
@@ -469,18 +468,6 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
         .map_err(|_| EdgeError::Config("a token is not a valid header value".into()))?;
     v.set_sensitive(true);
     Ok(v)
-}
-
-/// The HTTP versions the edge offers an upstream in its TLS handshake (ALPN); the upstream
-/// picks one.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum UpstreamHttp {
-    /// HTTP/2 if the upstream accepts it, else HTTP/1.1.
-    #[default]
-    Http2OrHttp1,
-    /// HTTP/1.1 only.
-    Http1,
 }
 
 /// The upstream client (see the module doc): trusts only the PEM CA bundle at `ca`, gives a

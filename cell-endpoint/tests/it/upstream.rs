@@ -166,6 +166,22 @@ async fn serve_counting(pki: &Pki, app: Router) -> (reqwest::Url, Arc<std::sync:
     (base_url("test", &e).unwrap(), seen)
 }
 
+/// Drops the answer of `/api/big` before its end, then reads `/api/small`'s answer whole.
+async fn drop_an_answer_then_read_the_next(target: &Target) {
+    let resp = target
+        .send(get_request("/api/big", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    drop(resp);
+    let resp = target
+        .send(get_request("/api/small", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
+    assert_eq!(&body[..], b"ok");
+}
+
 // One thread, as each of the edge's serving threads: its idle connections are its own.
 #[tokio::test(flavor = "current_thread")]
 async fn http1_answers_read_to_the_end_leave_their_connection_to_the_next_request() {
@@ -198,18 +214,7 @@ async fn http1_answers_read_to_the_end_leave_their_connection_to_the_next_reques
 
     // An answer dropped before its end leaves unread bytes on its connection: that one is
     // closed, and the next request gets a new connection and a whole answer.
-    let resp = target
-        .send(get_request("/api/big", &[]), Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    drop(resp);
-    let resp = target
-        .send(get_request("/api/small", &[]), Duration::from_secs(5))
-        .await
-        .unwrap();
-    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
-    assert_eq!(&body[..], b"ok");
+    drop_an_answer_then_read_the_next(&target).await;
     assert_eq!(seen.lock().unwrap().len(), 2, "{:?}", seen.lock().unwrap());
 }
 
@@ -270,17 +275,6 @@ async fn over_http2_a_thread_sends_all_its_requests_on_one_connection_at_once() 
 
     // An answer dropped before its end ends its stream, not the connection: the next
     // request goes on the same connection and gets a whole answer.
-    let resp = target
-        .send(get_request("/api/big", &[]), Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    drop(resp);
-    let resp = target
-        .send(get_request("/api/small", &[]), Duration::from_secs(5))
-        .await
-        .unwrap();
-    let body = axum::body::to_bytes(resp.into_body(), 4096).await.unwrap();
-    assert_eq!(&body[..], b"ok");
+    drop_an_answer_then_read_the_next(&target).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
 }
