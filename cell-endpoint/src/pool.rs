@@ -10,6 +10,9 @@
 //!                                                  │                      ├─(idle > UPSTREAM_IDLE_TIMEOUT)
 //!                                                  ▼                      ▼
 //!                                               closed ◄──────────────────┘ (also over the idle cap)
+//!
+//!   connect (TCP, TLS, HTTP/2) ──► shared by the thread's requests ──(closed, GOAWAY)──► forgotten
+//!                                                                     (the next request connects)
 //! ```
 //!
 //! Why not hyper-util's pooled client (what the edge used first, issue 16): per request it
@@ -283,8 +286,9 @@ pub async fn send(
     }
 }
 
-/// A new connection to `authority`: TCP, TLS (the connector's trust), the HTTP/1.1 handshake;
-/// the connection's task runs on this thread's runtime.
+/// A new connection to `authority`: TCP, TLS (the connector's trust), then the HTTP/2
+/// handshake if the TLS handshake chose `h2` (the connection becomes the thread's shared one),
+/// else HTTP/1.1; the connection's task runs on this thread's runtime.
 async fn connect(
     client: usize,
     connector: &HttpsConnector<HttpConnector>,
