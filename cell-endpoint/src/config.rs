@@ -174,8 +174,8 @@ pub struct Config {
     /// costs a signature check, never a wrong verdict.
     #[serde(default = "default_usize::<{crate::token_cache::TOKEN_CACHE_CAPACITY}>")]
     pub token_cache_capacity: usize,
-    /// Threads serving the public listener, each a single-threaded runtime with its own
-    /// listener on the port and its own upstream connections; 0 (the default) is one per CPU
+    /// Threads serving the public listener, each a single-threaded runtime accepting from the
+    /// port (`io_listener`) with its own upstream connections; 0 (the default) is one per CPU
     /// the process may use. Feed sync and the management listener run beside them.
     #[serde(default)]
     pub io_threads: usize,
