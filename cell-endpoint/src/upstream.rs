@@ -1,6 +1,6 @@
 //! The edge's upstreams: the cell's auth-service (public listener for `/v1/sessions*`,
-//! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's HTTP/1.1
-//! client connections on rustls, trusting only the configured CA, kept per thread by
+//! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's HTTP/2 or
+//! HTTP/1.1 client connections on rustls, trusting only the configured CA, kept per thread by
 //! [`crate::pool`]) with timeouts, so an upstream that is down is a fast error, never a hang;
 //! or in-process routers (tests, benchmarks). The auth-service may be several replicas sharing
 //! one database: a target then holds every replica's base and fails over between them
