@@ -66,6 +66,8 @@ pub enum RevokeCommand {
     /// One session (its `jti`) at the cell that minted it and at every cell that holds its
     /// contractor (so no transfer ticket for it can be redeemed elsewhere).
     Session {
+        /// 22 base64url characters; one in 64 starts with `-`, taken as the id, not a flag.
+        #[arg(allow_hyphen_values = true)]
         jti: SessionId,
         #[arg(long)]
         cell: CellId,
@@ -75,6 +77,7 @@ pub enum RevokeCommand {
     /// Every session of a subject (`{contractor}.{login}`) issued so far, at every cell that
     /// holds a record of its contractor.
     Subject {
+        #[arg(allow_hyphen_values = true)]
         sub: SubjectId,
         #[command(flatten)]
         audit: AuditArgs,
@@ -87,6 +90,7 @@ pub enum RevokeCommand {
     },
     /// Every session signed by a key; the key leaves the cell's key set.
     Key {
+        #[arg(allow_hyphen_values = true)]
         kid: Kid,
         #[arg(long)]
         cell: CellId,
@@ -710,6 +714,39 @@ pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session id is random base64url: one in 64 starts with `-`, and a security team
+    /// pastes it as it is.
+    #[test]
+    fn ids_that_start_with_a_hyphen_are_ids_not_flags() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| crate::cli::Cli::try_parse_from(args).map(|c| c.command);
+        let jti = "-nR2xZq0cV1b4w7yA8dE3f";
+        match parse(&[
+            "cellctl", "revoke", "session", jti, "--cell", "cell-01", "--reason", "lost",
+        ]) {
+            Ok(crate::cli::Command::Revoke {
+                command:
+                    RevokeCommand::Session {
+                        jti: got, audit, ..
+                    },
+            }) => {
+                assert_eq!(got.as_str(), jti);
+                assert_eq!(audit.reason, "lost");
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&[
+            "cellctl", "revoke", "key", "-k1", "--cell", "cell-01", "--reason", "x",
+        ]) {
+            Ok(crate::cli::Command::Revoke {
+                command: RevokeCommand::Key { kid, .. },
+            }) => assert_eq!(kid.as_str(), "-k1"),
+            other => panic!("{other:?}"),
+        }
+        // A flag that is not one is still refused, not taken as an id of bad characters.
+        assert!(parse(&["cellctl", "revoke", "session", "--cel", "x"]).is_err());
+    }
 
     #[test]
     fn a_subject_names_its_contractor() {
