@@ -81,75 +81,73 @@ enum Sender {
     Shared(http2::SendRequest<Full<Bytes>>),
 }
 
-/// This thread's HTTP/2 connection to `authority`, if it has a live one.
-fn shared(client: usize, authority: &Authority) -> Option<http2::SendRequest<Full<Bytes>>> {
-    IDLE.with_borrow_mut(|dests| {
-        let dest = dests
-            .iter_mut()
-            .find(|d| d.client == client && d.authority == *authority)?;
-        match &dest.shared {
-            Some(s) if !s.is_closed() => Some(s.clone()),
-            Some(_) => {
-                dest.shared = None;
-                None
+std::thread_local! {
+    /// This thread's upstream connections: a handful of destinations (the app, each
+    /// auth-service replica), so a linear search.
+    static IDLE: RefCell<Vec<Destination>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's entry for `client` and `authority` (made on first use). `None`
+/// only while the thread is ending (its thread-local is gone: a body dropped then just
+/// closes its connection).
+fn with_destination<T>(
+    client: usize,
+    authority: &Authority,
+    f: impl FnOnce(&mut Destination) -> T,
+) -> Option<T> {
+    IDLE.try_with(|cell| {
+        let mut dests = cell.try_borrow_mut().ok()?;
+        let i = match dests
+            .iter()
+            .position(|d| d.client == client && d.authority == *authority)
+        {
+            Some(i) => i,
+            None => {
+                dests.push(Destination {
+                    client,
+                    authority: authority.clone(),
+                    idle: Vec::new(),
+                    shared: None,
+                });
+                dests.len() - 1
             }
-            None => None,
-        }
+        };
+        Some(f(&mut dests[i]))
     })
+    .ok()
+    .flatten()
+}
+
+/// A connection this thread already has to `authority`: its live HTTP/2 one (a closed one is
+/// forgotten), else its most recently used live idle HTTP/1.1 one (closing any found closed
+/// or idle too long on the way).
+fn reusable(client: usize, authority: &Authority) -> Option<Sender> {
+    with_destination(client, authority, |dest| {
+        match &dest.shared {
+            Some(s) if !s.is_closed() => return Some(Sender::Shared(s.clone())),
+            Some(_) => dest.shared = None,
+            None => {}
+        }
+        let now = Instant::now();
+        while let Some(idle) = dest.idle.pop() {
+            if !idle.sender.is_closed() && now.duration_since(idle.since) <= UPSTREAM_IDLE_TIMEOUT {
+                return Some(Sender::Exclusive(idle.sender));
+            }
+        }
+        None
+    })
+    .flatten()
 }
 
 /// Forgets this thread's HTTP/2 connection to `authority` (found closing): requests already
 /// on it finish there, the next one makes a new connection.
 fn unshare(client: usize, authority: &Authority) {
-    IDLE.with_borrow_mut(|dests| {
-        if let Some(dest) = dests
-            .iter_mut()
-            .find(|d| d.client == client && d.authority == *authority)
-        {
-            dest.shared = None;
-        }
-    })
+    with_destination(client, authority, |dest| dest.shared = None);
 }
 
 /// Keeps `sender` as this thread's HTTP/2 connection to `authority`.
 fn share(client: usize, authority: &Authority, sender: &http2::SendRequest<Full<Bytes>>) {
-    IDLE.with_borrow_mut(|dests| {
-        match dests
-            .iter_mut()
-            .find(|d| d.client == client && d.authority == *authority)
-        {
-            Some(dest) => dest.shared = Some(sender.clone()),
-            None => dests.push(Destination {
-                client,
-                authority: authority.clone(),
-                idle: Vec::new(),
-                shared: Some(sender.clone()),
-            }),
-        }
-    })
-}
-
-std::thread_local! {
-    /// This thread's idle upstream connections: a handful of destinations (the app, each
-    /// auth-service replica), so a linear search.
-    static IDLE: RefCell<Vec<Destination>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Takes this thread's most recently used live idle connection to `authority`, closing any
-/// found closed or idle too long on the way.
-fn checkout(client: usize, authority: &Authority) -> Option<SendRequest<Full<Bytes>>> {
-    IDLE.with_borrow_mut(|dests| {
-        let dest = dests
-            .iter_mut()
-            .find(|d| d.client == client && d.authority == *authority)?;
-        let now = Instant::now();
-        while let Some(idle) = dest.idle.pop() {
-            if !idle.sender.is_closed() && now.duration_since(idle.since) <= UPSTREAM_IDLE_TIMEOUT {
-                return Some(idle.sender);
-            }
-        }
-        None
-    })
+    with_destination(client, authority, |dest| dest.shared = Some(sender.clone()));
 }
 
 /// Puts a connection whose answer has ended back with this thread's idle ones; the oldest
@@ -163,28 +161,9 @@ fn checkin(back: Checkin) {
     if sender.is_closed() {
         return;
     }
-    // A body dropped while its thread is ending (the thread-local is gone) just closes.
-    let _ = IDLE.try_with(|cell| {
-        let Ok(mut dests) = cell.try_borrow_mut() else {
-            return;
-        };
+    with_destination(client, &authority, |dest| {
         let now = Instant::now();
-        let i = match dests
-            .iter()
-            .position(|d| d.client == client && d.authority == authority)
-        {
-            Some(i) => i,
-            None => {
-                dests.push(Destination {
-                    client,
-                    authority,
-                    idle: Vec::new(),
-                    shared: None,
-                });
-                dests.len() - 1
-            }
-        };
-        let idle = &mut dests[i].idle;
+        let idle = &mut dest.idle;
         let stale = idle
             .iter()
             .take_while(|c| now.duration_since(c.since) > UPSTREAM_IDLE_TIMEOUT)
@@ -206,12 +185,9 @@ pub async fn send(
     mut req: http::Request<Full<Bytes>>,
 ) -> Result<http::Response<PooledBody>, PoolError> {
     loop {
-        let (sender, reused) = match shared(client, authority) {
-            Some(s) => (Sender::Shared(s), true),
-            None => match checkout(client, authority) {
-                Some(sender) => (Sender::Exclusive(sender), true),
-                None => (connect(client, connector, authority).await?, false),
-            },
+        let (sender, reused) = match reusable(client, authority) {
+            Some(sender) => (sender, true),
+            None => (connect(client, connector, authority).await?, false),
         };
         let sent = match sender {
             Sender::Shared(mut sender) => {
