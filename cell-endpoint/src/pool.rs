@@ -88,8 +88,9 @@ std::thread_local! {
 }
 
 /// Runs `f` on this thread's entry for `client` and `authority` (made on first use). `None`
-/// only while the thread is ending (its thread-local is gone: a body dropped then just
-/// closes its connection).
+/// while the thread is ending (its thread-local is gone: a body dropped then just closes its
+/// connection) or if the table is already in use on this thread (nothing `f` drops puts a
+/// connection back, so that would be a bug, met with a new connection, not a panic).
 fn with_destination<T>(
     client: usize,
     authority: &Authority,
