@@ -24,8 +24,10 @@
 //! without a task. A connection whose answer was not read to the end is closed, never reused.
 //!
 //! A request that never left (its connection turned out closed when it was handed the
-//! request) is sent again on another connection, as hyper-util did; a request that may have
-//! reached the upstream never is (the failover rules are `upstream::Target::send`'s).
+//! request) is sent again on another connection, as hyper-util did; so is, once, a request
+//! whose HTTP/2 stream the upstream refused unprocessed (a GOAWAY that did not count it,
+//! `REFUSED_STREAM`); a request that may have reached the upstream never is (the failover
+//! rules are `upstream::Target::send`'s).
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -44,6 +46,10 @@ use tower::ServiceExt as _;
 
 /// How long an idle upstream connection is kept for reuse.
 pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many times one request is sent again after an HTTP/2 upstream refused its stream
+/// unprocessed (a GOAWAY that did not count it, or `REFUSED_STREAM`): once, on another
+/// connection; an upstream refusing that one too is going away, and the failover rules take it.
+pub const REFUSED_RESENDS: u32 = 1;
 /// Most idle connections kept per serving thread and destination (more are closed when their
 /// answer ends): a burst's connections are not all held afterwards.
 pub const MAX_IDLE_PER_DESTINATION: usize = 256;
@@ -51,7 +57,8 @@ pub const MAX_IDLE_PER_DESTINATION: usize = 256;
 /// Why an exchange failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolError {
-    /// No connection could be made (refused, unreachable, TLS refused): nothing was sent.
+    /// No connection could be made (refused, unreachable, TLS refused), or an HTTP/2 upstream
+    /// refused the request unprocessed (again, after [`REFUSED_RESENDS`]): nothing reached it.
     Connect,
     /// The connection failed after the request may have been sent.
     Exchange,
@@ -185,6 +192,7 @@ pub async fn send(
     authority: &Authority,
     mut req: http::Request<Full<Bytes>>,
 ) -> Result<http::Response<PooledBody>, PoolError> {
+    let mut resends = REFUSED_RESENDS;
     loop {
         let (sender, reused) = match reusable(client, authority) {
             Some(sender) => (sender, true),
@@ -211,12 +219,30 @@ pub async fn send(
                         http::Uri::from_parts(parts).map_err(|_| PoolError::Connect)?;
                 }
                 *req.version_mut() = http::Version::HTTP_2;
-                sender.try_send_request(req).await.map(|resp| {
-                    resp.map(|body| PooledBody {
+                // Kept until the answer's head comes: an upstream that is going away may refuse
+                // the stream unprocessed, and then the request is sent again.
+                let again = (resends > 0).then(|| copy_of(&req));
+                match sender.try_send_request(req).await {
+                    Ok(resp) => Ok(resp.map(|body| PooledBody {
                         inner: body,
                         back: None,
-                    })
-                })
+                    })),
+                    Err(e) if e.message().is_none() && refused_unprocessed(e.error()) => {
+                        unshare(client, authority);
+                        let Some(again) = again else {
+                            // Refused again: nothing reached the app (the failover rules may
+                            // try another replica).
+                            return Err(PoolError::Connect);
+                        };
+                        tracing::debug!("upstream refused a stream unprocessed: sent again");
+                        resends -= 1;
+                        req = again;
+                        continue;
+                    }
+                    // Given back unsent, or failed after it may have been processed: the
+                    // rules below.
+                    Err(e) => Err(e),
+                }
             }
             Sender::Exclusive(mut sender) => {
                 if sender.ready().await.is_err() {
@@ -261,6 +287,34 @@ pub async fn send(
             },
         }
     }
+}
+
+/// Whether an HTTP/2 exchange failed because the upstream refused the request's stream
+/// without processing it (RFC 9113 §8.7): the stream was above the last one a GOAWAY counted
+/// (or opened after it), or was reset with `REFUSED_STREAM`. Nothing of the request reached
+/// the app, so it can be sent again whatever its method. A stream the upstream may have
+/// started (at or below the GOAWAY's count, then cut by the connection closing) fails with
+/// another error and is never sent again.
+fn refused_unprocessed(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// A copy of a request about to be sent as an HTTP/2 stream (the body is shared bytes).
+fn copy_of(req: &http::Request<Full<Bytes>>) -> http::Request<Full<Bytes>> {
+    let mut copy = http::Request::new(req.body().clone());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 /// A new connection to `authority`: TCP, TLS (the connector's trust), then the HTTP/2

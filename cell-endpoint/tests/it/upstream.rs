@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::get;
-use cellbind_cell_endpoint::upstream::{Target, UpstreamHttp, base_url, https_client};
+use cellbind_cell_endpoint::upstream::{SendError, Target, UpstreamHttp, base_url, https_client};
 
 /// Serves `app` over TLS with the test PKI's certificate; its base URL.
 async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
@@ -277,4 +277,170 @@ async fn over_http2_a_thread_sends_all_its_requests_on_one_connection_at_once() 
     // request goes on the same connection and gets a whole answer.
     drop_an_answer_then_read_the_next(&target).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
+}
+
+/// An HTTP/2 upstream written frame by frame, as one going away: its first connection reads a
+/// request's HEADERS and answers GOAWAY counting no stream (the request was not processed,
+/// RFC 9113 §6.8) — or, `counting_it`, a GOAWAY counting that stream (it may have been
+/// processed) and then the connection ends unanswered; later connections answer each request
+/// `200`, empty, once its stream ends. Its base URL, and how many connections it took and
+/// requests it answered.
+async fn serve_h2_going_away(
+    pki: &Pki,
+    counting_it: bool,
+) -> (reqwest::Url, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const HEADERS: u8 = 0x1;
+    const DATA: u8 = 0x0;
+    const SETTINGS: u8 = 0x4;
+    const PING: u8 = 0x6;
+    const GOAWAY: u8 = 0x7;
+    const END_STREAM: u8 = 0x1;
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    let config = cellbind_cell_endpoint::tls::load(&pki.cert, &pki.key)
+        .await
+        .unwrap()
+        .get_inner();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (connections, answered) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, a) = (connections.clone(), answered.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let first = c.fetch_add(1, Ordering::SeqCst) == 0;
+            let (acceptor, answered) = (acceptor.clone(), a.clone());
+            tokio::spawn(async move {
+                let mut io = acceptor.accept(tcp).await.unwrap();
+                assert_eq!(io.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                let mut preface = [0u8; 24];
+                io.read_exact(&mut preface).await.unwrap();
+                assert_eq!(&preface[..], PREFACE);
+                io.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+                // Until the client closes: frames read whole, answered as they come.
+                loop {
+                    let mut head = [0u8; 9];
+                    if io.read_exact(&mut head).await.is_err() {
+                        return;
+                    }
+                    let len = usize::from(head[0]) << 16
+                        | usize::from(head[1]) << 8
+                        | usize::from(head[2]);
+                    let (kind, flags) = (head[3], head[4]);
+                    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                    let mut payload = vec![0u8; len];
+                    if io.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    let reply = match kind {
+                        SETTINGS if flags & 0x1 == 0 => frame(SETTINGS, 0x1, 0, &[]),
+                        PING if flags & 0x1 == 0 => frame(PING, 0x1, 0, &payload),
+                        HEADERS if first && counting_it => {
+                            // Last stream id this one, NO_ERROR: then the connection ends.
+                            let mut last = stream.to_be_bytes().to_vec();
+                            last.extend_from_slice(&[0; 4]);
+                            let _ = io.write_all(&frame(GOAWAY, 0, 0, &last)).await;
+                            let _ = io.flush().await;
+                            return;
+                        }
+                        HEADERS if first => {
+                            // Last stream id 0, NO_ERROR: no stream of the client was processed.
+                            frame(GOAWAY, 0, 0, &[0; 8])
+                        }
+                        HEADERS | DATA if !first && flags & END_STREAM != 0 => {
+                            answered.fetch_add(1, Ordering::SeqCst);
+                            // `:status: 200` (static table index 8), END_HEADERS | END_STREAM.
+                            frame(HEADERS, 0x4 | END_STREAM, stream, &[0x88])
+                        }
+                        _ => continue,
+                    };
+                    if io.write_all(&reply).await.is_err() || io.flush().await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let e = protocol::Endpoint::parse(&format!("https://{addr}")).unwrap();
+    (base_url("test", &e).unwrap(), connections, answered)
+}
+
+// An upstream going away (a rolling restart) may refuse streams it never started: such a
+// request is sent again on a new connection, whatever its method, and the client never sees
+// the refusal. Without the resend the POST below would be a 502.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_an_http2_upstream_refused_unprocessed_is_sent_again_on_a_new_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-goaway");
+    let (base, connections, answered) = serve_h2_going_away(&pki, false).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    let resp = tokio::time::timeout(
+        Duration::from_secs(20),
+        target.send(post_completion(), Duration::from_secs(5)),
+    )
+    .await
+    .expect("answered")
+    .expect("the refused request was sent again");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    assert_eq!(answered.load(Ordering::SeqCst), 1, "processed once");
+    // The next request goes on the new connection.
+    let resp = target
+        .send(get_request("/api/small", &[]), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    assert_eq!(answered.load(Ordering::SeqCst), 2);
+}
+
+fn post_completion() -> http::Request<bytes::Bytes> {
+    http::Request::builder()
+        .method("POST")
+        .uri("/api/jobs/j-1/complete")
+        .header("content-type", "application/json")
+        .body(bytes::Bytes::from_static(b"{\"idempotency_key\":\"k-1\"}"))
+        .unwrap()
+}
+
+// The other side of the rule: a stream the GOAWAY counted may have been processed, and a
+// `POST` cut by the closing connection is never sent again (a 502 for the client to retry
+// with its idempotency key, never a second completion the edge made up).
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_an_http2_upstream_may_have_processed_is_not_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "upstream-goaway-counted");
+    let (base, connections, answered) = serve_h2_going_away(&pki, true).await;
+    let target = Target::http(
+        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
+        vec![base],
+    )
+    .unwrap();
+    let sent = tokio::time::timeout(
+        Duration::from_secs(20),
+        target.send(post_completion(), Duration::from_secs(5)),
+    )
+    .await
+    .expect("answered");
+    assert!(
+        matches!(sent, Err(SendError::Unreachable)),
+        "{:?}",
+        sent.map(|r| r.status())
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "not sent again");
+    assert_eq!(answered.load(Ordering::SeqCst), 0);
 }
