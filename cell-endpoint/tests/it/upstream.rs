@@ -19,14 +19,19 @@ async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
     serve_counting(pki, app).await.0
 }
 
-/// An upstream target (the edge's client) in front of `app` served over TLS.
-async fn target_for(pki: &Pki, app: Router) -> Target {
-    let base = serve(pki, app).await;
+/// The edge's client to `base`, trusting the test CA and offering `http`.
+fn target_at(pki: &Pki, base: reqwest::Url, http: UpstreamHttp) -> Target {
     Target::http(
-        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
+        https_client(&pki.ca, Duration::from_secs(2), http).unwrap(),
         vec![base],
     )
     .unwrap()
+}
+
+/// An upstream target (the edge's client) in front of `app` served over TLS.
+async fn target_for(pki: &Pki, app: Router) -> Target {
+    let base = serve(pki, app).await;
+    target_at(pki, base, UpstreamHttp::default())
 }
 
 fn get_request(
@@ -192,11 +197,7 @@ async fn http1_answers_read_to_the_end_leave_their_connection_to_the_next_reques
         .route("/api/small", get(|| async { "ok" }))
         .route("/api/big", get(move || async move { big.clone() }));
     let (base, seen) = serve_counting(&pki, app).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::Http1).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_at(&pki, base, UpstreamHttp::Http1);
     for _ in 0..5 {
         let resp = target
             .send(get_request("/api/small", &[]), Duration::from_secs(5))
@@ -241,11 +242,7 @@ async fn over_http2_a_thread_sends_all_its_requests_on_one_connection_at_once() 
         .route("/api/small", get(|| async { "ok" }))
         .route("/api/big", get(move || async move { big.clone() }));
     let (base, seen) = serve_counting(&pki, app).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_at(&pki, base, UpstreamHttp::default());
     // The first request makes the connection; the 16 after it share it.
     let resp = target
         .send(get_request("/api/small", &[]), Duration::from_secs(5))
@@ -383,11 +380,7 @@ async fn a_request_an_http2_upstream_refused_unprocessed_is_sent_again_on_a_new_
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "upstream-goaway");
     let (base, connections, answered) = serve_h2_going_away(&pki, false).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_at(&pki, base, UpstreamHttp::default());
     let resp = tokio::time::timeout(
         Duration::from_secs(20),
         target.send(post_completion(), Duration::from_secs(5)),
@@ -425,11 +418,7 @@ async fn a_request_an_http2_upstream_may_have_processed_is_not_sent_again() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "upstream-goaway-counted");
     let (base, connections, answered) = serve_h2_going_away(&pki, true).await;
-    let target = Target::http(
-        https_client(&pki.ca, Duration::from_secs(2), UpstreamHttp::default()).unwrap(),
-        vec![base],
-    )
-    .unwrap();
+    let target = target_at(&pki, base, UpstreamHttp::default());
     let sent = tokio::time::timeout(
         Duration::from_secs(20),
         target.send(post_completion(), Duration::from_secs(5)),
