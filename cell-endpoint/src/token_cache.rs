@@ -200,6 +200,16 @@ const WAYS: usize = 4;
 #[repr(align(256))]
 struct Bucket([Slot; WAYS]);
 
+impl Bucket {
+    /// Slots holding no session, by their tags (read without locks: a guess for placing).
+    fn free_slots(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|s| s.tag.load(Ordering::Relaxed) == 0)
+            .count()
+    }
+}
+
 /// Buckets per group.
 const GROUP_BUCKETS: usize = 16;
 
@@ -225,11 +235,11 @@ impl Slot {
 /// is this process's secret, so no one can aim tokens at another session's slots); a session
 /// is placed in the emptier of its two buckets, so buckets overflow only near the bound ("two
 /// choices"), and when both are full one of their sessions moves to its own other bucket,
-/// one with room there if any (cuckoo moves, see `place`). A lookup reads the eight tags at once — eight independent
-/// loads the CPU issues together, one wait for memory and one page's address translation —
-/// then takes the matching slot's lock, compares the fingerprint's other half and clones the
-/// two pointers: two waits for memory where the general-purpose concurrent cache before it
-/// took five.
+/// one with room there if any (cuckoo moves, see `place`). A lookup reads the eight tags at
+/// once — eight independent loads the CPU issues together, one wait for memory and one
+/// page's address translation — then takes the matching slot's lock, compares the
+/// fingerprint's other half and clones the two pointers: two waits for memory where the
+/// general-purpose concurrent cache before it took five.
 ///
 /// Eviction: when all eight slots hold live sessions and none can move, the insert replaces
 /// one picked by the fingerprint (random replacement: under uniform use as good as LRU, and no
@@ -382,14 +392,13 @@ impl TokenCache {
     /// out of a crowded corner; a fixed choice could cycle). Read without locks: a guess the
     /// walk corrects, never a verdict.
     fn victim(&self, from: &Bucket) -> usize {
-        let free = |b: &Bucket| b.0.iter().any(|s| s.tag.load(Ordering::Relaxed) == 0);
         let way_out = (0..WAYS).find(|&w| {
             let tag = from.0[w].tag.load(Ordering::Relaxed);
             tag != 0
                 && self
                     .buckets_of(tag)
                     .iter()
-                    .any(|&b| !std::ptr::eq(b, from) && free(b))
+                    .any(|&b| !std::ptr::eq(b, from) && b.free_slots() > 0)
         });
         way_out.unwrap_or_else(|| rand::random_range(0..WAYS))
     }
@@ -398,19 +407,18 @@ impl TokenCache {
     /// first; when all eight hold live sessions it takes the place of one of them (from the
     /// bucket it did not just leave; one whose own other bucket has room if there is one),
     /// which then looks for room in its own other bucket, and so on, at most [`MAX_MOVES`]
-    /// times. One slot is locked at a time; a session being moved
-    /// is missed by a lookup for that moment (a signature check, never a wrong verdict). If no
-    /// room is found the last session moved out is dropped: an eviction.
+    /// times. One slot is locked at a time; a session being moved is missed by a lookup for
+    /// that moment (a signature check, never a wrong verdict). If no room is found the last
+    /// session moved out is dropped: an eviction.
     fn place(&self, mut homeless: (u64, Entry), now: u64) {
         let mut left: Option<&Bucket> = None;
         for moves in 0..=MAX_MOVES {
             let [a, b] = self.buckets_of(homeless.0);
-            let empty = |b: &Bucket| {
-                b.0.iter()
-                    .filter(|s| s.tag.load(Ordering::Relaxed) == 0)
-                    .count()
+            let order = if b.free_slots() > a.free_slots() {
+                [b, a]
+            } else {
+                [a, b]
             };
-            let order = if empty(b) > empty(a) { [b, a] } else { [a, b] };
             for slot in order.iter().flat_map(|b| b.0.iter()) {
                 let mut held = slot.lock();
                 let replaced = match held.as_ref() {
