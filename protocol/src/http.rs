@@ -59,6 +59,25 @@ pub const X_CLIENT_IP: &str = "x-cellbind-client-ip";
 /// The scheme prefix of a bearer `Authorization` header, matched exactly.
 pub const BEARER_PREFIX: &str = "Bearer ";
 
+/// The address a per-client limit counts a client under (ATTACKS A36): an IPv4 address as it
+/// is, an IPv6 address by its /64 network (one subscriber's prefix: a client that rotates
+/// through the addresses of its /64 stays one client). An IPv4-mapped IPv6 address counts as
+/// its IPv4 address. Every per-address limit (the edge's rate limit and connection cap, every
+/// listener's connection cap, the sign-in throttles) keys on this.
+pub fn client_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 /// Whether a header belongs to the edge: its name, lower-cased with `_` read as `-` (as CGI,
 /// WSGI and Rack read it), starts with [`CELLBIND_HEADER_PREFIX`] (ATTACKS A25).
 pub fn is_cellbind_header(name: &str) -> bool {

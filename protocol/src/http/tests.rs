@@ -338,3 +338,16 @@ fn header_text_decides_what_to_str_decides() {
         assert_eq!(header_text(&inside), inside.to_str().ok(), "byte {b:#04x}");
     }
 }
+
+#[test]
+fn a_client_is_counted_by_its_ipv4_address_or_its_ipv6_slash_64() {
+    use std::net::IpAddr;
+    let key = |s: &str| client_key(s.parse::<IpAddr>().unwrap()).to_string();
+    assert_eq!(key("203.0.113.7"), "203.0.113.7");
+    // Every address of one /64 is one client; the next /64 is another.
+    assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+    assert_eq!(key("2001:db8:1:2::1"), "2001:db8:1:2::");
+    assert_eq!(key("2001:db8:1:3::1"), "2001:db8:1:3::");
+    // An IPv4 client on a dual-stack socket is its IPv4 address.
+    assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
+}
