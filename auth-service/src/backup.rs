@@ -12,7 +12,13 @@
 //!    it is readable) that the backup lacks and that can still match a session;
 //! 2. every edge keeps enforcing the revocations it held that the restored state lacks, and
 //!    hands them back to the auth-service (`POST /internal/v1/feed/reapply`), which records them
-//!    again — so they reach every other edge and the audit log.
+//!    again — so they reach every other edge and the audit log. It takes back only what it
+//!    sealed itself (`crate::seal`, ATTACKS A32): the restore seals the restored revocations
+//!    for the new epoch.
+//!
+//! Withdrawals are not lost either: a revocation an operator withdrew after the backup is
+//! withdrawn again in the restored state (and its withdrawal stays on record, so an edge that
+//! missed the withdrawal cannot hand it back).
 //!
 //! Replicas may keep running during a restore: each notices the new epoch within a second
 //! (`coordination::follow`) and reloads. What is lost: users created, sessions recorded and keys
@@ -22,7 +28,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use protocol::feed::{Change, FeedEntry};
-use protocol::revocation::Revocation;
+use protocol::revocation::{Revocation, Withdrawn};
 use ring::rand::SystemRandom;
 use runtime::IoContext as _;
 
@@ -30,6 +36,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::keys::kek::Kek;
 use crate::keys::ring::KeyRing;
+use crate::seal::Sealer;
 use crate::server::open_store;
 use crate::state::blocking;
 use crate::store::portable::{fresh_epoch, undump_key};
@@ -60,6 +67,9 @@ pub struct RestoreSummary {
     pub revocations: usize,
     /// Revocations carried over from the database being replaced.
     pub carried_over: usize,
+    /// Withdrawals carried over from the database being replaced (a revocation withdrawn after
+    /// the backup stays withdrawn).
+    pub withdrawals_carried_over: usize,
 }
 
 /// Seconds since the unix epoch.
@@ -86,8 +96,8 @@ pub async fn backup(config: &Config, out: &Path) -> Result<BackupSummary> {
 }
 
 /// Reads and checks a backup file: its schema and cell, and that the configured
-/// key-encryption key opens every published key in it.
-fn read_backup(config: &Config, from: &Path) -> Result<Dump> {
+/// key-encryption key opens every published key in it. Answers it with that key.
+fn read_backup(config: &Config, from: &Path) -> Result<(Dump, Kek)> {
     let meta = std::fs::metadata(from).with_context(|| format!("read {}", from.display()))?;
     if meta.len() > MAX_BACKUP_BYTES {
         return Err(Error::BadRequest(format!(
@@ -131,32 +141,100 @@ fn read_backup(config: &Config, from: &Path) -> Result<Dump> {
             config.kek_file.display()
         ))
     })?;
-    Ok(dump)
+    Ok((dump, kek))
 }
 
-/// Adds to `dump` the revocations `live` holds that it lacks and that can still match a
-/// session, each as a new feed entry after the dump's head. Answers how many.
-fn carry_over(dump: &mut Dump, live: &[Revocation], lifetime_s: u64, now: u64) -> usize {
+/// What a restore carried over from the database it replaced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Carried {
+    revocations: usize,
+    withdrawals: usize,
+}
+
+/// Appends a change to `dump`'s feed at the next sequence number; answers it.
+fn push_entry(dump: &mut Dump, change: impl FnOnce(u64) -> Change) -> u64 {
+    let seq = dump.head + 1;
+    dump.feed.push(FeedEntry {
+        seq,
+        change: change(seq),
+    });
+    dump.head = seq;
+    seq
+}
+
+/// Carries into `dump` (under the new `epoch`) what the replaced database knew and the backup
+/// lacks:
+/// 1. each withdrawal (`withdrawals`: the replaced database's audit entries of withdrawn
+///    revocations) whose kind that database does not hold again and that could still matter:
+///    the backup's revocation of that kind, if any, leaves the held set, and the withdrawal is
+///    recorded again (feed and audit, so an edge that missed it cannot hand it back);
+/// 2. each revocation `live` holds that the dump lacks and that can still match a session.
+///
+/// Then every held revocation (and the feed's copies) is sealed for the new epoch: a restore
+/// records the backup's revocations in it.
+fn carry_over(
+    dump: &mut Dump,
+    live: &[Revocation],
+    withdrawals: &[Revocation],
+    sealer: &Sealer,
+    epoch: &str,
+    lifetime_s: u64,
+    now: u64,
+) -> Carried {
+    let mut carried = Carried::default();
+    let live_kinds: HashSet<_> = live.iter().map(|r| r.kind.clone()).collect();
+    let audited: HashSet<_> = dump
+        .revocation_audit
+        .iter()
+        .filter_map(|r| r.withdrawn.as_ref().map(|w| (r.kind.clone(), w.at)))
+        .collect();
+    for w in withdrawals {
+        let Some(mark) = &w.withdrawn else { continue };
+        if live_kinds.contains(&w.kind)
+            || !w.can_match(lifetime_s, now)
+            || audited.contains(&(w.kind.clone(), mark.at))
+        {
+            continue;
+        }
+        dump.revocations.retain(|r| r.kind != w.kind);
+        let mut record = w.clone();
+        let seq = push_entry(dump, |seq| {
+            record.withdrawn = Some(Withdrawn {
+                seq,
+                ..mark.clone()
+            });
+            Change::RevocationWithdrawn(record.clone())
+        });
+        tracing::debug!(seq, kind = ?record.kind, "carried a withdrawal over the restore");
+        dump.revocation_audit.push(record);
+        carried.withdrawals += 1;
+    }
     let held: HashSet<_> = dump.revocations.iter().map(|r| r.kind.clone()).collect();
-    let mut carried = 0;
     for r in live {
         if held.contains(&r.kind) || !r.can_match(lifetime_s, now) {
             continue;
         }
-        let seq = dump.head + 1;
-        let r = Revocation {
-            seq,
+        let mut record = Revocation {
             by: format!("carried-over:{}", r.by).chars().take(128).collect(),
+            withdrawn: None,
             ..r.clone()
         };
-        dump.feed.push(FeedEntry {
-            seq,
-            change: Change::Revocation(r.clone()),
+        push_entry(dump, |seq| {
+            record.seq = seq;
+            record = sealer.sealed(epoch, record.clone());
+            Change::Revocation(record.clone())
         });
-        dump.revocation_audit.push(r.clone());
-        dump.revocations.push(r);
-        dump.head = seq;
-        carried += 1;
+        dump.revocation_audit.push(record.clone());
+        dump.revocations.push(record);
+        carried.revocations += 1;
+    }
+    for r in &mut dump.revocations {
+        r.seal = Some(sealer.seal(epoch, r));
+    }
+    for e in &mut dump.feed {
+        if let Change::Revocation(r) = &mut e.change {
+            r.seal = Some(sealer.seal(epoch, r));
+        }
     }
     carried
 }
@@ -173,28 +251,44 @@ pub async fn restore_with_clock(
     from: &Path,
     clock: &protocol::time::SharedClock,
 ) -> Result<RestoreSummary> {
-    let mut dump = read_backup(config, from)?;
+    let (mut dump, kek) = read_backup(config, from)?;
     let from_epoch = dump.epoch.clone();
     let (store, _) = open_store(config).await?;
-    let live = {
+    let (live, withdrawals) = {
         let store = store.clone();
-        match blocking(move || store.load(0)).await {
-            Ok(l) => l.revocations,
+        let read = blocking(move || {
+            let live = store.load(0)?.revocations;
+            Ok((live, crate::store::withdrawals(store.as_ref())?))
+        })
+        .await;
+        match read {
+            Ok(both) => both,
             Err(e) => {
                 tracing::warn!(error = %e, "the database being replaced is unreadable: its revocations come back from the edges");
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         }
     };
-    let carried_over = carry_over(&mut dump, &live, config.session_lifetime_s, clock.now());
     let epoch = fresh_epoch()?;
+    let sealer = Sealer::new(&kek, &config.cell_id);
+    let revocations = dump.revocations.len();
+    let carried = carry_over(
+        &mut dump,
+        &live,
+        &withdrawals,
+        &sealer,
+        &epoch,
+        config.session_lifetime_s,
+        clock.now(),
+    );
     let summary = RestoreSummary {
         from_epoch,
         epoch: epoch.clone(),
         head: dump.head,
         users: dump.users.len(),
-        revocations: dump.revocations.len() - carried_over,
-        carried_over,
+        revocations,
+        carried_over: carried.revocations,
+        withdrawals_carried_over: carried.withdrawals,
     };
     blocking(move || store.restore(&dump, &epoch)).await?;
     Ok(summary)
@@ -204,25 +298,30 @@ pub async fn restore_with_clock(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::keys::kek::Kek;
     use protocol::revocation::RevocationKind;
-    use protocol::{SessionId, SubjectId};
+    use protocol::{CellId, SessionId, SubjectId};
 
     fn revocation(seq: u64, kind: RevocationKind) -> Revocation {
-        Revocation {
-            seq,
-            kind,
-            at: 1_000,
-            by: "ops".into(),
-            reason: "test".into(),
+        Revocation::new(seq, kind, 1_000, "ops", "test")
+    }
+
+    fn sub(s: &str) -> RevocationKind {
+        RevocationKind::Subject {
+            sub: SubjectId::new(s).unwrap(),
+            before: 1_000,
         }
+    }
+
+    fn sealer() -> Sealer {
+        Sealer::new(
+            &Kek::from_bytes(&[5; 32]).unwrap(),
+            &CellId::new("cell-01").unwrap(),
+        )
     }
 
     #[test]
     fn revocations_the_backup_lacks_are_carried_over_once_and_only_while_they_can_match() {
-        let sub = |s: &str| RevocationKind::Subject {
-            sub: SubjectId::new(s).unwrap(),
-            before: 1_000,
-        };
         let mut dump = Dump {
             head: 7,
             revocations: vec![revocation(5, sub("t-1"))],
@@ -237,12 +336,98 @@ mod tests {
             revocation(9, sub("t-2")),
             revocation(10, expired),
         ];
-        assert_eq!(carry_over(&mut dump, &live, 3_600, 2_000), 1);
+        let sealer = sealer();
+        let carried = carry_over(&mut dump, &live, &[], &sealer, "e-new", 3_600, 2_000);
+        assert_eq!(
+            carried,
+            Carried {
+                revocations: 1,
+                withdrawals: 0
+            }
+        );
         assert_eq!(dump.head, 8);
         assert_eq!(dump.revocations.len(), 2);
         assert_eq!(dump.revocations[1].seq, 8);
         assert_eq!(dump.revocations[1].kind, sub("t-2"));
         assert_eq!(dump.feed.last().map(|e| e.seq), Some(8));
         assert!(dump.revocations[1].by.starts_with("carried-over:"));
+        // Every held revocation, the backup's own included, is sealed for the new epoch.
+        for r in &dump.revocations {
+            assert!(sealer.verifies("e-new", r), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_revocation_withdrawn_after_the_backup_stays_withdrawn() {
+        let sealer = sealer();
+        let planted = sealer.sealed("e-old", revocation(5, sub("t-planted")));
+        let mut dump = Dump {
+            head: 7,
+            revocations: vec![planted.clone(), revocation(6, sub("t-kept"))],
+            ..Dump::default()
+        };
+        let withdrawn = Revocation {
+            withdrawn: Some(Withdrawn {
+                seq: 12,
+                at: 1_500,
+                by: "ops".into(),
+                reason: "planted".into(),
+            }),
+            ..planted.clone()
+        };
+        let carried = carry_over(
+            &mut dump,
+            &[],
+            std::slice::from_ref(&withdrawn),
+            &sealer,
+            "e-new",
+            3_600,
+            2_000,
+        );
+        assert_eq!(carried.withdrawals, 1);
+        assert_eq!(
+            dump.revocations
+                .iter()
+                .map(|r| r.kind.clone())
+                .collect::<Vec<_>>(),
+            vec![sub("t-kept")]
+        );
+        // The withdrawal is in the feed and the audit log at a new position: a handback of it
+        // is recognised as withdrawn.
+        let audited = dump.revocation_audit.last().unwrap();
+        assert_eq!(audited.withdrawn.as_ref().unwrap().seq, 8);
+        assert_eq!(audited.seal, planted.seal);
+        assert!(matches!(
+            &dump.feed.last().unwrap().change,
+            Change::RevocationWithdrawn(r) if r.kind == sub("t-planted")
+        ));
+        // Restoring the same way again does not record it twice; nor does a kind that the
+        // replaced database holds again.
+        let again = carry_over(
+            &mut dump,
+            &[],
+            std::slice::from_ref(&withdrawn),
+            &sealer,
+            "e-new",
+            3_600,
+            2_000,
+        );
+        assert_eq!(again.withdrawals, 0);
+        let mut other = Dump {
+            head: 7,
+            revocations: vec![planted.clone()],
+            ..Dump::default()
+        };
+        let held_again = carry_over(
+            &mut other,
+            std::slice::from_ref(&planted),
+            std::slice::from_ref(&withdrawn),
+            &sealer,
+            "e-new",
+            3_600,
+            2_000,
+        );
+        assert_eq!(held_again.withdrawals, 0);
+        assert_eq!(other.revocations.len(), 1);
     }
 }

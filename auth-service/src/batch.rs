@@ -10,11 +10,12 @@ use protocol::Kid;
 use protocol::feed::{Change, FeedEntry};
 use protocol::map::SignedMap;
 use protocol::ownership::OwnershipRecord;
-use protocol::revocation::{Revocation, RevocationKind};
+use protocol::revocation::{Revocation, RevocationKind, Withdrawn};
 use protocol::time::UnixSeconds;
 use protocol::token::SigningKey;
 
 use crate::keys::ring::KeyRing;
+use crate::seal::Sealer;
 use crate::store::records::{Commit, KeyRow, Write};
 
 /// Changes being prepared for one commit.
@@ -23,11 +24,12 @@ pub(crate) struct Batch {
     next_seq: u64,
     commit: Commit,
     signers: HashMap<Kid, Arc<SigningKey>>,
+    sealer: Sealer,
 }
 
 impl Batch {
-    /// An empty batch after feed head `head` of `epoch`.
-    pub(crate) fn new(head: u64, epoch: String) -> Batch {
+    /// An empty batch after feed head `head` of `epoch`; revocations are sealed by `sealer`.
+    pub(crate) fn new(head: u64, epoch: String, sealer: Sealer) -> Batch {
         Batch {
             next_seq: head + 1,
             commit: Commit {
@@ -37,6 +39,7 @@ impl Batch {
                 ..Commit::default()
             },
             signers: HashMap::new(),
+            sealer,
         }
     }
 
@@ -82,15 +85,40 @@ impl Batch {
         by: String,
         reason: String,
     ) {
-        let r = Revocation {
-            seq: self.next_seq,
-            kind,
-            at,
-            by,
-            reason,
-        };
+        self.record_revocation(Revocation::new(0, kind, at, by, reason));
+    }
+
+    /// A revocation was recorded: `r` at the next sequence number, sealed in this epoch (its
+    /// `seq` and `seal` are replaced; its other fields are kept).
+    pub(crate) fn record_revocation(&mut self, mut r: Revocation) {
+        r.seq = self.next_seq;
+        r.withdrawn = None;
+        let r = self.sealer.sealed(&self.commit.epoch, r);
         self.entry(Change::Revocation(r.clone()));
         self.commit.writes.push(Write::Revocation(r));
+    }
+
+    /// The held revocation `held` was withdrawn: it leaves the held set, and the audit log and
+    /// the feed record the withdrawal.
+    pub(crate) fn withdrawal(
+        &mut self,
+        held: &Revocation,
+        at: UnixSeconds,
+        by: String,
+        reason: String,
+    ) -> Revocation {
+        let r = Revocation {
+            withdrawn: Some(Withdrawn {
+                seq: self.next_seq,
+                at,
+                by,
+                reason,
+            }),
+            ..held.clone()
+        };
+        self.entry(Change::RevocationWithdrawn(r.clone()));
+        self.commit.writes.push(Write::Withdrawal(r.clone()));
+        r
     }
 
     /// A placement map was accepted.

@@ -105,8 +105,15 @@ pub struct Config {
     pub kek_file: PathBuf,
     /// Bearer token of the admin API.
     pub admin_token_file: PathBuf,
-    /// Bearer token of the internal feed.
+    /// The cell's feed secret. Edge instances do not hold it: each presents its own
+    /// credential derived from it (`cellctl edge-credential`), which names the instance.
     pub feed_token_file: PathBuf,
+    /// Also accept the feed secret itself as a feed credential, for any instance name: only
+    /// while a fleet's edges are being moved to credentials of their own (upgrade order in
+    /// `docs/COMPATIBILITY.md`). A made-up instance can then be listed, and a migration's drain
+    /// wait for it: leave it `false`.
+    #[serde(default)]
+    pub accept_shared_feed_token: bool,
     /// The cell's edge token: a request whose `X-Cellbind-Edge-Key` equals it comes from an
     /// authenticated edge (its `X-Cellbind-Client-Ip` and session cookie are then believed).
     pub edge_token_file: PathBuf,

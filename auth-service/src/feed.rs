@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use protocol::ContractorId;
 use protocol::feed::{
     EpochRelation, FEED_SCHEMA, FeedBody, FeedResponse, Snapshot, epoch_relation,
 };
+use protocol::{ContractorId, InstanceId};
 
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -16,8 +16,6 @@ use crate::state::AppState;
 pub(crate) const MAX_WAIT_MS: u64 = 25_000;
 /// Most entries in one delta; the instance asks again for the rest.
 pub(crate) const MAX_DELTA_ENTRIES: usize = 1_000;
-/// Longest instance id, in bytes.
-pub(crate) const MAX_INSTANCE_ID_BYTES: usize = 64;
 /// Most contractors an instance may report busy in one feed request.
 pub(crate) const MAX_BUSY_REPORTED: usize = 256;
 
@@ -25,7 +23,8 @@ pub(crate) const MAX_BUSY_REPORTED: usize = 256;
 #[derive(Debug)]
 pub(crate) struct FeedAsk<'a> {
     pub(crate) since: u64,
-    pub(crate) instance: &'a str,
+    /// The instance asking, as its credential names it.
+    pub(crate) instance: &'a InstanceId,
     pub(crate) wait_ms: u64,
     /// Comma-separated contractors in handoff with writes still in flight at the instance.
     pub(crate) busy: Option<&'a str>,
@@ -54,17 +53,7 @@ fn parse_busy(s: Option<&str>) -> Result<Vec<ContractorId>> {
 /// Serves one feed request: records the instance, waits (at most [`MAX_WAIT_MS`]) while
 /// nothing is newer than `since`, then answers.
 pub(crate) async fn serve(state: &AppState, ask: FeedAsk<'_>) -> Result<FeedResponse> {
-    let id = ask.instance;
-    if id.is_empty()
-        || id.len() > MAX_INSTANCE_ID_BYTES
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err(Error::BadRequest(format!(
-            "instance must be 1 to {MAX_INSTANCE_ID_BYTES} characters of [A-Za-z0-9._-]"
-        )));
-    }
+    let id = ask.instance.as_str();
     let busy = parse_busy(ask.busy)?;
     let seen = state.instances.saw(id, ask.since, busy, state.now());
     if let Some(shared) = state.coordination.shared()

@@ -2,13 +2,46 @@
 //! and which contractors in handoff it still has writes in flight for. The status page lists
 //! them; the migration drain decides from them. With several replicas an instance may ask any
 //! of them, so the list the drain reads is the database's (`AppState::instances_seen`).
+//!
+//! Who an instance is comes from its credential ([`FeedCaller`], `runtime::feed_credential`):
+//! an instance is recorded only under the name its own credential carries, so no one can add
+//! a made-up instance to the list a migration's drain waits on (ATTACKS A37).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use protocol::ContractorId;
 use protocol::admin::cell::InstanceSeen;
 use protocol::time::UnixSeconds;
+use protocol::{ContractorId, InstanceId};
+
+use crate::error::{Error, Result};
+
+/// Who called the feed or the revocation handback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FeedCaller {
+    /// An edge instance, named by its own credential.
+    Instance(InstanceId),
+    /// A holder of the cell's shared feed secret (accepted only with
+    /// `accept_shared_feed_token`, while edges are moved to credentials of their own): it may
+    /// name any instance.
+    Shared,
+}
+
+impl FeedCaller {
+    /// The instance a request that names `named` acts as: the credential's own instance, which
+    /// `named` must be. `403 FORBIDDEN` for another name, `400` for a name that is not an id.
+    pub(crate) fn instance_named(&self, named: &str) -> Result<InstanceId> {
+        let named =
+            InstanceId::new(named).map_err(|e| Error::BadRequest(format!("instance: {e}")))?;
+        match self {
+            FeedCaller::Instance(own) if *own == named => Ok(named),
+            FeedCaller::Instance(_) => Err(Error::Unauthorized(
+                "the feed credential is another instance's",
+            )),
+            FeedCaller::Shared => Ok(named),
+        }
+    }
+}
 
 /// Most instances remembered for the status page.
 pub(crate) const MAX_TRACKED_INSTANCES: usize = 4_096;

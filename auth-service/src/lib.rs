@@ -47,6 +47,7 @@ mod peers;
 mod revocations;
 mod routes;
 pub use routes::{AdminApi, SessionsApi};
+mod seal;
 mod server;
 mod sessions;
 mod state;

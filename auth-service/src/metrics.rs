@@ -102,6 +102,8 @@ pub(crate) struct Metrics {
     password_checks: Counter,
     migration_steps: Family<Labels, Counter>,
     migration_durations: Family<Labels, Histogram>,
+    reapply_refused: Family<Labels, Counter>,
+    feed_refused: Counter,
 }
 
 impl Metrics {
@@ -119,6 +121,18 @@ impl Metrics {
         let migration_steps = Family::<Labels, Counter>::default();
         let migration_durations =
             Family::<Labels, Histogram>::new_with_constructor(step_buckets as fn() -> Histogram);
+        let reapply_refused = Family::<Labels, Counter>::default();
+        let feed_refused = Counter::default();
+        registry.register(
+            "reapply_refused",
+            "Revocations an edge handed back after a restore that were not taken back, by reason",
+            reapply_refused.clone(),
+        );
+        registry.register(
+            "feed_credentials_refused",
+            "Feed and handback requests refused for their credential (a wrong or made-up instance)",
+            feed_refused.clone(),
+        );
         registry.register("signins", "Sign-in attempts by outcome", signins.clone());
         registry.register(
             "feed_head_seq",
@@ -172,6 +186,8 @@ impl Metrics {
             map_refused,
             migration_steps,
             migration_durations,
+            reapply_refused,
+            feed_refused,
         }
     }
 }
@@ -209,6 +225,16 @@ impl Metrics {
         self.migration_durations
             .get_or_create(&vec![("step", step.as_str())])
             .observe(took.as_secs_f64());
+    }
+    /// A handed-back revocation not taken back, for `reason`.
+    pub(crate) fn reapply_refused(&self, reason: &'static str) {
+        self.reapply_refused
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+    /// A feed or handback request refused for its credential.
+    pub(crate) fn feed_credential_refused(&self) {
+        self.feed_refused.inc();
     }
     /// The text exposition.
     pub(crate) fn render(&self) -> String {

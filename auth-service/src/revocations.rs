@@ -22,18 +22,20 @@
 //! would then mint an already revoked session; [`issue_time`] moves such a session's `iat`
 //! (and `nbf`) to the revocation's `before`, at most [`protocol::token::LEEWAY_S`] ahead.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use protocol::admin::cell::{
-    ListedSession, RevokeAnswer, RevokeOutcome, SessionRecordAnswer, SubjectSessions,
+    HeldRevocations, ListedSession, RevokeAnswer, RevokeOutcome, SessionRecordAnswer,
+    SubjectSessions, WithdrawAnswer,
 };
 use protocol::feed::{MAX_REAPPLY_REVOCATIONS, Reapplied, Reapply};
-use protocol::revocation::{Revocation, RevocationKind};
+use protocol::revocation::{HandBack, Revocation, RevocationKind};
 use protocol::time::UnixSeconds;
 use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
 
 use crate::error::{Error, Result};
+use crate::instances::FeedCaller;
 use crate::keys::lifecycle::revoke_key;
 use crate::state::{AppState, Inner, blocking};
 use crate::store::records::MintedSession;
@@ -282,22 +284,77 @@ pub(crate) async fn audit_page(
     blocking(move || store.revocation_audit(after, limit)).await
 }
 
+/// Why a handed-back revocation is not taken back (logged, counted as `refused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// Key revocations are never handed back: the key is gone or an operator revokes it again.
+    KeyKind,
+    /// Not sealed by this cell in the epoch it was handed back from (ATTACKS A32).
+    NotSealed,
+    /// An operator withdrew it.
+    Withdrawn,
+    /// Outside the rules of an operator's revocation (`normalise`).
+    OutOfBounds,
+}
+
+impl Refusal {
+    /// The metric label.
+    fn label(self) -> &'static str {
+        match self {
+            Refusal::KeyKind => "key",
+            Refusal::NotSealed => "not_sealed",
+            Refusal::Withdrawn => "withdrawn",
+            Refusal::OutOfBounds => "out_of_bounds",
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Refusal::KeyKind => "a key revocation is never handed back",
+            Refusal::NotSealed => "not sealed by this cell in that epoch",
+            Refusal::Withdrawn => "withdrawn by an operator",
+            Refusal::OutOfBounds => "outside the bounds of an operator's revocation",
+        }
+    }
+}
+
+/// When each kind was last withdrawn here (from the audit log): a revocation recorded no later
+/// than the withdrawal of its kind is what was withdrawn, and is never taken back from an edge
+/// that missed the withdrawal (whatever epoch or copy it holds).
+async fn withdrawn_kinds(state: &AppState) -> Result<HashMap<RevocationKind, UnixSeconds>> {
+    let store = state.store.clone();
+    let withdrawn = blocking(move || crate::store::withdrawals(store.as_ref())).await?;
+    let mut at = HashMap::new();
+    for r in withdrawn {
+        if let Some(w) = r.withdrawn {
+            let e = at.entry(r.kind).or_insert(w.at);
+            *e = (*e).max(w.at);
+        }
+    }
+    Ok(at)
+}
+
 /// Records again the revocations an edge held from an epoch this database was restored over
-/// and the restored state lacks (DECISIONS "Backup and restore"): every one that can still match
-/// a session and whose kind is not in force here, with its original time and reason, `by`
-/// marked `reapplied:`. Key revocations revoke the key again. Refused, changing nothing, when
-/// `from_epoch` is the current epoch or one this database never had.
-pub(crate) async fn reapply(state: &AppState, req: Reapply) -> Result<Reapplied> {
+/// and the restored state lacks (DECISIONS "Backup and restore"). A handback is not a write
+/// channel (ATTACKS A32): each revocation is taken back only when it carries this cell's seal
+/// for `from_epoch`, is not a key revocation (an operator re-runs those), was not withdrawn,
+/// and passes the rules of `POST /admin/v1/revocations`; it is recorded at this cell's time,
+/// naming the instance (`handed_back`), unless its kind is in force already or it can match
+/// nothing any more. The request is refused, changing nothing, when `from_epoch` is the current
+/// epoch or one this database never had, or when it names another instance than the caller's
+/// credential.
+pub(crate) async fn reapply(
+    state: &AppState,
+    caller: &FeedCaller,
+    req: Reapply,
+) -> Result<Reapplied> {
     if req.revocations.len() > MAX_REAPPLY_REVOCATIONS {
         return Err(Error::BadRequest(format!(
             "at most {MAX_REAPPLY_REVOCATIONS} revocations per request"
         )));
     }
     checked_text("instance", &req.instance)?;
-    for r in &req.revocations {
-        checked_text("reason", &r.reason)?;
-        checked_text("by", &r.by)?;
-    }
+    let instance = caller.instance_named(&req.instance)?;
     let store = state.store.clone();
     let epochs = blocking(move || store.epochs()).await?;
     let current = state.read().epoch.clone();
@@ -306,54 +363,141 @@ pub(crate) async fn reapply(state: &AppState, req: Reapply) -> Result<Reapplied>
             "from_epoch is not an epoch this database was restored over".into(),
         ));
     }
+    let withdrawn = withdrawn_kinds(state).await?;
+    let sealer = state.sealer();
     let now = state.now();
     let lifetime = state.config.session_lifetime_s;
-    let marked = |by: &str| -> String {
-        format!("reapplied:{by}")
-            .chars()
-            .take(MAX_AUDIT_TEXT_BYTES / 4)
-            .collect()
-    };
-    let mut recorded = 0u64;
+    let mut refused = 0u64;
+    let mut withdrawn_seqs = Vec::new();
     let mut skipped = 0u64;
-    let mut others = Vec::new();
+    let mut taken = Vec::new();
     for r in req.revocations {
         if !r.can_match(lifetime, now) {
             skipped += 1;
             continue;
         }
-        match &r.kind {
-            RevocationKind::Key { kid } => {
-                let known = state.read().ring.get(kid).is_some();
-                if known && revoke_key(state, kid, marked(&r.by), r.reason.clone()).await? {
-                    recorded += 1;
-                } else {
-                    skipped += 1;
+        let refusal = if matches!(r.kind, RevocationKind::Key { .. }) {
+            Some(Refusal::KeyKind)
+        } else if !sealer.verifies(&req.from_epoch, &r) {
+            Some(Refusal::NotSealed)
+        } else if withdrawn.get(&r.kind).is_some_and(|w| r.at <= *w) {
+            Some(Refusal::Withdrawn)
+        } else {
+            None
+        };
+        let kind = match refusal {
+            Some(why) => Err(why),
+            None => normalise(state, r.kind.clone())
+                .await
+                .map_err(|_| Refusal::OutOfBounds),
+        };
+        match kind {
+            Ok(kind) => taken.push(Revocation {
+                kind,
+                at: now,
+                by: format!("reapplied:{}", r.by)
+                    .chars()
+                    .take(MAX_AUDIT_TEXT_BYTES / 4)
+                    .collect(),
+                handed_back: Some(HandBack {
+                    instance: instance.to_string(),
+                    from_epoch: req.from_epoch.clone(),
+                    seq: r.seq,
+                    at: r.at,
+                }),
+                ..r
+            }),
+            Err(why) => {
+                refused += 1;
+                if why == Refusal::Withdrawn {
+                    withdrawn_seqs.push(r.seq);
                 }
+                state.metrics.reapply_refused(why.label());
+                tracing::warn!(
+                    instance = %instance,
+                    from_epoch = %req.from_epoch,
+                    seq = r.seq,
+                    kind = ?r.kind,
+                    why = why.as_str(),
+                    "refused a handed-back revocation"
+                );
             }
-            _ => others.push(r),
         }
     }
     let (_, added) = state
         .commit_with(|inner, batch| {
             let mut added = 0u64;
-            for r in &others {
+            for r in &taken {
                 if held_seq(inner, &r.kind).is_none() {
-                    batch.revocation(r.kind.clone(), r.at, marked(&r.by), r.reason.clone());
+                    batch.record_revocation(r.clone());
                     added += 1;
                 }
             }
             Ok(added)
         })
         .await?;
-    recorded += added;
-    skipped += others.len() as u64 - added;
+    let recorded = added;
+    skipped += taken.len() as u64 - added;
     tracing::warn!(
-        instance = %req.instance,
+        instance = %instance,
         from_epoch = %req.from_epoch,
         recorded,
         skipped,
+        refused,
         "re-applied revocations an edge held from before a restore"
     );
-    Ok(Reapplied { recorded, skipped })
+    Ok(Reapplied {
+        recorded,
+        skipped,
+        refused,
+        withdrawn: withdrawn_seqs,
+    })
+}
+
+/// The revocations in force here, by sequence number.
+pub(crate) fn held(state: &AppState) -> HeldRevocations {
+    let inner = state.read();
+    let mut revocations = inner.revocations.clone();
+    revocations.sort_by_key(|r| r.seq);
+    HeldRevocations {
+        head: inner.head,
+        revocations,
+    }
+}
+
+/// Withdraws the revocation in force at sequence number `seq` (an operator's mistake, or one
+/// planted through a compromised credential): it matches nothing from the commit on, at this
+/// cell and, through the feed, at every edge (which also drop a copy of the same kind they
+/// carried over a restore). Audited with its own sequence number. A key revocation cannot be
+/// withdrawn: the key left the ring for good.
+pub(crate) async fn withdraw(
+    state: &AppState,
+    seq: u64,
+    by: String,
+    reason: String,
+) -> Result<WithdrawAnswer> {
+    checked_text("reason", &reason)?;
+    checked_text("by", &by)?;
+    let now = state.now();
+    let (head, withdrawn) = state
+        .commit_with(|inner, batch| {
+            let held = inner
+                .revocations
+                .iter()
+                .find(|r| r.seq == seq)
+                .ok_or_else(|| Error::NotFound(format!("revocation {seq} is not in force")))?;
+            if let RevocationKind::Key { kid } = &held.kind {
+                return Err(Error::BadRequest(format!(
+                    "the revocation of key {kid} cannot be withdrawn: the key left the ring for good"
+                )));
+            }
+            Ok(batch.withdrawal(held, now, by.clone(), reason.clone()))
+        })
+        .await?;
+    tracing::warn!(seq, kind = ?withdrawn.kind, by = %by, reason = %reason, "revocation withdrawn");
+    Ok(WithdrawAnswer {
+        seq: withdrawn.withdrawn.as_ref().map_or(head, |w| w.seq),
+        head,
+        withdrawn,
+    })
 }

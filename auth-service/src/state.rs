@@ -36,6 +36,7 @@ use crate::keys::kek::Kek;
 use crate::keys::ring::KeyRing;
 use crate::metrics::Metrics;
 use crate::peers::PeerKeys;
+use crate::seal::Sealer;
 use crate::store::Store;
 use crate::store::records::{Commit, Loaded, Write};
 use crate::throttle::Throttle;
@@ -66,6 +67,13 @@ impl Inner {
     fn add_revocation(&mut self, r: Revocation) {
         self.revoked.insert(&r.kind);
         self.revocations.push(r);
+    }
+
+    /// A withdrawn revocation (the held one of its sequence number) no longer in force; the
+    /// matcher is rebuilt from what stays.
+    fn withdraw_revocation(&mut self, withdrawn: &Revocation) {
+        self.revocations.retain(|r| r.seq != withdrawn.seq);
+        self.revoked = self.revocations.iter().map(|r| &r.kind).collect();
     }
 
     /// Appends feed entries (keeping the newest [`FEED_RETAIN_ENTRIES`]) and moves the head.
@@ -249,7 +257,7 @@ impl AppState {
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let (batch, out) = {
                 let inner = self.read();
-                let mut batch = Batch::new(inner.head, inner.epoch.clone());
+                let mut batch = Batch::new(inner.head, inner.epoch.clone(), self.sealer());
                 let out = build(&inner, &mut batch)?;
                 (batch, out)
             };
@@ -282,6 +290,11 @@ impl AppState {
         )))
     }
 
+    /// The sealer of this cell's revocations (`crate::seal`).
+    pub(crate) fn sealer(&self) -> Sealer {
+        Sealer::new(&self.kek, &self.config.cell_id)
+    }
+
     /// Applies a written commit in memory and wakes the feed's long-polls.
     fn apply_commit(&self, commit: Commit, signers: &HashMap<Kid, Arc<SigningKey>>) {
         let head = commit.head;
@@ -297,6 +310,7 @@ impl AppState {
                         inner.ownership.insert(contractor, record);
                     }
                     Write::Revocation(r) => inner.add_revocation(r),
+                    Write::Withdrawal(r) => inner.withdraw_revocation(&r),
                     Write::Map(m) => {
                         self.metrics.map_version(m.map.version);
                         inner.map = Some(*m);
@@ -384,6 +398,7 @@ impl AppState {
                     }
                     // Entries after the held head: none of them is held yet.
                     Change::Revocation(r) => inner.add_revocation(r.clone()),
+                    Change::RevocationWithdrawn(r) => inner.withdraw_revocation(r),
                     Change::Map(m) => {
                         self.metrics.map_version(m.map.version);
                         inner.map = Some((**m).clone());

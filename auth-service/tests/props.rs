@@ -36,7 +36,7 @@ use protocol::{ErrorBody, ErrorCode};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
-use common::{ADMIN, FEED, Fixture};
+use common::{ADMIN, Fixture, feed_for};
 use props_support::{ByteEdit, apply, byte_edit, hostile_json, toml_input, toml_text};
 
 // ---------------------------------------------------------------------------------------------
@@ -72,11 +72,11 @@ fn decodes<T: serde::de::DeserializeOwned>(b: &[u8]) -> bool {
 }
 
 const ADMIN_AUTH: &str = "Bearer admin-token-for-tests-0123456789";
-const FEED_AUTH: &str = "Bearer feed-token-for-tests-0123456789";
-
 fn routes() -> Vec<Route> {
     assert_eq!(ADMIN_AUTH, format!("Bearer {ADMIN}"));
-    assert_eq!(FEED_AUTH, format!("Bearer {FEED}"));
+    // The handback is made with the feed credential of the instance the body names.
+    let feed_auth: &'static str =
+        Box::leak(format!("Bearer {}", feed_for("edge-a")).into_boxed_str());
     let user = json!({"contractor_id": "c-1", "login": "ana", "role": "technician", "password": "pw-123456"});
     let revocation = json!({"seq": 3, "kind": "subject", "sub": "c-1.ana", "before": 1_767_225_600u64, "at": 1_767_225_600u64, "by": "ops", "reason": "lost phone"});
     vec![
@@ -180,7 +180,7 @@ fn routes() -> Vec<Route> {
             method: Method::POST,
             path: protocol::feed::REAPPLY_PATH,
             via: Via::Internal,
-            auth: Some(FEED_AUTH),
+            auth: Some(feed_auth),
             valid: json!({"from_epoch": "e-1", "instance": "edge-a", "revocations": [revocation]}),
             array_form: json!(["e-1", "edge-a", []]),
             decodes: decodes::<Reapply>,

@@ -152,6 +152,9 @@ fn snapshot(key: &SigningKey, contractors: usize, revocations: usize) -> Snapsho
                     at: NOW,
                     by: "self".into(),
                     reason: "sign-out".into(),
+                    seal: None,
+                    handed_back: None,
+                    withdrawn: None,
                 }
             })
             .collect(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 use protocol::feed::{Change, EpochRelation, FeedBody, FeedResponse, epoch_relation};
 use protocol::ownership::Access;
-use protocol::revocation::Revocation;
+use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::SharedClock;
 use runtime::refetch::RefetchGate;
 
@@ -281,6 +281,26 @@ impl Edge {
             changed: changed.then_some(next),
             restored,
         })
+    }
+
+    /// Stops enforcing the held revocations of `kinds`: ones this instance carried over a
+    /// restore and handed back, which the auth-service says an operator withdrew. Answers the
+    /// new view when it changed.
+    pub fn drop_withdrawn(&self, kinds: &[RevocationKind]) -> Option<Arc<CellState>> {
+        let _g = self.apply_lock.lock().ok()?;
+        let held = self.state.load_full()?;
+        let mut next = (*held).clone();
+        let dropped = next.drop_withdrawn(kinds);
+        if dropped == 0 {
+            return None;
+        }
+        tracing::warn!(
+            dropped,
+            "stopped enforcing revocations an operator withdrew while this instance held them over a restore"
+        );
+        let next = Arc::new(next.stamped());
+        self.state.store(Some(next.clone()));
+        Some(next)
     }
 
     /// Brings the gauges up to date (before the metrics are read): state ages, feed lag, the

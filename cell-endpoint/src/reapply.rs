@@ -8,13 +8,16 @@
 //! retried with backoff ([`RETRY_MIN`] to [`RETRY_MAX`], jittered, at most [`RETRY_TIMES`]
 //! times); a `4xx` answer is final (logged as a warning: the auth-service will not take them,
 //! e.g. because it was not restored over that epoch). Handing the same revocations back twice
-//! is harmless: the auth-service skips those already in force.
+//! is harmless: the auth-service skips those already in force. It takes back only what it
+//! sealed (ATTACKS A32); this instance keeps enforcing what it refuses, except a revocation
+//! the auth-service says an operator withdrew, which it drops.
 
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable as _};
 use http::header;
 use protocol::feed::{MAX_REAPPLY_REVOCATIONS, REAPPLY_PATH, Reapplied, Reapply};
+use protocol::revocation::{Revocation, RevocationKind};
 
 use crate::edge::{Edge, Restored};
 use crate::error::EdgeError;
@@ -48,7 +51,15 @@ pub async fn hand_back(edge: &Edge, restored: &Restored) {
         .with_jitter()
         .with_max_times(RETRY_TIMES);
     let instance = &edge.settings().instance_id;
-    for chunk in restored.carried.chunks(MAX_REAPPLY_REVOCATIONS) {
+    // A key revocation is never taken back (an operator revokes the key again): this instance
+    // keeps enforcing it and does not send it.
+    let handed: Vec<Revocation> = restored
+        .carried
+        .iter()
+        .filter(|r| !matches!(r.kind, RevocationKind::Key { .. }))
+        .cloned()
+        .collect();
+    for chunk in handed.chunks(MAX_REAPPLY_REVOCATIONS) {
         let body = Reapply {
             from_epoch: restored.from_epoch.clone(),
             instance: instance.clone(),
@@ -69,13 +80,24 @@ pub async fn hand_back(edge: &Edge, restored: &Restored) {
             })
             .await;
         match result {
-            Ok(done) => tracing::info!(
-                from_epoch = %restored.from_epoch,
-                sent = chunk.len(),
-                recorded = done.recorded,
-                skipped = done.skipped,
-                "handed revocations held from before the restore back to the auth-service"
-            ),
+            Ok(done) => {
+                tracing::info!(
+                    from_epoch = %restored.from_epoch,
+                    sent = chunk.len(),
+                    recorded = done.recorded,
+                    skipped = done.skipped,
+                    refused = done.refused,
+                    "handed revocations held from before the restore back to the auth-service"
+                );
+                let withdrawn: Vec<RevocationKind> = chunk
+                    .iter()
+                    .filter(|r| done.withdrawn.contains(&r.seq))
+                    .map(|r| r.kind.clone())
+                    .collect();
+                if let Some(view) = edge.drop_withdrawn(&withdrawn) {
+                    crate::sync::persist(edge, view).await;
+                }
+            }
             Err(e) => {
                 tracing::warn!(
                     error = %e,

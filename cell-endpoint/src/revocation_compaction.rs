@@ -57,6 +57,9 @@ mod tests {
             at: 100,
             by: "t".into(),
             reason: "t".into(),
+            seal: None,
+            handed_back: None,
+            withdrawn: None,
         }
     }
 

@@ -165,6 +165,20 @@ impl CellState {
         carried
     }
 
+    /// After the auth-service said an operator withdrew them: drops the held revocations of
+    /// `kinds` (ones this view carried over a restore); rebuilds the matcher. Answers how many.
+    pub fn drop_withdrawn(&mut self, kinds: &[RevocationKind]) -> usize {
+        let before = self.snapshot.revocations.len();
+        self.snapshot
+            .revocations
+            .retain(|r| !kinds.contains(&r.kind));
+        let dropped = before - self.snapshot.revocations.len();
+        if dropped > 0 {
+            self.revocations = self.snapshot.revocations.iter().map(|r| &r.kind).collect();
+        }
+        dropped
+    }
+
     /// The placement map, if one is held.
     pub fn map(&self) -> Option<&SignedMap> {
         self.snapshot.map.as_ref()
@@ -286,6 +300,9 @@ fn apply_change(snap: &mut Snapshot, change: Change) {
             snap.ownership.insert(contractor, record);
         }
         Change::Revocation(r) => push_revocation(&mut snap.revocations, r),
+        // Every held revocation of the withdrawn kind goes, a copy carried over a restore
+        // included: the kind is what a revocation matches.
+        Change::RevocationWithdrawn(w) => snap.revocations.retain(|r| r.kind != w.kind),
         Change::Map(m) => {
             // The auth-service verified the signature; the edge only refuses a rollback.
             if m.newer_than(snap.map.as_ref()).is_ok() {

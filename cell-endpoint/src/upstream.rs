@@ -442,7 +442,7 @@ impl Upstreams {
             app: http("app_url", &Replicas::one(c.app_url.clone()))?,
             app_key_header: sensitive(Secret::from_file(&c.app_token_file)?.expose())?,
             edge_key_header: sensitive(Secret::from_file(&c.edge_token_file)?.expose())?,
-            feed_token: Secret::from_file(&c.feed_token_file)?,
+            feed_token: feed_credential(c)?,
             auth_timeout: Duration::from_millis(c.auth_timeout_ms),
             app_timeout: Duration::from_millis(c.app_timeout_ms),
         })
@@ -460,6 +460,31 @@ impl Upstreams {
             .map_err(|_| EdgeError::Config("feed token is not a valid header value".into()))?;
         auth.set_sensitive(true);
         Ok(auth)
+    }
+}
+
+/// Reads this instance's feed credential (`runtime::feed_credential`): it must name this
+/// instance. The cell's shared feed secret is still read (an auth-service with
+/// `accept_shared_feed_token` takes it while a fleet moves to credentials), with a warning.
+fn feed_credential(c: &Config) -> Result<Secret, EdgeError> {
+    let token = Secret::from_file(&c.feed_token_file)?;
+    if !runtime::feed_credential::is_instance_credential(token.expose()) {
+        tracing::warn!(
+            file = %c.feed_token_file.display(),
+            "feed_token_file holds the cell's shared feed secret, not this instance's own credential: mint one with `cellctl edge-credential`"
+        );
+        return Ok(token);
+    }
+    match runtime::feed_credential::instance_of(token.expose()) {
+        Some(named) if named.as_str() == c.instance_id => Ok(token),
+        Some(named) => Err(EdgeError::Config(format!(
+            "feed_token_file holds the feed credential of instance {named}, but this is instance {}",
+            c.instance_id
+        ))),
+        None => Err(EdgeError::Config(format!(
+            "feed_token_file ({}) is not a well-formed instance feed credential",
+            c.feed_token_file.display()
+        ))),
     }
 }
 

@@ -22,7 +22,10 @@ use crate::fleet_file::{
     self, CellManagement, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, FleetManagement,
     JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
 };
-use crate::layout::{CellPlan, CellToken, Layout, ReplicaPlan, SECRETS_DIR, lock_dir, mkdir};
+use crate::layout::{
+    CellPlan, CellToken, Layout, ReplicaPlan, SECRETS_DIR, edge_instance_id, lock_dir, mkdir,
+    write_edge_feed_credential,
+};
 use crate::ports::{DEFAULT_PORT_BASE, Ports, cell_id, check_ports_free, https};
 use crate::postgres::{self, PgServer};
 use crate::seed::{self, DISPATCHERS, SeedPlan, TECHNICIANS};
@@ -600,11 +603,13 @@ impl Fleet {
                     },
                 )?;
             }
+            let edge = edge_instance_id(&c.id, 1)?;
+            let feed_credential = write_edge_feed_credential(&layout.dir, &c.id, &edge)?;
             write_toml(
                 &layout.config(&format!("{id}-endpoint")),
                 &EdgeConfig {
                     cell_id: &c.id,
-                    instance_id: &format!("{id}-edge-1"),
+                    instance_id: edge.as_str(),
                     listen: ports.edge(c.n)?,
                     management_listen: ports.edge_management(c.n)?,
                     public_url: &c.endpoint,
@@ -613,7 +618,7 @@ impl Fleet {
                     ),
                     feed_url: Urls::of(c.replicas.iter().map(|r| r.url.clone()).collect()),
                     app_url: &c.app_url,
-                    feed_token_file: layout.cell_token(&c.id, CellToken::Feed),
+                    feed_token_file: feed_credential,
                     app_token_file: layout.cell_token(&c.id, CellToken::App),
                     edge_token_file: layout.cell_token(&c.id, CellToken::Edge),
                     state_dir: layout.data(&format!("{id}/endpoint")),

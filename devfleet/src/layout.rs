@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use protocol::CellId;
+use protocol::{CellId, InstanceId};
 use runtime::{IoContext as _, IoError, Secret};
 
 use crate::error::{FleetError, Result};
@@ -88,6 +88,38 @@ pub const SECRETS_DIR: &str = "secrets";
 pub const CONTROL_PLANE_TOKEN_FILE: &str = "control-plane.token";
 /// The control plane's map signing seed in [`SECRETS_DIR`].
 pub const MAP_KEY_FILE: &str = "map-key";
+
+/// The feed credential file of edge instance `instance` of `cell` in the fleet directory `dir`
+/// (`DIR/secrets/<cell>/<instance>.feed`, derived from the cell's feed secret:
+/// `runtime::feed_credential`).
+pub fn edge_feed_credential_file(dir: &Path, cell: &CellId, instance: &InstanceId) -> PathBuf {
+    dir.join(SECRETS_DIR)
+        .join(cell.as_str())
+        .join(format!("{instance}.feed"))
+}
+
+/// The instance id of a dev fleet cell's `n`-th edge (1-based): `<cell>-edge-<n>`.
+pub fn edge_instance_id(cell: &CellId, n: u8) -> Result<InstanceId> {
+    InstanceId::new(format!("{cell}-edge-{n}"))
+        .map_err(|e| FleetError::Internal(format!("edge instance id: {e}")))
+}
+
+/// Writes the feed credential of edge instance `instance` of `cell` (0600) from the cell's feed
+/// secret in the fleet directory `dir`; answers its path.
+pub fn write_edge_feed_credential(
+    dir: &Path,
+    cell: &CellId,
+    instance: &InstanceId,
+) -> Result<PathBuf> {
+    let secret_file = cell_token_file(dir, cell, CellToken::Feed);
+    let secret = runtime::Secret::from_file(&secret_file)
+        .map_err(|e| FleetError::Config(format!("{}: {e}", secret_file.display())))?;
+    let credential = runtime::feed_credential::derive(&secret, cell, instance);
+    let path = edge_feed_credential_file(dir, cell, instance);
+    runtime::secret::write_private(&path, credential.expose().as_bytes())
+        .map_err(|e| FleetError::Config(format!("{}: {e}", path.display())))?;
+    Ok(path)
+}
 
 /// A cell's token file of one kind in the fleet directory `dir`
 /// (`DIR/secrets/<cell>/<kind>.token`).

@@ -61,7 +61,8 @@ pub use fleet_file::{
     SESSION_FILE, Service, StoreKind,
 };
 pub use layout::{
-    CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file, lock_dir,
+    CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file,
+    edge_feed_credential_file, edge_instance_id, lock_dir, write_edge_feed_credential,
 };
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
 pub use postgres::PgServer;

@@ -76,6 +76,10 @@ pub enum Change {
     },
     /// A revocation was recorded.
     Revocation(Revocation),
+    /// A revocation was withdrawn by an operator: the held revocation of this `seq` (and any
+    /// other held revocation of the same kind, such as one an edge carried over a restore)
+    /// matches nothing any more. The record carries `withdrawn`.
+    RevocationWithdrawn(Revocation),
     /// A newer verified placement map was accepted by the auth-service.
     Map(Box<SignedMap>),
 }
@@ -124,6 +128,11 @@ pub struct FeedResponse {
 }
 
 /// Revocations an edge held from epoch `from_epoch` that the restored state lacks.
+///
+/// A handback is not a way to write revocations (ATTACKS A32): the auth-service takes back only
+/// a revocation it sealed itself in `from_epoch` (`Revocation::seal`), that is not a key
+/// revocation, that was not withdrawn, and that passes the rules of an operator's revocation;
+/// it records it again at its own time, naming the instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -131,9 +140,9 @@ pub struct Reapply {
     /// The epoch the edge held them in: the auth-service takes them only from an epoch its
     /// database was restored over.
     pub from_epoch: String,
-    /// The edge instance handing them back (logged and audited).
+    /// The edge instance handing them back: it must be the instance its credential names.
     pub instance: String,
-    /// At most [`MAX_REAPPLY_REVOCATIONS`].
+    /// At most [`MAX_REAPPLY_REVOCATIONS`], each as the edge held it (with its seal).
     pub revocations: Vec<Revocation>,
 }
 
@@ -145,6 +154,14 @@ pub struct Reapplied {
     pub recorded: u64,
     /// Already in force here (the same kind), or unable to match any session any more.
     pub skipped: u64,
+    /// Not taken back: not sealed by this cell in that epoch, a key revocation, withdrawn, or
+    /// outside an operator revocation's rules (each logged with its reason).
+    #[serde(default)]
+    pub refused: u64,
+    /// Of those refused, the ones an operator withdrew (their `seq` as the edge sent them): the
+    /// edge stops enforcing them. The edge keeps enforcing every other refused one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<u64>,
 }
 
 /// Why a feed answer cannot be applied.

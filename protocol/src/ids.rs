@@ -164,6 +164,17 @@ string_id!(
     Kid, "Kid", |s| check("kid", s, KID_MAX_BYTES, "[A-Za-z0-9_-]", is_b64url)
 );
 
+/// Maximum length of an edge instance id in bytes.
+pub const INSTANCE_ID_MAX_BYTES: usize = 64;
+
+string_id!(
+    /// An edge instance's id within its cell (`edge-a`, a pod name): `[A-Za-z0-9._-]`, at most
+    /// 64 bytes. It names the instance in the feed's instance list, its credential, logs and
+    /// metrics.
+    InstanceId, "InstanceId", |s| check("instance id", s, INSTANCE_ID_MAX_BYTES, "[A-Za-z0-9._-]",
+        |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+);
+
 /// Length of a session id (`jti`): 128 random bits, base64url without padding.
 pub const SESSION_ID_CHARS: usize = 22;
 

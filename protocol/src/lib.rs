@@ -40,6 +40,6 @@ pub mod token;
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ErrorBody, ErrorCode};
 pub use ids::{
-    CellId, ClientKind, ContractorId, Generation, IdError, Kid, Login, Password, PasswordHash,
-    SessionId, SessionToken, SubjectId,
+    CellId, ClientKind, ContractorId, Generation, IdError, InstanceId, Kid, Login, Password,
+    PasswordHash, SessionId, SessionToken, SubjectId,
 };

@@ -42,7 +42,64 @@ pub struct Revocation {
     pub by: String,
     /// Why.
     pub reason: String,
+    /// The recording cell's seal: a MAC, under a key only that cell's auth-service holds, over
+    /// [`Revocation::seal_message`] (the cell, the feed epoch and this record). An edge hands a
+    /// revocation back after a restore with its seal, and the cell takes back only what it
+    /// sealed itself (ATTACKS A32). Absent on records made before seals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
+    /// Set on a revocation an edge handed back after a restore: who, and the record as that
+    /// edge held it (this record's `at` is when the cell recorded it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_back: Option<HandBack>,
+    /// Set on the audit entry (and the feed change) of a withdrawn revocation: who withdrew it,
+    /// when and why. A revocation in force never carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn: Option<Withdrawn>,
 }
+
+/// Where a handed-back revocation came from (audit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HandBack {
+    /// The edge instance that handed it back (named by its credential).
+    pub instance: String,
+    /// The feed epoch the edge held it in, and its sequence number and time there.
+    pub from_epoch: String,
+    pub seq: u64,
+    pub at: UnixSeconds,
+}
+
+/// The withdrawal of a revocation (audit): an operator took it back, so it matches nothing
+/// from then on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Withdrawn {
+    /// The withdrawal's own position in the cell state feed.
+    pub seq: u64,
+    pub at: UnixSeconds,
+    pub by: String,
+    pub reason: String,
+}
+
+/// What a seal covers, in this order: the cell, the epoch and the record's own fields.
+#[derive(Serialize)]
+struct SealMessage<'a> {
+    v: u32,
+    cell: &'a str,
+    epoch: &'a str,
+    seq: u64,
+    #[serde(flatten)]
+    kind: &'a RevocationKind,
+    at: UnixSeconds,
+    by: &'a str,
+    reason: &'a str,
+}
+
+/// Version of [`SealMessage`]'s layout.
+const SEAL_MESSAGE_VERSION: u32 = 1;
 
 /// The in-memory matcher. Checking is O(1) per kind.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +113,44 @@ pub struct RevocationSet {
 }
 
 impl Revocation {
+    /// A revocation recorded at `seq` and `at`, not yet sealed.
+    pub fn new(
+        seq: u64,
+        kind: RevocationKind,
+        at: UnixSeconds,
+        by: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Revocation {
+        Revocation {
+            seq,
+            kind,
+            at,
+            by: by.into(),
+            reason: reason.into(),
+            seal: None,
+            handed_back: None,
+            withdrawn: None,
+        }
+    }
+
+    /// The bytes a seal is computed over: this record (sequence number, kind, time, audit
+    /// text) as recorded by `cell` in feed `epoch`, as one JSON document of fixed field order.
+    /// What is not in it (`seal`, `handed_back`, `withdrawn`) is not sealed.
+    pub fn seal_message(&self, cell: &crate::CellId, epoch: &str) -> Vec<u8> {
+        let m = SealMessage {
+            v: SEAL_MESSAGE_VERSION,
+            cell: cell.as_str(),
+            epoch,
+            seq: self.seq,
+            kind: &self.kind,
+            at: self.at,
+            by: &self.by,
+            reason: &self.reason,
+        };
+        // Serialising strings and integers into memory does not fail.
+        serde_json::to_vec(&m).unwrap_or_default()
+    }
+
     /// Whether this revocation can still match a session a verifier accepts at `now`, given
     /// the cell's session lifetime: a session revocation until its session expires, the
     /// "before" kinds and key revocations one session lifetime after their time, each plus the

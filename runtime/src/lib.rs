@@ -2,7 +2,8 @@
 //! which does no I/O): the one rustls crypto provider, logging ([`logging`]), configuration
 //! loading ([`config`]), a server binary's `main` ([`server`]), when a server should stop,
 //! secrets and owner-only files ([`secret`]), I/O errors with their context ([`io`]), opening
-//! SQLite files and checking their schema ([`sqlite`]), the HTTPS client that trusts one CA
+//! SQLite files and checking their schema ([`sqlite`]), an edge instance's feed credential
+//! ([`feed_credential`]), the HTTPS client that trusts one CA
 //! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
 //! two listeners ([`access`]), the HTTP answer of an error ([`answer`]) and the management
 //! listener every server runs for health, readiness and metrics ([`management`]).
@@ -10,6 +11,7 @@
 pub mod access;
 pub mod answer;
 pub mod config;
+pub mod feed_credential;
 pub mod files;
 pub mod io;
 pub mod logging;

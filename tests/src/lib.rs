@@ -173,6 +173,18 @@ impl TestFleet {
         out
     }
 
+    /// The feed credential of edge instance `instance` of `cell` (minted from the cell's feed
+    /// secret, `runtime::feed_credential`), as an edge of that instance would present it.
+    pub fn edge_feed_credential(&self, cell: &protocol::CellId, instance: &str) -> String {
+        let instance = protocol::InstanceId::new(instance).unwrap();
+        let path = devfleet::write_edge_feed_credential(self.fleet.dir(), cell, &instance)
+            .unwrap_or_else(|e| panic!("minting the feed credential of {instance}: {e}"));
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
     /// One of a cell's own tokens, as the fleet wrote it ([`devfleet::cell_token_file`]).
     pub fn cell_token(&self, cell: &protocol::CellId, kind: CellToken) -> String {
         let path = devfleet::cell_token_file(self.fleet.dir(), cell, kind);
@@ -236,6 +248,28 @@ pub struct Session {
     pub user: DemoUser,
     pub endpoint: String,
     pub token: String,
+}
+
+/// Runs the auth-service binary with the configuration of `cell`'s first replica and `args`
+/// (`backup --out F`, `restore --from F`); answers its JSON summary (panics on failure).
+pub fn auth_service_command(t: &TestFleet, cell: &protocol::CellId, args: &[&str]) -> Value {
+    let config = t
+        .fleet
+        .dir()
+        .join("config")
+        .join(format!("{}.toml", devfleet::auth_service_id(cell, 0)));
+    let out = std::process::Command::new(bin_dir().join("cellbind-auth-service"))
+        .arg("--config")
+        .arg(&config)
+        .args(args)
+        .output()
+        .expect("run cellbind-auth-service");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON summary")
 }
 
 /// Signs in at the user's own cell and returns the session (panics otherwise).

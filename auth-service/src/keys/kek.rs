@@ -36,9 +36,15 @@ pub(crate) fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8
     Ok(buf)
 }
 
-/// The key-encryption key. `Debug` never shows it.
+/// Domain separation of the revocation seal's key, derived from the key-encryption key.
+const REVOCATION_SEAL_CONTEXT: &[u8] = b"cellbind-revocation-seal-v1";
+
+/// The key-encryption key, and the revocation seal key derived from it (every replica of a
+/// cell shares the one, and a restore needs the same file, so seals outlive restores).
+/// `Debug` never shows either.
 pub(crate) struct Kek {
     key: LessSafeKey,
+    revocation_seal: ring::hmac::Key,
 }
 
 impl std::fmt::Debug for Kek {
@@ -136,9 +142,21 @@ impl Kek {
         }
         let unbound = UnboundKey::new(&AES_256_GCM, bytes)
             .map_err(|_| Error::Crypto("bad key-encryption key"))?;
+        // A key of its own for the seals (HMAC-SHA256 keyed with the KEK over a label): the
+        // KEK itself is never used for two purposes.
+        let derived = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes),
+            REVOCATION_SEAL_CONTEXT,
+        );
         Ok(Kek {
             key: LessSafeKey::new(unbound),
+            revocation_seal: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref()),
         })
+    }
+
+    /// The key revocations are sealed with (`crate::seal`).
+    pub(crate) fn revocation_seal_key(&self) -> &ring::hmac::Key {
+        &self.revocation_seal
     }
 
     fn aad(kid: &Kid) -> Vec<u8> {

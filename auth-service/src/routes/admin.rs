@@ -10,9 +10,10 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::admin::cell::{
-    AuditFormat, AuditQuery, ContractorExport, DrainQuery, ImportUsers, KeyRevokeRequest,
-    KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk, OwnershipRecord, OwnershipSet,
-    RevokeRequest, Status, UserCreated, UsersImported,
+    AuditFormat, AuditQuery, ContractorExport, DrainQuery, HeldRevocations, ImportUsers,
+    KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk, OwnershipRecord,
+    OwnershipSet, RevokeRequest, Status, UserCreated, UsersImported, WithdrawAnswer,
+    WithdrawRequest,
 };
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
 
@@ -256,6 +257,52 @@ pub(crate) async fn revoke(
 ) -> Result<Response> {
     let answer = revocations::revoke(&state, req.kind, req.by, req.reason).await?;
     Ok(Json(answer).into_response())
+}
+
+/// `GET /admin/v1/revocations` → 200 `HeldRevocations`: the revocations in force, by sequence
+/// number.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/revocations",
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "The revocations in force, by sequence number.", body = protocol::admin::cell::HeldRevocations),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
+pub(crate) async fn held_revocations(
+    _: Admin,
+    State(state): State<AppState>,
+) -> Json<HeldRevocations> {
+    Json(revocations::held(&state))
+}
+
+/// `POST /admin/v1/revocations/{seq}/withdraw` [`WithdrawRequest`] → 200 `WithdrawAnswer`.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/revocations/{seq}/withdraw",
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::WithdrawRequest,
+    params(("seq" = u64, Path, description = "The sequence number of the revocation in force.")),
+    responses(
+        (status = 200, description = "Withdrawn: from the feed position `seq` on, it matches nothing at this cell and its edges.", body = protocol::admin::cell::WithdrawAnswer),
+        (status = 404, description = "`NOT_FOUND`: no revocation of that sequence number is in force."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes, or the revocation is a key revocation (which cannot be withdrawn)."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
+pub(crate) async fn withdraw(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(seq): PathId<u64>,
+    JsonBody(req): JsonBody<WithdrawRequest>,
+) -> Result<Json<WithdrawAnswer>> {
+    revocations::withdraw(&state, seq, req.by, req.reason)
+        .await
+        .map(Json)
 }
 
 /// `GET /admin/v1/audit/revocations?after=SEQ&limit=N&format=jsonl|json` ([`AuditQuery`]):

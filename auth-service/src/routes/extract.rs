@@ -1,6 +1,6 @@
 //! Request plumbing shared by the route handlers: the JSON body, path and query extractors
 //! (typed 400/413 refusals), the authenticated edge and the client IP, the session under the
-//! one credential rule of `protocol::http`, and the admin/feed token guards.
+//! one credential rule of `protocol::http`, the admin token guard and the feed credential.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -11,10 +11,11 @@ use axum::http::{HeaderMap, StatusCode};
 use protocol::http::{Presented, Source, X_CLIENT_IP, X_EDGE_KEY};
 use protocol::token::{SessionClaims, Verified};
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
-use runtime::Secret;
+use runtime::{Secret, feed_credential};
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+use crate::instances::FeedCaller;
 use crate::sessions::verify_presented;
 use crate::state::AppState;
 
@@ -71,6 +72,9 @@ impl PathSegment for SubjectId {
 }
 impl PathSegment for SessionId {
     const WHAT: &'static str = "session id";
+}
+impl PathSegment for u64 {
+    const WHAT: &'static str = "sequence number";
 }
 
 /// The one identifier in a route's path, parsed; 400 `INVALID_REQUEST` when it is not one.
@@ -208,29 +212,57 @@ fn guard(headers: &HeaderMap, secret: &Secret, what: &'static str) -> Result<()>
     }
 }
 
-/// Proof that the request carried the bearer token of an internal API ([`guard`]): the feed
-/// token when `FEED`, else the admin token. Use the aliases [`Admin`] and [`FeedReader`].
+/// Proof that the request carried the admin token ([`guard`]).
 #[derive(Debug)]
-pub(crate) struct Bearer<const FEED: bool>;
+pub(crate) struct Admin;
 
-impl<const FEED: bool> FromRequestParts<AppState> for Bearer<FEED> {
+impl FromRequestParts<AppState> for Admin {
     type Rejection = Error;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let (secret, api) = if FEED {
-            (&state.tokens.feed, "feed")
-        } else {
-            (&state.tokens.admin, "admin")
-        };
-        guard(&parts.headers, secret, api)?;
+        guard(&parts.headers, &state.tokens.admin, "admin")?;
         // Admin actions are logged with the token's name, never its value.
-        if !FEED && !parts.method.is_safe() {
-            tracing::info!(token = api, method = %parts.method, path = parts.uri.path(), "admin action");
+        if !parts.method.is_safe() {
+            tracing::info!(token = "admin", method = %parts.method, path = parts.uri.path(), "admin action");
         }
-        Ok(Bearer)
+        Ok(Admin)
     }
 }
 
-/// Proof that the request carried the admin token.
-pub(crate) type Admin = Bearer<false>;
-/// Proof that the request carried the feed token (the cell's edges).
-pub(crate) type FeedReader = Bearer<true>;
+/// Proof that the request carried a feed credential, and whose (ATTACKS A32, A37): an edge
+/// instance's own (`runtime::feed_credential`, verified with the cell's feed secret), or the
+/// cell's shared feed secret itself where `accept_shared_feed_token` still allows it (while a
+/// fleet's edges are given credentials of their own). Anything else is `403 FORBIDDEN`, counted.
+#[derive(Debug)]
+pub(crate) struct FeedReader(pub(crate) FeedCaller);
+
+impl FromRequestParts<AppState> for FeedReader {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        let refuse = |why: &'static str| {
+            state.metrics.feed_credential_refused();
+            tracing::warn!(api = "feed", why, "refused a feed credential");
+            Error::Unauthorized(why)
+        };
+        match Presented::from_headers(&parts.headers).authorization {
+            Some(Ok(t)) if feed_credential::is_instance_credential(t) => {
+                feed_credential::verify(&state.tokens.feed, &state.config.cell_id, t)
+                    .map(|instance| FeedReader(FeedCaller::Instance(instance)))
+                    .map_err(|_| refuse("the instance feed credential does not verify"))
+            }
+            Some(Ok(t)) if state.tokens.feed.matches(t.as_bytes()) => {
+                if state.config.accept_shared_feed_token {
+                    Ok(FeedReader(FeedCaller::Shared))
+                } else {
+                    Err(refuse(
+                        "the cell's feed secret is not a credential: each edge instance presents its own",
+                    ))
+                }
+            }
+            Some(Ok(_)) => Err(refuse("the bearer token is wrong")),
+            Some(Err(_)) => Err(refuse(
+                "exactly one `Authorization: Bearer <token>` header is required",
+            )),
+            None => Err(refuse("a bearer token is required")),
+        }
+    }
+}

@@ -70,7 +70,14 @@ fn internal_only_routes() -> Router<AppState> {
         .route(cell::KEYS_PATH, get(admin::keys))
         .route(cell::KEYS_ROTATE_PATH, post(admin::rotate))
         .route("/admin/v1/keys/{kid}/revoke", post(admin::revoke_key))
-        .route(cell::REVOCATIONS_PATH, post(admin::revoke))
+        .route(
+            cell::REVOCATIONS_PATH,
+            post(admin::revoke).get(admin::held_revocations),
+        )
+        .route(
+            "/admin/v1/revocations/{seq}/withdraw",
+            post(admin::withdraw),
+        )
         .route(cell::AUDIT_REVOCATIONS_PATH, get(admin::audit_export))
         .route(
             "/admin/v1/subjects/{sub}/sessions",
@@ -158,6 +165,8 @@ pub struct SessionsApi;
         admin::rotate,
         admin::revoke_key,
         admin::revoke,
+        admin::held_revocations,
+        admin::withdraw,
         admin::audit_export,
         admin::sessions_of_subject,
         admin::session_record,

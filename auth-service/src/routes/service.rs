@@ -1,4 +1,4 @@
-//! The service routes: the cell state feed (feed token), the JWKS, the held placement map,
+//! The service routes: the cell state feed (an edge instance's feed credential), the JWKS, the held placement map,
 //! health, readiness, the management listener's probe (readiness and metrics), and the
 //! answers for unknown paths and methods.
 
@@ -31,16 +31,17 @@ pub(crate) struct FeedQuery {
     epoch: Option<String>,
 }
 
-/// `GET /internal/v1/feed` (bearer feed token): a delta after `since` or a snapshot, after a
+/// `GET /internal/v1/feed` (an edge instance's feed credential): a delta after `since` or a snapshot, after a
 /// long-poll of at most `wait_ms`.
 pub(crate) async fn feed(
-    _: FeedReader,
+    FeedReader(caller): FeedReader,
     State(state): State<AppState>,
     QueryOf(q): QueryOf<FeedQuery>,
 ) -> Result<Response> {
+    let instance = caller.instance_named(&q.instance)?;
     let ask = FeedAsk {
         since: q.since,
-        instance: &q.instance,
+        instance: &instance,
         wait_ms: q.wait_ms,
         busy: q.busy.as_deref(),
         epoch: q.epoch.as_deref(),
@@ -48,16 +49,16 @@ pub(crate) async fn feed(
     Ok(axum::Json(feed::serve(&state, ask).await?).into_response())
 }
 
-/// `POST /internal/v1/feed/reapply` (bearer feed token): an edge hands back revocations it held
+/// `POST /internal/v1/feed/reapply` (an edge instance's feed credential): an edge hands back revocations it held
 /// from before a restore.
 pub(crate) async fn reapply(
-    _: FeedReader,
+    FeedReader(caller): FeedReader,
     State(state): State<AppState>,
     RawBody(body): RawBody,
 ) -> Result<Response> {
     let req: protocol::feed::Reapply = protocol::json::from_object_slice(&body)
         .map_err(|e| Error::BadRequest(format!("body: {e}")))?;
-    Ok(axum::Json(crate::revocations::reapply(&state, req).await?).into_response())
+    Ok(axum::Json(crate::revocations::reapply(&state, &caller, req).await?).into_response())
 }
 
 pub(crate) async fn not_found() -> Error {

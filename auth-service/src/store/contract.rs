@@ -71,16 +71,16 @@ pub(in crate::store) fn fill(store: &dyn Store) {
         created_at: 10,
         state_at: 11,
     };
-    let revocation = Revocation {
-        seq: head + 2,
-        kind: RevocationKind::Session {
+    let revocation = Revocation::new(
+        head + 2,
+        RevocationKind::Session {
             jti: sid(1),
             exp: 5_000,
         },
-        at: 100,
-        by: "ops".into(),
-        reason: "lost phone".into(),
-    };
+        100,
+        "ops",
+        "lost phone",
+    );
     let record = OwnershipRecord::Handoff {
         r#gen: Generation(2),
     };
@@ -332,4 +332,42 @@ pub(in crate::store) fn a_session_keeps_its_first_transfer_record(store: &dyn St
         rec(4, later),
         "forgotten after the session's expiry"
     );
+}
+
+pub(in crate::store) fn a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position(
+    store: &dyn Store,
+) {
+    fill(store);
+    let Position { epoch, head } = store.position().unwrap();
+    let held = store.load(100).unwrap().revocations;
+    assert_eq!(held.len(), 1);
+    let withdrawn = Revocation {
+        withdrawn: Some(protocol::revocation::Withdrawn {
+            seq: head + 1,
+            at: 200,
+            by: "ops".into(),
+            reason: "mistake".into(),
+        }),
+        ..held[0].clone()
+    };
+    let commit = Commit {
+        writes: vec![Write::Withdrawal(withdrawn.clone())],
+        entries: vec![FeedEntry {
+            seq: head + 1,
+            change: Change::RevocationWithdrawn(withdrawn.clone()),
+        }],
+        base: head,
+        head: head + 1,
+        epoch,
+    };
+    store.commit(&commit, 100).unwrap();
+    let loaded = store.load(100).unwrap();
+    assert!(loaded.revocations.is_empty(), "no longer held");
+    assert_eq!(loaded.log.last(), commit.entries.last());
+    // The audit log keeps the revocation and adds its withdrawal, at the withdrawal's position.
+    let audit = store.revocation_audit(0, 10).unwrap();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[0], held[0]);
+    assert_eq!(audit[1], withdrawn);
+    assert_eq!(crate::store::withdrawals(store).unwrap(), vec![withdrawn]);
 }

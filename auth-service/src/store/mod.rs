@@ -101,3 +101,24 @@ pub(crate) trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Every revocation ever recorded stays in it (compaction does not touch it).
     fn revocation_audit(&self, after: u64, limit: usize) -> Result<Vec<Revocation>>;
 }
+
+/// Audit entries read per page by [`withdrawals`].
+const AUDIT_SCAN_PAGE: usize = 10_000;
+
+/// Every withdrawal in the audit log (each the withdrawn revocation with its `withdrawn`
+/// fields), oldest first.
+pub(crate) fn withdrawals(store: &dyn Store) -> Result<Vec<Revocation>> {
+    let mut out = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.revocation_audit(after, AUDIT_SCAN_PAGE)?;
+        let Some(last) = page.last() else { break };
+        after = records::audit_position(last).0;
+        let full = page.len() == AUDIT_SCAN_PAGE;
+        out.extend(page.into_iter().filter(|r| r.withdrawn.is_some()));
+        if !full {
+            break;
+        }
+    }
+    Ok(out)
+}

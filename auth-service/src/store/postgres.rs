@@ -56,7 +56,7 @@ use crate::store::portable::{
 use crate::store::postgres_rows::{self as rows, USER_SELECT};
 use crate::store::records::{
     BACKUP_SCHEMA, Commit, Dump, DumpBurn, DumpTransfer, KeyRow, Loaded, MintedSession, Position,
-    TicketBurn, TransferRecord, UserRecord, Write,
+    TicketBurn, TransferRecord, UserRecord, Write, audit_position,
 };
 
 pub(crate) use crate::store::postgres_coordination::{FEED_CHANNEL, PgCoordination};
@@ -585,6 +585,13 @@ async fn write(conn: &mut PgConnection, w: &Write) -> Result<()> {
                 .await?;
             audit(conn, r).await?;
         }
+        Write::Withdrawal(r) => {
+            sqlx::query("DELETE FROM revocations WHERE seq = $1")
+                .bind(i(r.seq))
+                .execute(&mut *conn)
+                .await?;
+            audit(conn, r).await?;
+        }
         Write::Map(m) => {
             sqlx::query(
                 "INSERT INTO placement_map (id, version, body) VALUES (1, $1, $2)
@@ -599,15 +606,16 @@ async fn write(conn: &mut PgConnection, w: &Write) -> Result<()> {
     Ok(())
 }
 
-/// Appends a revocation to the audit log (inside the caller's transaction), once per
-/// sequence number.
+/// Appends a revocation, or its withdrawal, to the audit log (inside the caller's
+/// transaction), once per feed sequence number ([`audit_position`]).
 async fn audit(conn: &mut PgConnection, r: &Revocation) -> Result<()> {
+    let (seq, at) = audit_position(r);
     sqlx::query(
         "INSERT INTO revocation_audit (seq, at, body) VALUES ($1, $2, $3)
          ON CONFLICT (seq) DO NOTHING",
     )
-    .bind(i(r.seq))
-    .bind(i(r.at))
+    .bind(i(seq))
+    .bind(i(at))
     .bind(json(r)?)
     .execute(conn)
     .await?;

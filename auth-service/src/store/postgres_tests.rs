@@ -91,6 +91,15 @@ async fn a_dump_restores_everything_under_a_new_epoch() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position() {
+    let (store, _) = replica(&fresh_url().await, "r0").await;
+    blocking(&store, |s| {
+        contract::a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position(s)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_session_id_is_burned_once_whatever_ticket_carries_it() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
     blocking(&store, |s| contract::a_session_id_is_burned_once(s)).await;

@@ -105,7 +105,18 @@ pub(crate) enum Write {
         record: OwnershipRecord,
     },
     Revocation(Revocation),
+    /// A held revocation is withdrawn (the record carries `withdrawn`): it leaves the held set
+    /// and its withdrawal is appended to the audit log.
+    Withdrawal(Revocation),
     Map(Box<SignedMap>),
+}
+
+/// Where an audit entry stands in the audit log: the feed position and time of the change it
+/// records (a revocation's own, or its withdrawal's).
+pub(crate) fn audit_position(r: &Revocation) -> (u64, UnixSeconds) {
+    r.withdrawn
+        .as_ref()
+        .map_or((r.seq, r.at), |w| (w.seq, w.at))
 }
 
 /// State changes, their feed entries and the new feed head, written atomically on top of

@@ -269,6 +269,10 @@ impl Store for SqliteStore {
                     )?;
                     sqlite_revocations::audit(&tx, r)?;
                 }
+                Write::Withdrawal(r) => {
+                    tx.execute("DELETE FROM revocations WHERE seq = ?1", params![i(r.seq)])?;
+                    sqlite_revocations::audit(&tx, r)?;
+                }
                 Write::Map(m) => {
                     tx.execute(
                         "INSERT INTO placement_map (id, version, body) VALUES (1, ?1, ?2)
@@ -762,6 +766,13 @@ mod tests {
     #[test]
     fn a_stale_commit_writes_nothing() {
         contract::a_stale_commit_writes_nothing(&SqliteStore::in_memory().unwrap());
+    }
+
+    #[test]
+    fn a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position() {
+        contract::a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position(
+            &SqliteStore::in_memory().unwrap(),
+        );
     }
 
     #[test]

@@ -9,17 +9,19 @@ use rusqlite::{Connection, params};
 
 use crate::error::Result;
 use crate::store::portable::{i, i_usize, json};
-use crate::store::records::MintedSession;
+use crate::store::records::{MintedSession, audit_position};
 use crate::store::sqlite_rows::{json_row, json_rows};
 
-/// Appends a revocation to the audit log (inside the caller's transaction). A revocation is
-/// audited once: its feed sequence number is the key.
+/// Appends a revocation, or its withdrawal, to the audit log (inside the caller's
+/// transaction). A change is audited once: its feed sequence number is the key
+/// ([`audit_position`]).
 pub(super) fn audit(conn: &Connection, r: &Revocation) -> Result<()> {
     let body = json(r)?;
+    let (seq, at) = audit_position(r);
     conn.execute(
         "INSERT INTO revocation_audit (seq, at, body) VALUES (?1, ?2, ?3)
          ON CONFLICT(seq) DO NOTHING",
-        params![i(r.seq), i(r.at), body],
+        params![i(seq), i(at), body],
     )?;
     Ok(())
 }

@@ -590,7 +590,7 @@ async fn feed_delta_snapshot_long_poll_and_status() {
     let head = head + 2;
     let state = f.state.clone();
     let poll = tokio::spawn(async move {
-        let auth = format!("Bearer {FEED}");
+        let auth = format!("Bearer {}", feed_for("edge-a"));
         call_on(
             &state,
             Listener::Internal,

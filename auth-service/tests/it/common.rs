@@ -19,12 +19,24 @@ use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 pub const ADMIN: &str = "admin-token-for-tests-0123456789";
-pub const FEED: &str = "feed-token-for-tests-0123456789";
+/// The cell's feed secret (the auth-service's `feed_token_file`); edges present credentials
+/// derived from it ([`feed_for`]).
+pub const FEED_SECRET: &str = "feed-token-for-tests-0123456789";
 pub const EDGE: &str = "edge-token-for-tests-0123456789";
 pub const CELL: &str = "cell-01";
 pub const ISSUER: &str = "https://127.0.0.1:8443";
 /// Start of the fake clock (2026-01-01).
 pub const T0: u64 = 1_767_225_600;
+
+/// The feed credential of edge instance `instance` of this cell (`runtime::feed_credential`).
+pub fn feed_for(instance: &str) -> &'static str {
+    let c = runtime::feed_credential::derive(
+        &runtime::Secret::new(FEED_SECRET),
+        &CellId::new(CELL).unwrap(),
+        &protocol::InstanceId::new(instance).unwrap(),
+    );
+    Box::leak(c.expose().to_owned().into_boxed_str())
+}
 
 pub struct Tls {
     pub ca_pem: String,
@@ -108,7 +120,7 @@ pub struct Fixture {
 /// Writes the admin, feed and edge token files into `dir`.
 pub fn write_tokens(dir: &Path) {
     std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
-    std::fs::write(dir.join("feed.token"), FEED).unwrap();
+    std::fs::write(dir.join("feed.token"), FEED_SECRET).unwrap();
     std::fs::write(dir.join("edge.token"), EDGE).unwrap();
 }
 
@@ -184,10 +196,27 @@ impl Fixture {
     }
 
     pub async fn with_extra(extra: &str) -> Fixture {
+        Self::build(extra, None).await
+    }
+
+    /// A cell with a database of its own but `other`'s key-encryption key: the same cell
+    /// rebuilt on a new machine (a restore there needs the key the backup was taken with).
+    pub async fn sharing_kek_of(other: &Fixture) -> Fixture {
+        Self::build("", Some(&other.config.kek_file)).await
+    }
+
+    async fn build(extra: &str, kek: Option<&Path>) -> Fixture {
         runtime::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let tls = make_tls(dir.path());
         write_tokens(dir.path());
+        if let Some(kek) = kek {
+            use std::os::unix::fs::PermissionsExt as _;
+            let data = dir.path().join("data");
+            std::fs::create_dir_all(&data).unwrap();
+            std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::fs::copy(kek, data.join("kek.bin")).unwrap();
+        }
         let config = Config::from_toml(&config_toml(
             dir.path(),
             &tls,
@@ -320,7 +349,7 @@ impl Fixture {
     }
 
     pub async fn feed(&self, since: u64) -> Value {
-        let auth = format!("Bearer {FEED}");
+        let auth = format!("Bearer {}", feed_for("test-1"));
         let r = self
             .call_internal(
                 Method::GET,

@@ -9,7 +9,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
 async fn report(f: &Fixture, instance: &str, since: u64, busy: &str) -> Resp {
-    let auth = format!("Bearer {FEED}");
+    let auth = format!("Bearer {}", feed_for(instance));
     let busy = if busy.is_empty() {
         String::new()
     } else {

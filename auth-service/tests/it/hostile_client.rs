@@ -397,7 +397,7 @@ async fn the_admin_and_feed_guards_accept_exactly_one_bearer_header() {
     let f = Fixture::new().await;
     for (path, token) in [
         ("/admin/v1/status", ADMIN),
-        ("/internal/v1/feed?since=0&instance=t", FEED),
+        ("/internal/v1/feed?since=0&instance=t", feed_for("t")),
     ] {
         let exact = format!("Bearer {token}");
         let r = f
@@ -432,7 +432,7 @@ async fn the_admin_and_feed_guards_accept_exactly_one_bearer_header() {
 async fn the_public_listener_has_no_admin_feed_or_metrics_route() {
     let f = Fixture::new().await;
     let admin = format!("Bearer {ADMIN}");
-    let feed = format!("Bearer {FEED}");
+    let feed = format!("Bearer {}", feed_for("t"));
     // Metrics are on neither listener, whatever token: only the management listener has them.
     for listener_call in [false, true] {
         let r = if listener_call {

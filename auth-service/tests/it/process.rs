@@ -231,7 +231,7 @@ async fn restart_after_sigkill_keeps_everything() {
         .send(
             M::GET,
             &format!("/internal/v1/feed?since={seq_before}&instance=e1"),
-            Some(FEED),
+            Some(feed_for("e1")),
             None,
         )
         .await;
@@ -323,7 +323,7 @@ async fn in_process_tls_server_serves_its_three_listeners_and_refuses_untrusting
     // The admin API and the feed exist on the internal listener only.
     for (path, token) in [
         ("/admin/v1/status", ADMIN),
-        ("/internal/v1/feed?since=0&instance=t", FEED),
+        ("/internal/v1/feed?since=0&instance=t", feed_for("t")),
     ] {
         let on_public = client
             .get(format!("https://{addr}{path}"))

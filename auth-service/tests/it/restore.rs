@@ -179,55 +179,154 @@ async fn reapply(f: &Fixture, body: Value, token: &str) -> Resp {
     .await
 }
 
-#[tokio::test]
-async fn an_edge_hands_back_revocations_only_from_an_epoch_the_database_was_restored_over() {
-    let f = Fixture::new().await;
-    assert_eq!(revoke_subject(&f, "t-kept").await.status, StatusCode::OK);
-    let old_epoch = f.feed(0).await["epoch"].as_str().unwrap().to_owned();
-    let backup = f.dir.path().join("cell.backup");
-    cellbind_auth_service::backup(&f.config, &backup)
-        .await
-        .unwrap();
-    let restored = cellbind_auth_service::restore(&f.config, &backup)
-        .await
-        .unwrap();
-    f.state.catch_up().await.unwrap();
-    let head = f.head().await;
+/// The revocation of subject `sub` as the feed's snapshot holds it (with its seal).
+fn held_of(feed: &Value, sub: &str) -> Value {
+    feed["body"]["snapshot"]["revocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["sub"] == sub)
+        .cloned()
+        .unwrap_or_else(|| panic!("{sub} not held: {feed}"))
+}
 
-    let held = |sub: &str, seq: u64| {
-        json!({"seq": seq, "kind": "subject", "sub": sub, "before": T0 + 1,
-               "at": T0, "by": "ops", "reason": "stolen"})
-    };
-    let body = |epoch: &str| {
-        json!({"from_epoch": epoch, "instance": "edge-1",
-               "revocations": [held("t-kept", 1), held("t-lost", 2)]})
-    };
-    // Not with the admin token, nor from the current epoch or an unknown one.
+fn handback(epoch: &str, instance: &str, revocations: Vec<Value>) -> Value {
+    json!({"from_epoch": epoch, "instance": instance, "revocations": revocations})
+}
+
+/// ATTACKS A32: after a restore, the edges' feed credential can hand back only what this cell
+/// sealed in the epoch it was restored over. The attack of the red team (a `cell` revocation
+/// dated 2100, a key revocation, forged copies of a real record) is refused and changes
+/// nothing; a fresh sign-in still works; a genuine record lost with the old database is taken
+/// back, at this cell's time and naming the instance; a withdrawn one never is.
+#[tokio::test]
+async fn an_edge_hands_back_only_revocations_this_cell_sealed_in_the_epoch_it_was_restored_over() {
+    let a = Fixture::new().await;
+    assert_eq!(revoke_subject(&a, "t-kept").await.status, StatusCode::OK);
+    let backup = a.dir.path().join("cell.backup");
+    cellbind_auth_service::backup(&a.config, &backup)
+        .await
+        .unwrap();
+    assert_eq!(revoke_subject(&a, "t-lost").await.status, StatusCode::OK);
+    let old = a.feed(0).await;
+    let old_epoch = old["epoch"].as_str().unwrap().to_owned();
+    let (kept, lost) = (held_of(&old, "t-kept"), held_of(&old, "t-lost"));
+    assert!(
+        lost["seal"].is_string(),
+        "recorded revocations are sealed: {lost}"
+    );
+
+    // The database is lost; the cell is rebuilt on a new machine from the backup (same
+    // key-encryption key), so nothing is carried over and "t-lost" is gone.
+    let b = Fixture::sharing_kek_of(&a).await;
+    let restored = cellbind_auth_service::restore(&b.config, &backup)
+        .await
+        .unwrap();
+    assert_eq!(restored.from_epoch, old_epoch);
+    b.state.catch_up().await.unwrap();
+    assert_eq!(revoked_subjects(&b.feed(0).await), vec!["t-kept"]);
+    let head = b.head().await;
+
+    // The red team's handback, with the feed credential of a real instance.
+    let forged_seal = lost["seal"].clone();
+    let attack = vec![
+        json!({"seq": 2, "kind": "cell", "before": 4_102_444_800u64, "at": T0,
+               "by": "ops", "reason": "lockout"}),
+        json!({"seq": 2, "kind": "cell", "before": 4_102_444_800u64, "at": T0,
+               "by": "ops", "reason": "lockout", "seal": forged_seal}),
+        json!({"seq": 3, "kind": "key", "kid": "k-anything", "at": T0,
+               "by": "ops", "reason": "lockout"}),
+        {
+            let mut later = lost.clone();
+            later["at"] = json!(4_102_444_800u64);
+            later
+        },
+    ];
+    let r = reapply(
+        &b,
+        handback(&old_epoch, "edge-1", attack),
+        feed_for("edge-1"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    println!("forged handback answered {}", r.json);
     assert_eq!(
-        reapply(&f, body(&old_epoch), ADMIN).await.status,
+        (r.json["recorded"].as_u64(), r.json["refused"].as_u64()),
+        (Some(0), Some(4))
+    );
+    assert_eq!(b.head().await, head, "refusals change nothing");
+    b.seed("c-7", "fresh", "pw-fresh-user", 1).await;
+    let signed_in = b.sign_in("c-7", "fresh", "pw-fresh-user", "field").await;
+    assert_eq!(
+        signed_in.status,
+        StatusCode::CREATED,
+        "{:?}",
+        signed_in.json
+    );
+    let head = b.head().await;
+
+    // Not with the admin token, not as another instance than the credential's, not from the
+    // current epoch or an unknown one.
+    let genuine = || handback(&old_epoch, "edge-1", vec![kept.clone(), lost.clone()]);
+    assert_eq!(
+        reapply(&b, genuine(), ADMIN).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        reapply(&b, genuine(), feed_for("edge-2")).await.status,
         StatusCode::FORBIDDEN
     );
     for epoch in [restored.epoch.as_str(), "never-an-epoch"] {
-        let r = reapply(&f, body(epoch), FEED).await;
+        let r = reapply(
+            &b,
+            handback(epoch, "edge-1", vec![lost.clone()]),
+            feed_for("edge-1"),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{epoch}: {:?}", r.json);
     }
-    assert_eq!(f.head().await, head, "refusals change nothing");
+    assert_eq!(b.head().await, head, "refusals change nothing");
 
-    let r = reapply(&f, body(&old_epoch), FEED).await;
+    // The genuine records: the lost one is recorded again, the kept one is in force already.
+    let r = reapply(&b, genuine(), feed_for("edge-1")).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
-    assert_eq!(r.json["recorded"], 1);
-    assert_eq!(r.json["skipped"], 1);
-    let feed = f.feed(head).await;
+    assert_eq!(
+        (r.json["recorded"].as_u64(), r.json["skipped"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let feed = b.feed(head).await;
     let entries = feed["body"]["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 1);
-    assert_eq!(entries[0]["change"]["sub"], "t-lost");
-    assert!(
-        entries[0]["change"]["by"]
-            .as_str()
-            .unwrap()
-            .starts_with("reapplied:")
+    let again = &entries[0]["change"];
+    assert_eq!(again["sub"], "t-lost");
+    assert_eq!(
+        again["at"].as_u64(),
+        Some(T0),
+        "recorded at this cell's time"
     );
-    // Handing the same back again records nothing more.
-    let r = reapply(&f, body(&old_epoch), FEED).await;
-    assert_eq!(r.json["recorded"], 0);
+    assert!(again["by"].as_str().unwrap().starts_with("reapplied:"));
+    assert_eq!(again["handed_back"]["instance"], "edge-1");
+    assert_eq!(again["handed_back"]["from_epoch"], old_epoch.as_str());
+    assert_eq!(again["handed_back"]["seq"], lost["seq"]);
+    let r = reapply(&b, genuine(), feed_for("edge-1")).await;
+    assert_eq!(
+        r.json["recorded"], 0,
+        "handing the same back again records nothing"
+    );
+
+    // Withdrawn here, it is never taken back from an edge that missed the withdrawal, and the
+    // answer tells the edge to stop enforcing it.
+    let seq = again["seq"].as_u64().unwrap();
+    let w = b
+        .admin(
+            Method::POST,
+            &format!("/admin/v1/revocations/{seq}/withdraw"),
+            json!({"reason": "planted", "by": "ops"}),
+        )
+        .await;
+    assert_eq!(w.status, StatusCode::OK, "{:?}", w.json);
+    let r = reapply(&b, genuine(), feed_for("edge-1")).await;
+    assert_eq!(r.json["recorded"], 0, "{:?}", r.json);
+    assert_eq!(r.json["withdrawn"], json!([lost["seq"]]), "{:?}", r.json);
+    assert_eq!(revoked_subjects(&b.feed(0).await), vec!["t-kept"]);
 }

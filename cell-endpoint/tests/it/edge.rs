@@ -197,6 +197,9 @@ fn sign_out(c: &protocol::token::SessionClaims) -> Revocation {
         at: NOW,
         by: "self".into(),
         reason: "sign-out".into(),
+        seal: None,
+        handed_back: None,
+        withdrawn: None,
     }
 }
 

@@ -19,6 +19,9 @@ use protocol::feed::{
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::token::{DEFAULT_SESSION_LIFETIME_S, SessionClaims};
 
+/// The reason of a revocation the fake auth-service answers as withdrawn when handed back.
+const WITHDRAWN_REASON: &str = "planted, withdrawn";
+
 /// What the fake auth-service serves and what it was handed back.
 #[derive(Clone)]
 struct Auth {
@@ -61,11 +64,21 @@ impl Auth {
                 REAPPLY_PATH,
                 post(
                     move |h: HeaderMap, axum::Json(body): axum::Json<Reapply>| async move {
-                        let n = body.revocations.len() as u64;
+                        // Like the auth-service, it names the ones an operator withdrew
+                        // (here: the ones whose reason says so).
+                        let withdrawn: Vec<u64> = body
+                            .revocations
+                            .iter()
+                            .filter(|r| r.reason == WITHDRAWN_REASON)
+                            .map(|r| r.seq)
+                            .collect();
+                        let n = body.revocations.len() as u64 - withdrawn.len() as u64;
                         back.lock().unwrap().push((h, body));
                         axum::Json(Reapplied {
                             recorded: n,
                             skipped: 0,
+                            refused: withdrawn.len() as u64,
+                            withdrawn,
                         })
                     },
                 ),
@@ -99,6 +112,9 @@ fn signed_out(seq: u64, c: &SessionClaims) -> Revocation {
         at: NOW - 10,
         by: "self".into(),
         reason: "sign-out".into(),
+        seal: None,
+        handed_back: None,
+        withdrawn: None,
     }
 }
 
@@ -206,6 +222,83 @@ async fn a_restore_is_taken_whatever_its_head_and_the_revocations_it_lacks_are_k
     assert!(q.contains("&epoch=e2"), "{q}");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(auth.handed_back.lock().unwrap().len(), 1);
+}
+
+/// ATTACKS A32: a revocation an operator withdrew is not kept alive by an edge. One this
+/// instance carried over a restore stops being enforced when the auth-service answers the
+/// handback with "withdrawn"; a withdrawal in the feed removes every held copy of its kind.
+#[tokio::test]
+async fn withdrawn_revocations_stop_being_enforced_also_copies_carried_over_a_restore() {
+    let (c_planted, c_kept) = (claims(CTR, 1), claims(CTR, 1));
+    let planted = Revocation {
+        reason: WITHDRAWN_REASON.into(),
+        ..signed_out(7, &c_planted)
+    };
+    let kept = signed_out(8, &c_kept);
+    let auth = Auth::new(snapshot_answer("e2", 3, vec![]));
+    let (edge, _seen, _c) = edge_with(settings(), Some(auth.router()));
+    let held = CellState::from_snapshot(
+        cell(),
+        9,
+        9,
+        NOW,
+        Snapshot {
+            revocations: vec![planted.clone(), kept.clone()],
+            ..snapshot()
+        },
+    )
+    .unwrap()
+    .with_epoch("e1");
+    edge.install(held);
+    sync::fetch_once(&edge).await.unwrap();
+    // Handed back; the auth-service says the planted one was withdrawn: no longer enforced.
+    wait_for(
+        "the planted revocation dropped",
+        Duration::from_secs(5),
+        || {
+            let e = edge.clone();
+            let t = mint(&c_planted);
+            async move { (status_and_code(&e, &t).await.0 == StatusCode::OK).then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        status_and_code(&edge, &mint(&c_kept)).await,
+        (StatusCode::UNAUTHORIZED, "SESSION_REVOKED".to_owned()),
+        "the others stay enforced"
+    );
+
+    // A withdrawal in the feed removes the held revocation of its kind, whatever its seq (the
+    // carried copy has the old epoch's).
+    let withdrawn = Revocation {
+        seq: 4,
+        withdrawn: Some(protocol::revocation::Withdrawn {
+            seq: 4,
+            at: NOW,
+            by: "ops".into(),
+            reason: "mistake".into(),
+        }),
+        ..kept.clone()
+    };
+    let delta = FeedResponse {
+        schema: FEED_SCHEMA,
+        cell: cell(),
+        head: 4,
+        issued_at: NOW,
+        epoch: "e2".into(),
+        body: FeedBody::Delta {
+            entries: vec![FeedEntry {
+                seq: 4,
+                change: Change::RevocationWithdrawn(withdrawn),
+            }],
+        },
+    };
+    edge.apply_feed(3, delta).unwrap();
+    assert_eq!(
+        status_and_code(&edge, &mint(&c_kept)).await.0,
+        StatusCode::OK
+    );
+    assert!(edge.current().unwrap().snapshot.revocations.is_empty());
 }
 
 #[test]

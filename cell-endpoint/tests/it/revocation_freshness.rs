@@ -60,6 +60,9 @@ async fn a_revoked_keys_sessions_are_revoked_cached_or_not() {
                         at: NOW,
                         by: "security".into(),
                         reason: "leaked".into(),
+                        seal: None,
+                        handed_back: None,
+                        withdrawn: None,
                     }),
                 ],
             ),
@@ -170,6 +173,9 @@ async fn revocations_that_match_nothing_are_dropped_on_apply() {
             at: NOW,
             by: "self".into(),
             reason: "sign-out".into(),
+            seal: None,
+            handed_back: None,
+            withdrawn: None,
         })
     };
     edge.apply_feed(

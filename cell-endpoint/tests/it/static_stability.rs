@@ -237,6 +237,13 @@ ca_cert = "{ca}"
         let port = free_port();
         let management_port = free_port();
         let config = self.dir.join(format!("{name}.toml"));
+        // The instance's own feed credential, derived from the cell's feed secret.
+        let credential = runtime::feed_credential::derive(
+            &runtime::Secret::new(FEED_TOKEN),
+            &protocol::CellId::new(CELL).unwrap(),
+            &protocol::InstanceId::new(name).unwrap(),
+        );
+        write_secret(&self.dir.join(format!("{name}.feed")), credential.expose());
         std::fs::write(
             &config,
             format!(
@@ -248,7 +255,7 @@ public_url = "{public}"
 auth_service_url = "{auth_public}"
 feed_url = "{auth}"
 app_url = "https://{app}"
-feed_token_file = "{d}/feed.token"
+feed_token_file = "{d}/{name}.feed"
 app_token_file = "{d}/app.token"
 edge_token_file = "{d}/edge.token"
 state_dir = "{state}"

@@ -13,6 +13,8 @@
 //! | `POST /admin/v1/keys/rotate`                     | —                           | `200` [`Rotation`]           |
 //! | `POST /admin/v1/keys/{kid}/revoke`               | [`KeyRevokeRequest`]        | `200` [`KeyRevoked`]         |
 //! | `POST /admin/v1/revocations`                     | [`RevokeRequest`]           | `200` [`RevokeAnswer`]       |
+//! | `GET /admin/v1/revocations`                      | —                           | `200` [`HeldRevocations`]    |
+//! | `POST /admin/v1/revocations/{seq}/withdraw`      | [`WithdrawRequest`]         | `200` [`WithdrawAnswer`] or `404` |
 //! | `GET /admin/v1/audit/revocations`                | query [`AuditQuery`]        | `200` [`Revocation`] per line (`jsonl`) or `Vec<Revocation>` (`json`) |
 //! | `GET /admin/v1/subjects/{sub}/sessions`          | —                           | `200` [`SubjectSessions`]    |
 //! | `GET /admin/v1/sessions/{jti}`                   | —                           | `200` [`SessionRecordAnswer`] or `404` |
@@ -54,7 +56,7 @@ pub const OWNERSHIP_PATH: &str = "/admin/v1/ownership";
 pub const KEYS_PATH: &str = "/admin/v1/keys";
 /// `POST`: rotate the signing key now.
 pub const KEYS_ROTATE_PATH: &str = "/admin/v1/keys/rotate";
-/// `POST`: record a revocation.
+/// `POST`: record a revocation; `GET`: the revocations in force.
 pub const REVOCATIONS_PATH: &str = "/admin/v1/revocations";
 /// `GET`: the revocation audit log.
 pub const AUDIT_REVOCATIONS_PATH: &str = "/admin/v1/audit/revocations";
@@ -81,6 +83,11 @@ pub fn subject_sessions_path(sub: &SubjectId) -> String {
 /// `GET /admin/v1/sessions/{jti}`.
 pub fn session_path(jti: &SessionId) -> String {
     format!("{ADMIN_PREFIX}/sessions/{jti}")
+}
+
+/// `POST /admin/v1/revocations/{seq}/withdraw`.
+pub fn withdraw_path(seq: u64) -> String {
+    format!("{REVOCATIONS_PATH}/{seq}/withdraw")
 }
 
 /// `GET /admin/v1/contractors/{ctr}/export`.
@@ -307,6 +314,47 @@ pub struct RevokeAnswer {
     pub head: u64,
     #[serde(flatten)]
     pub kind: RevocationKind,
+}
+
+/// Answer of `GET /admin/v1/revocations`: every revocation in force at the cell, by sequence
+/// number (what `POST /admin/v1/revocations/{seq}/withdraw` names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldRevocations {
+    /// The cell's feed head.
+    pub head: u64,
+    pub revocations: Vec<Revocation>,
+}
+
+/// Body of `POST /admin/v1/revocations/{seq}/withdraw`: the audit fields of the withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WithdrawRequest {
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
+    pub reason: String,
+    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
+    )]
+    pub by: String,
+}
+
+/// Answer of `POST /admin/v1/revocations/{seq}/withdraw`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WithdrawAnswer {
+    /// The withdrawal's position in the feed (edges apply it from there).
+    pub seq: u64,
+    /// The cell's feed head after the request.
+    pub head: u64,
+    /// The revocation withdrawn, with its `withdrawn` audit fields.
+    pub withdrawn: Revocation,
 }
 
 /// Format of the audit export.

@@ -20,7 +20,8 @@ enum Probe {
     /// `GET /internal/v1/contractors/{c}/export` at the app's internal listener, bearer admin
     /// token.
     AppAdmin,
-    /// `GET /internal/v1/feed?since=0&instance=…` at the auth-service, bearer feed token.
+    /// `GET /internal/v1/feed?since=…&instance=…` at the auth-service, bearer an edge
+    /// instance's feed credential.
     Feed,
     /// `GET /api/routes/today` at the app's public listener, edge key = app token, with the
     /// identity headers an edge would send.
@@ -58,11 +59,16 @@ impl Probe {
                     cell.app_internal_url
                 ))
                 .bearer_auth(token),
+            // As the instance the credential names, reporting it holds everything (a probe must
+            // not hold a migration's drain on the shared fleet).
             Probe::Feed => t
                 .client
                 .get(format!(
-                    "{}/internal/v1/feed?since=0&instance=per-cell-secrets-test",
-                    cell.auth_service.url
+                    "{}/internal/v1/feed?since={}&instance={}",
+                    cell.auth_service.url,
+                    u64::MAX,
+                    runtime::feed_credential::instance_of(token)
+                        .map_or_else(|| "not-a-credential".to_owned(), |i| i.to_string())
                 ))
                 .bearer_auth(token),
             Probe::AppToken => t
@@ -135,11 +141,19 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
     assert!(all.insert(t.file().admin_token.clone()));
     println!("per-cell secrets: {} distinct tokens", all.len());
 
-    // cell-02's token at cell-03: refused with a typed error; cell-03's own: served.
+    // cell-02's token at cell-03: refused with a typed error; cell-03's own: served. The feed
+    // takes an edge instance's own credential (made from the cell's feed secret), never the
+    // secret itself.
+    let token = |cell: &CellId, probe: Probe| match probe {
+        Probe::Feed => t.edge_feed_credential(cell, "per-cell-secrets-probe"),
+        _ => t.cell_token(cell, probe.kind()),
+    };
+    let (s, v) = Probe::Feed
+        .send(&t, &c3, &ctr, &t.cell_token(&c3, CellToken::Feed))
+        .await;
+    assert_eq!(s, 403, "cell-03's feed secret itself at its feed: {v}");
     for probe in Probe::ALL {
-        let (s, v) = probe
-            .send(&t, &c3, &ctr, &t.cell_token(&c2, probe.kind()))
-            .await;
+        let (s, v) = probe.send(&t, &c3, &ctr, &token(&c2, probe)).await;
         assert!(
             s == 403,
             "{probe:?} with cell-02's {} token at cell-03: {s} {v}",
@@ -151,9 +165,7 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
             "{probe:?}: a typed error body, got {v}"
         );
         assert!(v["message"].is_string(), "{probe:?}: {v}");
-        let (own, body) = probe
-            .send(&t, &c3, &ctr, &t.cell_token(&c3, probe.kind()))
-            .await;
+        let (own, body) = probe.send(&t, &c3, &ctr, &token(&c3, probe)).await;
         assert_eq!(own, 200, "{probe:?} with cell-03's own token: {body}");
         println!(
             "per-cell secrets: {probe:?} at cell-03 with cell-02's {} token → {s} {code}; with its own → {own}",

@@ -10,32 +10,14 @@
 
 use std::time::{Duration, Instant};
 
-use cellbind_tests::{Slot, TestFleet, bin_dir, process_gone, route_load, session_for};
-use devfleet::auth_service_id;
+use cellbind_tests::{Slot, TestFleet, process_gone, route_load, session_for};
 use serde_json::{Value, json};
 
 /// The bound for edges to serve the restored state.
 const GOAL: Duration = Duration::from_secs(5);
 
-/// Runs the auth-service binary with the cell's (first replica's) configuration.
 fn auth_command(t: &TestFleet, cell: &protocol::CellId, args: &[&str]) -> Value {
-    let config = t
-        .fleet
-        .dir()
-        .join("config")
-        .join(format!("{}.toml", auth_service_id(cell, 0)));
-    let out = std::process::Command::new(bin_dir().join("cellbind-auth-service"))
-        .arg("--config")
-        .arg(&config)
-        .args(args)
-        .output()
-        .expect("run cellbind-auth-service");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("a JSON summary")
+    cellbind_tests::auth_service_command(t, cell, args)
 }
 
 async fn revoke_session(t: &TestFleet, cell: &devfleet::FleetCell, s: &cellbind_tests::Session) {

@@ -209,14 +209,13 @@ async fn acknowledged_revocations_survive_sigkill() {
     auth.kill().await;
     let mut auth = start_auth_service(&dir, cell.id.as_str(), &auth_url, "crash-auth-final.log");
     assert!(wait_ready(&t.client, &auth_url, "/healthz").await);
-    let feed_token =
-        std::fs::read_to_string(dir.join(format!("secrets/{}/feed.token", cell.id))).unwrap();
+    let feed_credential = t.edge_feed_credential(&cell.id, "crash-test");
     let snap: Value = t
         .client
         .get(format!(
             "{auth_url}/internal/v1/feed?since=0&instance=crash-test"
         ))
-        .bearer_auth(feed_token.trim())
+        .bearer_auth(feed_credential)
         .send()
         .await
         .unwrap()
