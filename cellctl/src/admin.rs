@@ -26,8 +26,9 @@ use protocol::admin::app::{
     ActivateRequest, ContractorOp, ContractorState, ExportDoc, ImportResponse,
 };
 use protocol::admin::cell::{
-    self, ContractorExport, DrainStatus, ImportAnswer, OwnershipRecord, OwnershipSet, RevokeAnswer,
-    RevokeRequest, Rotation, SessionRecordAnswer, Status,
+    self, ContractorExport, DrainStatus, HeldRevocations, ImportAnswer, OwnershipRecord,
+    OwnershipSet, RevokeAnswer, RevokeRequest, Rotation, SessionRecordAnswer, Status,
+    WithdrawAnswer, WithdrawRequest,
 };
 use protocol::admin::placement::{self, PLACEMENT_MAP_PATH, Placement, PlacementAnswer};
 use protocol::map::SignedMap;
@@ -493,6 +494,36 @@ impl AdminClient {
     pub async fn revoke(&self, auth: &Api, req: &RevokeRequest) -> Attempted<RevokeAnswer> {
         self.send(auth, Method::POST, cell::REVOCATIONS_PATH, Some(req))
             .await
+    }
+
+    /// `GET /admin/v1/revocations`: the revocations in force at a cell.
+    pub async fn held_revocations(&self, auth: &Api) -> Result<HeldRevocations, AdminError> {
+        self.get(auth, cell::REVOCATIONS_PATH).await
+    }
+
+    /// `POST /admin/v1/revocations/{seq}/withdraw` (retried only when surely not carried out:
+    /// a second withdrawal of the same revocation is a `404`).
+    pub async fn withdraw(
+        &self,
+        auth: &Api,
+        seq: u64,
+        req: &WithdrawRequest,
+    ) -> Result<WithdrawAnswer, AdminError> {
+        let body = serde_json::to_vec(req).map_err(|e| AdminError::Decode {
+            call: format!("POST {}", cell::withdraw_path(seq)),
+            message: format!("the request body: {e}"),
+        })?;
+        let r = self
+            .typed(
+                auth,
+                Method::POST,
+                &cell::withdraw_path(seq),
+                Some(body),
+                Repeat::NotCarriedOut,
+                None,
+            )
+            .await;
+        r.result.map(expect_some)?
     }
 
     /// `GET /admin/v1/sessions/{jti}`: the cell's record of a session, `None` when it has none.

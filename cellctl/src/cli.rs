@@ -58,6 +58,8 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::revoke::RevokeCommand,
     },
+    /// Mint an edge instance's own feed credential from the cell's feed secret (offline).
+    EdgeCredential(crate::edge_credential::EdgeCredentialArgs),
 }
 
 /// `cellctl keys …`.
@@ -86,5 +88,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         } => crate::client::run(&cli.fleet, session_file, command, cli.json).await,
         Command::Migrate(args) => crate::migrate::run_cli(&cli.fleet, args, cli.json).await,
         Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
+        Command::EdgeCredential(args) => crate::edge_credential::run(&args, cli.json),
     }
 }

@@ -9,17 +9,21 @@
 //! - [`status`]: `cellctl status`, `cellctl keys rotate`.
 //! - [`client`]: `cellctl client …` (the SDK from the command line).
 //! - [`migrate`]: `cellctl migrate`, the migration orchestrator and its journal.
-//! - [`revoke`]: `cellctl revoke …`, the per-cell revocation fan-out.
+//! - [`revoke`]: `cellctl revoke …`, the per-cell revocation fan-out; [`withdraw`]: what is in
+//!   force at a cell and withdrawing one revocation.
+//! - [`edge_credential`]: `cellctl edge-credential`, an edge instance's own feed credential.
 //! - [`error`]: the crate's one error type.
 
 pub mod admin;
 pub mod cli;
 pub mod client;
 pub mod dev;
+pub mod edge_credential;
 pub mod error;
 pub mod inventory;
 pub mod migrate;
 pub mod revoke;
 pub mod status;
+pub mod withdraw;
 
 pub use error::{CtlError, Result};

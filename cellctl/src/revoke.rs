@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use devfleet::{FleetCell, FleetFile};
-use protocol::admin::cell::{RevokeOutcome, RevokeRequest};
+use protocol::admin::cell::{RevokeOutcome, RevokeRequest, WithdrawRequest};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
@@ -103,6 +103,37 @@ pub enum RevokeCommand {
         #[command(flatten)]
         audit: AuditArgs,
     },
+    /// The revocations in force at a cell, with the sequence numbers `withdraw` takes.
+    List {
+        #[arg(long)]
+        cell: CellId,
+    },
+    /// Withdraw one revocation in force at a cell (a mistaken or planted one): it matches
+    /// nothing from then on, at the cell and every edge of it; audited. A key revocation
+    /// cannot be withdrawn.
+    Withdraw {
+        /// Its sequence number at that cell (`cellctl revoke list`).
+        seq: u64,
+        #[arg(long)]
+        cell: CellId,
+        /// Why (recorded in the cell's audit log).
+        #[arg(long)]
+        reason: String,
+        /// Who (default: `$USER`, else `cellctl`).
+        #[arg(long)]
+        by: Option<String>,
+        /// Wait (at most 10 s) until every edge instance the cell heard from in the last minute
+        /// applied the withdrawal, and report how long it took; fails if some did not.
+        #[arg(long)]
+        wait_edges: bool,
+    },
+}
+
+/// Who is recorded: `by`, else `$USER`, else [`DEFAULT_BY`].
+fn operator(by: Option<&String>) -> String {
+    by.cloned()
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
+        .unwrap_or_else(|| DEFAULT_BY.to_owned())
 }
 
 /// Audit fields of every revocation.
@@ -126,10 +157,7 @@ pub struct AuditArgs {
 
 impl AuditArgs {
     fn by(&self) -> String {
-        self.by
-            .clone()
-            .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
-            .unwrap_or_else(|| DEFAULT_BY.to_owned())
+        operator(self.by.as_ref())
     }
 }
 
@@ -199,7 +227,7 @@ impl EdgesApplied {
 }
 
 /// Waits until every live edge instance of `cell` reports a feed sequence ≥ `seq`.
-async fn wait_edges(admin: &AdminClient, auth: &Api, seq: u64) -> EdgesApplied {
+pub(crate) async fn wait_edges(admin: &AdminClient, auth: &Api, seq: u64) -> EdgesApplied {
     let t0 = std::time::Instant::now();
     let waited = || u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut last = EdgesApplied {
@@ -579,6 +607,11 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
             audit,
             fleet.cells_of_contractor(ctr).await,
         ),
+        RevokeCommand::List { .. } | RevokeCommand::Withdraw { .. } => {
+            return Err(CtlError::BadRequest(
+                "`revoke list` and `revoke withdraw` record no revocation".into(),
+            ));
+        }
     };
     if targets.is_empty() {
         return Err(CtlError::Failed(format!(
@@ -634,6 +667,26 @@ fn role_text(r: Role) -> &'static str {
 
 /// `cellctl revoke …`: prints each cell's outcome; fails unless every cell confirmed.
 pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result<()> {
+    match command {
+        RevokeCommand::List { cell } => {
+            return crate::withdraw::run_list(path, cell, json_out).await;
+        }
+        RevokeCommand::Withdraw {
+            seq,
+            cell,
+            reason,
+            by,
+            wait_edges,
+        } => {
+            let req = WithdrawRequest {
+                reason: reason.clone(),
+                by: operator(by.as_ref()),
+            };
+            return crate::withdraw::run_withdraw(path, cell, *seq, &req, *wait_edges, json_out)
+                .await;
+        }
+        _ => {}
+    }
     let report = revoke(path, command).await?;
     if json_out {
         println!(
