@@ -9,6 +9,7 @@ mod cellctl_cli;
 mod configuration;
 mod credentials;
 mod desk_browser;
+mod feed_credentials;
 mod fleet_basics;
 mod game_day;
 mod hostile_client;
