@@ -45,7 +45,8 @@ pub struct ControlPlaneEntry {
     pub url: Endpoint,
     /// The control plane's own admin token (no cell accepts it).
     pub token_file: PathBuf,
-    /// base64url Ed25519 public key of the placement map.
+    /// base64url Ed25519 public key of the placement map: the control plane's (`GET
+    /// <control plane>/v1/map-public-key`; a published example key is refused).
     pub map_public_key: String,
 }
 
@@ -107,6 +108,8 @@ impl Inventory {
         if inv.cells.is_empty() {
             return Err(config(path, "no [[cells]]"));
         }
+        protocol::map_key::parse(&inv.control_plane.map_public_key)
+            .map_err(|e| config(path, format_args!("control_plane.map_public_key: {e}")))?;
         for (i, c) in inv.cells.iter().enumerate() {
             if inv.cells[..i].iter().any(|o| o.id == c.id) {
                 return Err(config(path, format_args!("cell {} is listed twice", c.id)));
@@ -237,7 +240,7 @@ ca_cert = "ca.pem"
 [control_plane]
 url = "https://cp.internal:8440/"
 token_file = "secrets/control-plane.token"
-map_public_key = "AAAA"
+map_public_key = "7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E"
 
 [[cells]]
 id = "cell-01"
@@ -292,6 +295,17 @@ admin_token_file = "secrets/cell-01/admin.token"
             (
                 SAMPLE.replace("secrets/cell-01/admin.token", "secrets/missing.token"),
                 "missing.token",
+            ),
+            (
+                SAMPLE.replace(
+                    "7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E",
+                    protocol::map_key::RFC8037_EXAMPLE_KEY,
+                ),
+                "control_plane.map_public_key: RFC 8037's example key",
+            ),
+            (
+                SAMPLE.replace("7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E", "REPLACE-ME"),
+                "control_plane.map_public_key: not a base64url Ed25519 public key",
             ),
         ] {
             let (_dir, path) = dir_with(&bad);

@@ -286,6 +286,8 @@ impl FleetFile {
                 f.schema
             )));
         }
+        protocol::map_key::parse(&f.map_public_key)
+            .map_err(|e| FleetError::Config(format!("{}: map_public_key: {e}", path.display())))?;
         Ok(f)
     }
 

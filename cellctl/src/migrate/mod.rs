@@ -425,7 +425,7 @@ pub async fn migrate(
     let fleet = crate::inventory::load(fleet_path)?;
     let admin = AdminClient::for_fleet(&fleet)?;
     let control_plane = Api::control_plane(&fleet)?;
-    let map_key = PublicKey::from_b64(&fleet.map_public_key)
+    let map_key = protocol::map_key::parse(&fleet.map_public_key)
         .map_err(|e| CtlError::Config(format!("map_public_key: {e}")))?;
     let ctx = Ctx {
         fleet,
