@@ -1,7 +1,17 @@
 //! [`PgServer`]: a private PostgreSQL server for a dev fleet or a test, so that nothing depends
-//! on a system cluster. It is initialised with `initdb -A trust -U cellbind` (only when its data
-//! directory is not initialised yet), listens on a unix socket only (`listen_addresses=''`), and
-//! is stopped with `pg_ctl stop -m fast` by [`PgServer::stop`] or, best effort, on drop.
+//! on a system cluster. It is initialised with `initdb -A scram-sha-256 -U cellbind` (only when
+//! its data directory is not initialised yet), listens on a unix socket only
+//! (`listen_addresses=''`), and is stopped with `pg_ctl stop -m fast` by [`PgServer::stop`] or,
+//! best effort, on drop.
+//!
+//! Roles: every connection authenticates with a password (SCRAM-SHA-256; nothing is trusted,
+//! since every process of a fleet runs as the same OS user and could reach the socket). The
+//! superuser `cellbind` (its password in `<dir>/superuser.password`, 0600) is used only by this
+//! module, to create roles and databases and for [`PgServer::psql`]. Each database
+//! [`PgServer::create_database`] makes is owned by a role of the same name, which may log in and
+//! own that database only (no superuser, no role or database creation; `CONNECT` on every
+//! database is revoked from `PUBLIC`), and [`PgServer::url`] is that role's URL: a cell's
+//! auth-services reach their own database and no other.
 //!
 //! Where it lives:
 //! - As an ordinary user: the data directory is `<dir>/data`, the socket directory `<dir>/run`,
@@ -38,12 +48,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use runtime::IoContext as _;
+use runtime::Secret;
+use runtime::secret::write_private;
 
 use crate::error::{FleetError, Result};
 use crate::layout::mkdir;
 
-/// The superuser `initdb` creates, and the user of every URL.
+/// The superuser `initdb` creates (roles and databases, [`PgServer::psql`]; never in a URL).
 pub const PG_USER: &str = "cellbind";
+/// File name of the superuser's password in the server's directory (0600).
+pub const SUPERUSER_PASSWORD_FILE: &str = "superuser.password";
+/// Context of the HMAC that derives a database role's password from the superuser's.
+const ROLE_PASSWORD_CONTEXT: &[u8] = b"cellbind-devfleet-role-password-v1:";
 /// The unprivileged system user the server runs as when this process is root.
 pub const PG_SYSTEM_USER: &str = "postgres";
 /// Where Debian's packages install the server's tools, one folder per major version.
@@ -212,6 +228,9 @@ pub struct PgServer {
     as_system_user: bool,
     /// A temporary directory this server made for itself, removed at stop.
     temp: Option<PathBuf>,
+    /// The superuser's password, and its file (`<dir>/superuser.password`, 0600).
+    superuser_password: Secret,
+    password_file: PathBuf,
     mode: Mode,
 }
 
@@ -251,18 +270,7 @@ impl PgServer {
         let as_system_user = running_as_root();
         let (data_dir, socket_dir, temp) = if as_system_user {
             let temp = private_temp_dir()?;
-            let user = nix::unistd::User::from_name(PG_SYSTEM_USER)
-                .ok()
-                .flatten()
-                .ok_or(FleetError::PostgresNoSystemUser {
-                    user: PG_SYSTEM_USER,
-                })?;
-            nix::unistd::chown(&temp, Some(user.uid), Some(user.gid)).map_err(|e| {
-                FleetError::Io(runtime::IoError::new(
-                    format!("giving {} to {PG_SYSTEM_USER}", temp.display()),
-                    std::io::Error::from(e),
-                ))
-            })?;
+            give_to_system_user(&temp)?;
             (temp.join("data"), temp.clone(), Some(temp))
         } else {
             let run = dir.join("run");
@@ -274,6 +282,16 @@ impl PgServer {
                 (dir.join("data"), temp.clone(), Some(temp))
             }
         };
+        // The superuser's password: the one an earlier start in `dir` chose (its data may be
+        // initialised with it), else a new one.
+        let password_file = dir.join(SUPERUSER_PASSWORD_FILE);
+        let superuser_password = if password_file.is_file() {
+            Secret::from_file(&password_file)?
+        } else {
+            let p = runtime::secret::random_token();
+            write_private(&password_file, p.as_bytes())?;
+            Secret::new(p.as_str())
+        };
         Ok(PgServer {
             tools,
             data_dir,
@@ -281,22 +299,49 @@ impl PgServer {
             log: dir.join(PG_LOG_FILE),
             as_system_user,
             temp,
+            superuser_password,
+            password_file,
             mode: Mode::Detached { running: false },
         })
     }
 
-    /// `initdb`, unless the data directory is initialised already.
+    /// `initdb` with password authentication only, unless the data directory is initialised
+    /// already.
     fn init(&self) -> Result<()> {
         if self.data_dir.join("PG_VERSION").is_file() {
             return Ok(());
         }
+        // initdb reads the superuser's password from a file its user can read: as root, a copy
+        // in the server user's private temporary directory, removed right after.
+        let pwfile = match &self.temp {
+            Some(temp) if self.as_system_user => {
+                let copy = temp.join(SUPERUSER_PASSWORD_FILE);
+                write_private(&copy, self.superuser_password.expose().as_bytes())?;
+                give_to_system_user(&copy)?;
+                copy
+            }
+            _ => self.password_file.clone(),
+        };
         let mut cmd = self.command(&self.tools.initdb);
         cmd.arg("-D")
             .arg(&self.data_dir)
-            .args(["-A", "trust", "-U", PG_USER, "-E", "UTF8", "--locale=C"])
+            .args([
+                "-A",
+                "scram-sha-256",
+                "-U",
+                PG_USER,
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()))
             // Its files are thrown away with the fleet: no need to wait for the disk.
             .arg("--no-sync");
-        run(cmd, "initdb").map(drop)
+        let done = run(cmd, "initdb").map(drop);
+        if self.as_system_user {
+            let _ = std::fs::remove_file(&pwfile);
+        }
+        done
     }
 
     /// `pg_ctl start -w`: returns once the server accepts connections.
@@ -402,24 +447,94 @@ impl PgServer {
         cmd
     }
 
-    /// Creates the database `name` (lower-case letters, digits and `_`).
+    /// Creates the database `name` (lower-case letters, digits and `_`) and its own role of
+    /// the same name, which owns it and may log in there only (see the module doc).
     pub fn create_database(&self, name: &str) -> Result<()> {
         check_db_name(name)?;
-        self.psql("postgres", &format!("CREATE DATABASE {name}"))
-            .map(drop)
+        // Through stdin, so that the role's password is on no command line.
+        let script = format!(
+            "CREATE ROLE {name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION \
+             NOBYPASSRLS PASSWORD '{password}';\n\
+             CREATE DATABASE {name} OWNER {name};\n\
+             REVOKE ALL ON DATABASE {name} FROM PUBLIC;\n\
+             REVOKE CONNECT ON DATABASE postgres, template1 FROM PUBLIC;\n",
+            password = self.role_password(name).expose()
+        );
+        self.psql_script("postgres", &script).map(drop)
     }
 
-    /// The URL of database `db`: `postgres://cellbind@localhost/<db>?host=<socket dir>`.
-    pub fn url(&self, db: &str) -> String {
-        format!(
-            "postgres://{PG_USER}@localhost/{db}?host={}",
-            encode_path(&self.socket_dir)
+    /// The password of the role of database `db` (derived from the superuser's, so that a
+    /// server started again in the same folder knows it).
+    fn role_password(&self, db: &str) -> Secret {
+        let key = ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            self.superuser_password.expose().as_bytes(),
+        );
+        let mut ctx = ring::hmac::Context::with_key(&key);
+        ctx.update(ROLE_PASSWORD_CONTEXT);
+        ctx.update(db.as_bytes());
+        let tag = ctx.sign();
+        Secret::new(
+            tag.as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
         )
     }
 
-    /// Runs `sql` in database `db` with `psql` and returns its unaligned, tuples-only output
-    /// (for tests: e.g. terminating the connections of one replica).
+    /// The URL of database `db` as its own role (made by [`PgServer::create_database`]):
+    /// `postgres://<db>:<password>@localhost/<db>?host=<socket dir>`. A secret: write it 0600.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://{db}:{password}@localhost/{db}?host={}",
+            encode_path(&self.socket_dir),
+            password = self.role_password(db).expose()
+        )
+    }
+
+    /// Runs `sql` with `psql` connected by `url` (its user and password, nothing of the
+    /// superuser's), and returns its unaligned, tuples-only output: for tests of what a role may
+    /// reach.
+    pub fn psql_url(&self, url: &str, sql: &str) -> Result<String> {
+        let mut cmd = Command::new(&self.tools.psql);
+        cmd.args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-w",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            url,
+            "-c",
+            sql,
+        ])
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", "/dev/null")
+        .stdin(Stdio::null());
+        run(cmd, "psql")
+    }
+
+    /// Runs `sql` in database `db` as the superuser with `psql` and returns its unaligned,
+    /// tuples-only output (for tests: e.g. terminating the connections of one replica).
     pub fn psql(&self, db: &str, sql: &str) -> Result<String> {
+        let mut cmd = self.superuser_psql(db)?;
+        cmd.args(["-c", sql]).stdin(Stdio::null());
+        run(cmd, "psql")
+    }
+
+    /// Runs the statements of `script` (given on stdin, so they are on no command line) in
+    /// database `db` as the superuser, each in its own transaction.
+    fn psql_script(&self, db: &str, script: &str) -> Result<String> {
+        let mut cmd = self.superuser_psql(db)?;
+        cmd.args(["-f", "-"]);
+        run_with_input(cmd, "psql", script)
+    }
+
+    /// `psql` connected to `db` as the superuser (its password in the environment, which only
+    /// this user can read).
+    fn superuser_psql(&self, db: &str) -> Result<Command> {
         check_db_name(db)?;
         let mut cmd = Command::new(&self.tools.psql);
         cmd.args([
@@ -427,6 +542,7 @@ impl PgServer {
             "-q",
             "-A",
             "-t",
+            "-w",
             "-v",
             "ON_ERROR_STOP=1",
             "-U",
@@ -434,9 +550,10 @@ impl PgServer {
             "-h",
         ])
         .arg(&self.socket_dir)
-        .args(["-d", db, "-c", sql])
-        .stdin(Stdio::null());
-        run(cmd, "psql")
+        .args(["-d", db])
+        .env("PGPASSWORD", self.superuser_password.expose())
+        .env("PGPASSFILE", "/dev/null");
+        Ok(cmd)
     }
 
     /// The folder holding the server's unix socket.
@@ -533,11 +650,52 @@ pub(crate) fn stop_leftover(data_dir: &Path, socket_dir: &Path) {
     }
 }
 
+/// Gives a file or folder this module made to [`PG_SYSTEM_USER`] (this process is root).
+fn give_to_system_user(path: &Path) -> Result<()> {
+    let user = nix::unistd::User::from_name(PG_SYSTEM_USER)
+        .ok()
+        .flatten()
+        .ok_or(FleetError::PostgresNoSystemUser {
+            user: PG_SYSTEM_USER,
+        })?;
+    nix::unistd::chown(path, Some(user.uid), Some(user.gid)).map_err(|e| {
+        FleetError::Io(runtime::IoError::new(
+            format!("giving {} to {PG_SYSTEM_USER}", path.display()),
+            std::io::Error::from(e),
+        ))
+    })
+}
+
 /// Runs a tool to its end; its stdout on success, else an error with its output.
 fn run(mut cmd: Command, what: &str) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("running {what} ({})", program(&cmd)))?;
+    finish(out, what)
+}
+
+/// [`run`] with `input` written to the tool's stdin.
+fn run_with_input(mut cmd: Command, what: &str, input: &str) -> Result<String> {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {what} ({})", program(&cmd)))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .with_context(|| format!("writing to {what}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("waiting for {what}"))?;
+    finish(out, what)
+}
+
+/// A finished tool's stdout on success, else an error with its output.
+fn finish(out: std::process::Output, what: &str) -> Result<String> {
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
