@@ -29,7 +29,8 @@
 //! server's code but the control plane's placement store and map key, which it seeds before the
 //! control plane starts (its first published map already holds the seeded placements).
 //!
-//! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`] and [`FleetOptions`].
+//! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`]; [`options`]: [`FleetOptions`] and the names
+//!   derived from a cell; `prepare`: the files written before any process starts.
 //! - [`fleet_file`]: `fleet.json` ([`FleetFile`], [`FleetCell`]) and the files `cellctl` keeps
 //!   beside it.
 //! - [`certs`]: the fleet's CA and [`client_trusting`], the HTTPS client that trusts only it.
@@ -45,23 +46,26 @@ pub mod error;
 pub mod fleet;
 pub mod fleet_file;
 pub mod layout;
+pub mod options;
 pub mod ports;
 pub mod postgres;
+mod prepare;
 pub mod seed;
 pub mod seeding;
 
 pub use certs::{LocalCa, client_trusting, client_trusting_file};
 pub use error::{FleetError, Result};
-pub use fleet::{
-    CellTlsFiles, DEFAULT_DIR, Fleet, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV,
-    TEST_STORE_ENV, auth_service_id, database_name, test_bin_dir,
-};
+pub use fleet::{CellTlsFiles, Fleet};
 pub use fleet_file::{
     Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
     SESSION_FILE, Service, StoreKind,
 };
 pub use layout::{
     CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file, lock_dir,
+};
+pub use options::{
+    DEFAULT_DIR, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV, TEST_STORE_ENV, app_id,
+    auth_service_id, database_name, edge_id, test_bin_dir,
 };
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
 pub use postgres::PgServer;
