@@ -61,7 +61,9 @@ pub enum MapKeyError {
 
 /// Parses a configured map public key (see the module doc).
 pub fn parse(b64: &str) -> Result<PublicKey, MapKeyError> {
-    let key = PublicKey::from_b64(b64).map_err(MapKeyError::Malformed)?;
+    // The reasons name the JWK member (`x is …`); here the key is the whole value.
+    let key = PublicKey::from_b64(b64)
+        .map_err(|why| MapKeyError::Malformed(why.strip_prefix("x is ").unwrap_or(why)))?;
     match PUBLISHED_KEYS
         .iter()
         .find(|(_, published)| URL_SAFE_NO_PAD.decode(published).as_deref() == Ok(key.as_bytes()))
@@ -148,6 +150,9 @@ mod tests {
             );
         }
         let e = parse("REPLACE-ME").unwrap_err().to_string();
-        assert!(e.contains("not a base64url Ed25519 public key"), "{e}");
+        assert!(
+            e.starts_with("not a base64url Ed25519 public key (not canonical base64url)"),
+            "{e}"
+        );
     }
 }
