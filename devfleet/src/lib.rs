@@ -10,13 +10,16 @@
 //! feed and migration calls go to the internal ones.
 //!
 //! Secrets are per cell (a token of one cell is refused by every other): `DIR/secrets/<cell>/`
-//! holds `admin.token`, `feed.token`, `app.token` and `edge.token`; the control plane has its
-//! own `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every folder
-//! the fleet makes is 0700 (`DIR` itself included) and every secret and data file 0600.
+//! holds `admin.token`, `app-internal.token` (the app's own: it never holds the admin token),
+//! `feed.token`, `app.token` and `edge.token`; the control plane has its own
+//! `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every server has its
+//! own TLS key and certificate. Every folder the fleet makes is 0700 (`DIR` itself included)
+//! and every secret and data file 0600.
 //!
 //! With `store = postgres` ([`FleetOptions::store`]) the fleet also runs a private PostgreSQL
-//! server ([`PgServer`], `DIR/postgres/`), one database per cell (`cell_01` …, its URL in
-//! `DIR/secrets/<cell>/database.url`), and each cell may run up to four auth-service replicas
+//! server ([`PgServer`], `DIR/postgres/`), one database per cell (`cell_01` …, owned by the
+//! cell's own role; its URL in `DIR/secrets/<cell>/database.url`), and each cell may run up to
+//! four auth-service replicas
 //! ([`FleetOptions::auth_replicas`]): replica `r` on `127.0.r.n` with replica 0's ports, each
 //! with its own configuration and data directory but the cell's one key-encryption key
 //! (`DIR/secrets/<cell>/kek`) and tokens. The edge is given every replica's URLs.
