@@ -39,10 +39,14 @@
 //!
 //! Not for production: `fsync` is off (a dev fleet's data is thrown away at its next start; a
 //! server that is killed still loses nothing, only a machine crash could).
+//!
+//! Layout: this file is the server's life (start, initialise, launch, stop); `roles` its
+//! databases, roles and `psql`; `tools` the tools it runs and how.
 
-use std::ffi::OsStr;
+mod roles;
+mod tools;
+
 use std::fs::File;
-use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -53,13 +57,12 @@ use runtime::secret::write_private;
 
 use crate::error::{FleetError, Result};
 use crate::layout::mkdir;
+use tools::{Tools, find_tool, give_to_system_user, private_temp_dir, run, running_as_root};
 
 /// The superuser `initdb` creates (roles and databases, [`PgServer::psql`]; never in a URL).
 pub const PG_USER: &str = "cellbind";
 /// File name of the superuser's password in the server's directory (0600).
 pub const SUPERUSER_PASSWORD_FILE: &str = "superuser.password";
-/// Context of the HMAC that derives a database role's password from the superuser's.
-const ROLE_PASSWORD_CONTEXT: &[u8] = b"cellbind-devfleet-role-password-v1:";
 /// The unprivileged system user the server runs as when this process is root.
 pub const PG_SYSTEM_USER: &str = "postgres";
 /// Where Debian's packages install the server's tools, one folder per major version.
@@ -91,36 +94,6 @@ wait "$p"
 if [ -n "$5" ]; then rm -rf "$5"; fi
 "#;
 
-/// The PostgreSQL tools this module runs.
-#[derive(Debug, Clone)]
-struct Tools {
-    initdb: PathBuf,
-    pg_ctl: PathBuf,
-    psql: PathBuf,
-    /// The server itself (beside `pg_ctl`, which is often a link into the version's folder).
-    postgres: PathBuf,
-}
-
-impl Tools {
-    fn find() -> Result<Tools> {
-        let pg_ctl = find_tool("pg_ctl")?;
-        let beside = std::fs::canonicalize(&pg_ctl)
-            .ok()
-            .and_then(|p| p.parent().map(|d| d.join("postgres")))
-            .filter(|p| is_executable(p));
-        let postgres = match beside {
-            Some(p) => p,
-            None => find_tool("postgres")?,
-        };
-        Ok(Tools {
-            initdb: find_tool("initdb")?,
-            pg_ctl,
-            psql: find_tool("psql")?,
-            postgres,
-        })
-    }
-}
-
 /// How the server runs.
 #[derive(Debug)]
 enum Mode {
@@ -131,90 +104,6 @@ enum Mode {
         watchdog: std::process::Child,
         stdin: Option<std::process::ChildStdin>,
     },
-}
-
-/// A tool in `PATH`, else in the highest `/usr/lib/postgresql/<version>/bin`.
-fn find_tool(name: &'static str) -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let p = d.join(name);
-            if is_executable(&p) {
-                return Ok(p);
-            }
-        }
-    }
-    let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(PG_LIB_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let dir_name = e.file_name().to_string_lossy().into_owned();
-            let version: Option<Vec<u32>> = dir_name.split('.').map(|s| s.parse().ok()).collect();
-            version.map(|v| (v, e.path().join("bin").join(name)))
-        })
-        .collect();
-    versions.sort();
-    versions
-        .into_iter()
-        .rev()
-        .map(|(_, p)| p)
-        .find(|p| is_executable(p))
-        .ok_or(FleetError::PostgresNotFound { tool: name })
-}
-
-fn is_executable(p: &Path) -> bool {
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Whether this process is root (then PostgreSQL must run as [`PG_SYSTEM_USER`]).
-fn running_as_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// A fresh private (0700) temporary directory with a short path.
-fn private_temp_dir() -> Result<PathBuf> {
-    let p = std::env::temp_dir().join(format!(
-        "{TEMP_PREFIX}{}",
-        runtime::secret::random_token()
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(10)
-            .collect::<String>()
-    ));
-    mkdir(&p)?;
-    Ok(p)
-}
-
-/// Percent-encodes a path for a URL's query (keeps `/` and the unreserved characters).
-fn encode_path(p: &Path) -> String {
-    let mut out = String::new();
-    for b in p.as_os_str().as_encoded_bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                out.push(char::from(*b));
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// A database name this module creates: lower-case letters, digits and `_`, not starting with
-/// a digit (so it needs no quoting in SQL or in a URL).
-fn check_db_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(FleetError::Config(format!(
-            "{name:?} is not a database name (lower-case letters, digits and _)"
-        )))
-    }
 }
 
 /// A running private PostgreSQL server. Stopped by [`PgServer::stop`], or on drop.
@@ -447,115 +336,6 @@ impl PgServer {
         cmd
     }
 
-    /// Creates the database `name` (lower-case letters, digits and `_`) and its own role of
-    /// the same name, which owns it and may log in there only (see the module doc).
-    pub fn create_database(&self, name: &str) -> Result<()> {
-        check_db_name(name)?;
-        // Through stdin, so that the role's password is on no command line.
-        let script = format!(
-            "CREATE ROLE {name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION \
-             NOBYPASSRLS PASSWORD '{password}';\n\
-             CREATE DATABASE {name} OWNER {name};\n\
-             REVOKE ALL ON DATABASE {name} FROM PUBLIC;\n\
-             REVOKE CONNECT ON DATABASE postgres, template1 FROM PUBLIC;\n",
-            password = self.role_password(name).expose()
-        );
-        self.psql_script("postgres", &script).map(drop)
-    }
-
-    /// The password of the role of database `db` (derived from the superuser's, so that a
-    /// server started again in the same folder knows it).
-    fn role_password(&self, db: &str) -> Secret {
-        let key = ring::hmac::Key::new(
-            ring::hmac::HMAC_SHA256,
-            self.superuser_password.expose().as_bytes(),
-        );
-        let mut ctx = ring::hmac::Context::with_key(&key);
-        ctx.update(ROLE_PASSWORD_CONTEXT);
-        ctx.update(db.as_bytes());
-        let tag = ctx.sign();
-        Secret::new(
-            tag.as_ref()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>(),
-        )
-    }
-
-    /// The URL of database `db` as its own role (made by [`PgServer::create_database`]):
-    /// `postgres://<db>:<password>@localhost/<db>?host=<socket dir>`. A secret: write it 0600.
-    pub fn url(&self, db: &str) -> String {
-        format!(
-            "postgres://{db}:{password}@localhost/{db}?host={}",
-            encode_path(&self.socket_dir),
-            password = self.role_password(db).expose()
-        )
-    }
-
-    /// Runs `sql` with `psql` connected by `url` (its user and password, nothing of the
-    /// superuser's), and returns its unaligned, tuples-only output: for tests of what a role may
-    /// reach.
-    pub fn psql_url(&self, url: &str, sql: &str) -> Result<String> {
-        let mut cmd = Command::new(&self.tools.psql);
-        cmd.args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-w",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            url,
-            "-c",
-            sql,
-        ])
-        .env_remove("PGPASSWORD")
-        .env("PGPASSFILE", "/dev/null")
-        .stdin(Stdio::null());
-        run(cmd, "psql")
-    }
-
-    /// Runs `sql` in database `db` as the superuser with `psql` and returns its unaligned,
-    /// tuples-only output (for tests: e.g. terminating the connections of one replica).
-    pub fn psql(&self, db: &str, sql: &str) -> Result<String> {
-        let mut cmd = self.superuser_psql(db)?;
-        cmd.args(["-c", sql]).stdin(Stdio::null());
-        run(cmd, "psql")
-    }
-
-    /// Runs the statements of `script` (given on stdin, so they are on no command line) in
-    /// database `db` as the superuser, each in its own transaction.
-    fn psql_script(&self, db: &str, script: &str) -> Result<String> {
-        let mut cmd = self.superuser_psql(db)?;
-        cmd.args(["-f", "-"]);
-        run_with_input(cmd, "psql", script)
-    }
-
-    /// `psql` connected to `db` as the superuser (its password in the environment, which only
-    /// this user can read).
-    fn superuser_psql(&self, db: &str) -> Result<Command> {
-        check_db_name(db)?;
-        let mut cmd = Command::new(&self.tools.psql);
-        cmd.args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-w",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-U",
-            PG_USER,
-            "-h",
-        ])
-        .arg(&self.socket_dir)
-        .args(["-d", db])
-        .env("PGPASSWORD", self.superuser_password.expose())
-        .env("PGPASSFILE", "/dev/null");
-        Ok(cmd)
-    }
-
     /// The folder holding the server's unix socket.
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
@@ -646,92 +426,6 @@ pub(crate) fn stop_leftover(data_dir: &Path, socket_dir: &Path) {
             .is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX));
         if ours && d.starts_with(std::env::temp_dir()) {
             let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-/// Gives a file or folder this module made to [`PG_SYSTEM_USER`] (this process is root).
-fn give_to_system_user(path: &Path) -> Result<()> {
-    let user = nix::unistd::User::from_name(PG_SYSTEM_USER)
-        .ok()
-        .flatten()
-        .ok_or(FleetError::PostgresNoSystemUser {
-            user: PG_SYSTEM_USER,
-        })?;
-    nix::unistd::chown(path, Some(user.uid), Some(user.gid)).map_err(|e| {
-        FleetError::Io(runtime::IoError::new(
-            format!("giving {} to {PG_SYSTEM_USER}", path.display()),
-            std::io::Error::from(e),
-        ))
-    })
-}
-
-/// Runs a tool to its end; its stdout on success, else an error with its output.
-fn run(mut cmd: Command, what: &str) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {what} ({})", program(&cmd)))?;
-    finish(out, what)
-}
-
-/// [`run`] with `input` written to the tool's stdin.
-fn run_with_input(mut cmd: Command, what: &str, input: &str) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {what} ({})", program(&cmd)))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .with_context(|| format!("writing to {what}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("waiting for {what}"))?;
-    finish(out, what)
-}
-
-/// A finished tool's stdout on success, else an error with its output.
-fn finish(out: std::process::Output, what: &str) -> Result<String> {
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
-    let mut output = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-    if output.is_empty() {
-        output = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    }
-    Err(FleetError::PostgresCommand {
-        command: what.to_owned(),
-        status: out.status.to_string(),
-        output: output.chars().take(2_000).collect(),
-    })
-}
-
-fn program(cmd: &Command) -> String {
-    Path::new(cmd.get_program())
-        .file_name()
-        .unwrap_or(OsStr::new("?"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_socket_path_is_percent_encoded_in_the_url() {
-        assert_eq!(encode_path(Path::new("/a b/c_d-1")), "/a%20b/c_d-1");
-    }
-
-    #[test]
-    fn database_names_need_no_quoting() {
-        assert!(check_db_name("cell_01").is_ok());
-        for bad in ["", "Cell", "1cell", "cell-01", "a;drop"] {
-            assert!(check_db_name(bad).is_err(), "{bad}");
         }
     }
 }
