@@ -62,23 +62,8 @@ impl PgServer {
     /// superuser's), and returns its unaligned, tuples-only output: for tests of what a role may
     /// reach.
     pub fn psql_url(&self, url: &str, sql: &str) -> Result<String> {
-        let mut cmd = Command::new(&self.tools.psql);
-        cmd.args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-w",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            url,
-            "-c",
-            sql,
-        ])
-        .env_remove("PGPASSWORD")
-        .env("PGPASSFILE", "/dev/null")
-        .stdin(Stdio::null());
+        let mut cmd = self.psql_command();
+        cmd.args(["-d", url, "-c", sql]).stdin(Stdio::null());
         run(cmd, "psql")
     }
 
@@ -102,23 +87,21 @@ impl PgServer {
     /// this user can read).
     fn superuser_psql(&self, db: &str) -> Result<Command> {
         check_db_name(db)?;
-        let mut cmd = Command::new(&self.tools.psql);
-        cmd.args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-w",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-U",
-            PG_USER,
-            "-h",
-        ])
-        .arg(&self.socket_dir)
-        .args(["-d", db])
-        .env("PGPASSWORD", self.superuser_password.expose())
-        .env("PGPASSFILE", "/dev/null");
+        let mut cmd = self.psql_command();
+        cmd.args(["-U", PG_USER, "-h"])
+            .arg(&self.socket_dir)
+            .args(["-d", db])
+            .env("PGPASSWORD", self.superuser_password.expose());
         Ok(cmd)
+    }
+
+    /// `psql` with unaligned, tuples-only output that stops at the first error, never prompts
+    /// for a password, and takes none from this process's environment or a password file.
+    fn psql_command(&self) -> Command {
+        let mut cmd = Command::new(&self.tools.psql);
+        cmd.args(["-X", "-q", "-A", "-t", "-w", "-v", "ON_ERROR_STOP=1"])
+            .env_remove("PGPASSWORD")
+            .env("PGPASSFILE", "/dev/null");
+        cmd
     }
 }
