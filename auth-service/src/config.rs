@@ -128,7 +128,9 @@ pub struct Config {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub control_plane_url: Option<Endpoint>,
-    /// base64url Ed25519 public key that signs placement maps.
+    /// base64url Ed25519 public key that signs placement maps: the control plane's
+    /// (`GET <control plane>/v1/map-public-key`). A published example key (RFC 8037's, RFC
+    /// 8032's test keys) is refused.
     #[serde(default)]
     pub map_public_key: Option<String>,
     /// Placement-map poll interval in milliseconds.
@@ -235,7 +237,7 @@ impl Config {
             ));
         }
         if let Some(k) = &self.map_public_key {
-            protocol::jwks::PublicKey::from_b64(k)
+            protocol::map_key::parse(k)
                 .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
         }
         match (self.store, &self.database_url_file) {
@@ -282,5 +284,50 @@ impl Config {
             ));
         }
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+    use super::*;
+
+    fn with_map_key(key: &str) -> String {
+        format!(
+            r#"cell_id = "cell-01"
+issuer = "https://cell-01.example.com"
+listen = "127.0.0.1:1"
+internal_listen = "127.0.0.1:2"
+data_dir = "data"
+kek_file = "kek"
+admin_token_file = "admin.token"
+feed_token_file = "feed.token"
+edge_token_file = "edge.token"
+tls_cert = "cert.pem"
+tls_key = "key.pem"
+map_public_key = "{key}""#
+        )
+    }
+
+    #[test]
+    fn a_published_example_map_key_is_refused_naming_it() {
+        let e = Config::from_toml(&with_map_key(protocol::map_key::RFC8037_EXAMPLE_KEY))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("map_public_key") && e.contains("RFC 8037"),
+            "{e}"
+        );
+        let e = Config::from_toml(&with_map_key("REPLACE-ME"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("map_public_key"), "{e}");
+        // The control plane's own key loads.
+        let key =
+            protocol::token::SigningKey::from_seed(protocol::Kid::new("cp").unwrap(), &[3; 32])
+                .unwrap()
+                .public_bytes();
+        let b64 = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, key);
+        Config::from_toml(&with_map_key(&b64)).unwrap();
     }
 }

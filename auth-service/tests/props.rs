@@ -379,7 +379,8 @@ fn prop_request_bodies() {
 // ---------------------------------------------------------------------------------------------
 // prop_config_loading
 
-/// A complete, valid configuration (the deployment example's keys, on SQLite).
+/// A complete, valid configuration (the deployment example's keys, on SQLite; the map key is
+/// the public key of the seed `[3; 32]`, not a published example key, which is refused).
 const VALID_CONFIG: &str = r#"cell_id = "cell-01"
 issuer = "https://cell-01.example.com"
 listen = "0.0.0.0:8445"
@@ -394,7 +395,7 @@ admin_token_file = "secrets/admin.token"
 feed_token_file = "secrets/feed.token"
 edge_token_file = "secrets/edge.token"
 control_plane_url = "https://control-plane.internal:8440"
-map_public_key = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"
+map_public_key = "7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E"
 session_lifetime_s = 2592000
 key_rotation_interval_s = 2592000
 replica_id = "auth-a"

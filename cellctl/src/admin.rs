@@ -104,9 +104,10 @@ impl Api {
         })
     }
 
-    /// A cell's app migration interface (its internal listener, the cell's own admin token).
+    /// A cell's app migration interface (its internal listener, the app's own internal token;
+    /// never the cell's admin token, which the app does not hold).
     pub fn app(cell: &FleetCell) -> devfleet::Result<Api> {
-        Ok(Api::new(cell.app_internal_endpoint()?, cell.admin()))
+        Ok(Api::new(cell.app_internal_endpoint()?, cell.app_internal()))
     }
 
     /// The control plane's admin API (the control plane's own token).

@@ -131,7 +131,7 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
         }
     }
     println!(
-        "  secrets        {}/secrets/<cell>/{{admin,feed,app,edge}}.token, control-plane.token",
+        "  secrets        {}/secrets/<cell>/{{admin,app-internal,feed,app,edge}}.token, control-plane.token",
         fleet.dir().display()
     );
     if f.postgres.is_some() {

@@ -1,7 +1,8 @@
 //! The inventory (`cellctl --inventory cells.toml`): what `cellctl` needs to operate a real
 //! fleet — where the control plane and each cell's services are, the CA they chain to, and the
-//! files holding each one's OWN token (a cell's admin token opens that cell only; the control
-//! plane has its own). `cellctl dev` writes one (`inventory.toml`) beside `fleet.json`.
+//! files holding each one's OWN token (a cell's admin token opens that cell's auth-service only;
+//! its app's internal token that app's migration interface only; the control plane has its
+//! own). `cellctl dev` writes one (`inventory.toml`) beside `fleet.json`.
 //!
 //! ```toml
 //! schema = 1
@@ -16,8 +17,9 @@
 //! id = "cell-01"
 //! endpoint = "https://cell-01.example.com"  # the public endpoint (its edges)
 //! auth_service_urls = ["https://auth-a.cell-01.internal:8446", "https://auth-b.cell-01.internal:8446"]
-//! app_internal_url = "https://app.cell-01.internal:8447"
+//! app_internal_url = "https://app.cell-01.internal:8448"
 //! admin_token_file = "secrets/cell-01/admin.token"
+//! app_internal_token_file = "secrets/cell-01/app-internal.token"
 //! ```
 //!
 //! Every command reads its fleet through [`load`]: an inventory (a `.toml` file) or a dev
@@ -45,7 +47,8 @@ pub struct ControlPlaneEntry {
     pub url: Endpoint,
     /// The control plane's own admin token (no cell accepts it).
     pub token_file: PathBuf,
-    /// base64url Ed25519 public key of the placement map.
+    /// base64url Ed25519 public key of the placement map: the control plane's (`GET
+    /// <control plane>/v1/map-public-key`; a published example key is refused).
     pub map_public_key: String,
 }
 
@@ -61,8 +64,12 @@ pub struct CellEntry {
     pub auth_service_urls: Vec<Endpoint>,
     /// The app's internal listener (its migration interface).
     pub app_internal_url: Endpoint,
-    /// This cell's own admin token (every other cell refuses it).
+    /// This cell's own admin token: its auth-service's admin API (every other cell, and the
+    /// cell's app, refuse it).
     pub admin_token_file: PathBuf,
+    /// The app's own internal token: its migration interface (`app_internal_url`). Not the
+    /// admin token: the app holds no key to the auth-service's admin API.
+    pub app_internal_token_file: PathBuf,
 }
 
 /// `cells.toml`.
@@ -107,6 +114,8 @@ impl Inventory {
         if inv.cells.is_empty() {
             return Err(config(path, "no [[cells]]"));
         }
+        protocol::map_key::parse(&inv.control_plane.map_public_key)
+            .map_err(|e| config(path, format_args!("control_plane.map_public_key: {e}")))?;
         for (i, c) in inv.cells.iter().enumerate() {
             if inv.cells[..i].iter().any(|o| o.id == c.id) {
                 return Err(config(path, format_args!("cell {} is listed twice", c.id)));
@@ -133,6 +142,7 @@ impl Inventory {
         let mut cells = Vec::with_capacity(self.cells.len());
         for c in &self.cells {
             let (admin_token, admin_token_file) = token(&c.admin_token_file)?;
+            let (app_internal_token, app_internal_token_file) = token(&c.app_internal_token_file)?;
             let replicas: Vec<Service> = c
                 .auth_service_urls
                 .iter()
@@ -154,6 +164,8 @@ impl Inventory {
                 app_pid: 0,
                 admin_token,
                 admin_token_file,
+                app_internal_token,
+                app_internal_token_file,
             });
         }
         Ok(FleetFile {
@@ -193,6 +205,7 @@ impl Inventory {
                     .collect::<Result<_>>()?,
                 app_internal_url: url("cells[].app_internal_url", &c.app_internal_url)?,
                 admin_token_file: c.admin_token_file.clone(),
+                app_internal_token_file: c.app_internal_token_file.clone(),
             });
         }
         Ok(Inventory {
@@ -237,14 +250,15 @@ ca_cert = "ca.pem"
 [control_plane]
 url = "https://cp.internal:8440/"
 token_file = "secrets/control-plane.token"
-map_public_key = "AAAA"
+map_public_key = "7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E"
 
 [[cells]]
 id = "cell-01"
 endpoint = "https://cell-01.example.com"
 auth_service_urls = ["https://auth-a.internal:8446", "https://auth-b.internal:8446"]
-app_internal_url = "https://app.internal:8447"
+app_internal_url = "https://app.internal:8448"
 admin_token_file = "secrets/cell-01/admin.token"
+app_internal_token_file = "secrets/cell-01/app-internal.token"
 "#;
 
     fn dir_with(sample: &str) -> (tempfile::TempDir, PathBuf) {
@@ -254,6 +268,11 @@ admin_token_file = "secrets/cell-01/admin.token"
         std::fs::write(
             dir.path().join("secrets/cell-01/admin.token"),
             "cell-01-token",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("secrets/cell-01/app-internal.token"),
+            "cell-01-app-internal-token",
         )
         .unwrap();
         let path = dir.path().join("cells.toml");
@@ -270,6 +289,11 @@ admin_token_file = "secrets/cell-01/admin.token"
         assert_eq!(f.admin_token, "cp-token");
         let c = &f.cells[0];
         assert_eq!(c.admin_token, "cell-01-token");
+        assert_eq!(c.app_internal_token, "cell-01-app-internal-token");
+        assert_eq!(
+            c.app_internal_token_file,
+            dir.path().join("secrets/cell-01/app-internal.token")
+        );
         assert_eq!(c.replicas().len(), 2);
         assert_eq!(c.auth_service.url, "https://auth-a.internal:8446");
         // Round trip through the dev fleet's writer.
@@ -292,6 +316,25 @@ admin_token_file = "secrets/cell-01/admin.token"
             (
                 SAMPLE.replace("secrets/cell-01/admin.token", "secrets/missing.token"),
                 "missing.token",
+            ),
+            // An inventory written before the app had its own token.
+            (
+                SAMPLE.replace(
+                    "app_internal_token_file = \"secrets/cell-01/app-internal.token\"\n",
+                    "",
+                ),
+                "app_internal_token_file",
+            ),
+            (
+                SAMPLE.replace(
+                    "7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E",
+                    protocol::map_key::RFC8037_EXAMPLE_KEY,
+                ),
+                "control_plane.map_public_key: RFC 8037's example key",
+            ),
+            (
+                SAMPLE.replace("7UkoxijRwsbq6QM4kFmVYSlZJzpcY_k2NsFGFKyHN9E", "REPLACE-ME"),
+                "control_plane.map_public_key: not a base64url Ed25519 public key",
             ),
         ] {
             let (_dir, path) = dir_with(&bad);

@@ -28,8 +28,8 @@ pub struct Config {
     pub cell_id: CellId,
     /// The public listener: `/api/*` (edge key required) and `/healthz`. The edge forwards to it.
     pub listen: SocketAddr,
-    /// The internal listener: `/internal/v1/*` (admin token required) and `/healthz`. Never
-    /// reachable through the edge; the control plane's migration orchestrator calls it.
+    /// The internal listener: `/internal/v1/*` (internal token required) and `/healthz`. Never
+    /// reachable through the edge; the migration orchestrator (`cellctl migrate`) calls it.
     pub internal_listen: SocketAddr,
     /// The management listener (HTTPS, same certificate): `GET /healthz`, `/readyz` and
     /// `/metrics` (Prometheus), nothing else. Loopback by default; never reachable through the
@@ -44,8 +44,14 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The cell's app token: the edge key required on `/api/*`.
     pub app_token_file: PathBuf,
-    /// The cell's admin token: the bearer token of `/internal/*`.
-    pub admin_token_file: PathBuf,
+    /// The app's own internal token (one per cell): the bearer token of `/internal/*`, the
+    /// migration interface. Not the cell's admin token, which opens the auth-service's admin
+    /// API and is never given to the app (ATTACKS A35).
+    pub internal_token_file: PathBuf,
+    /// Refused when set: the app's internal listener takes its own token,
+    /// `internal_token_file`; the cell's admin token must not be given to the app.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
@@ -73,8 +79,16 @@ impl Config {
     }
 
     /// Refuses settings that would serve the internal routes (or the management ones) where
-    /// public traffic arrives.
+    /// public traffic arrives, and the cell's admin token ([`Config::admin_token_file`]).
     pub fn validate(&self) -> Result<()> {
+        if self.admin_token_file.is_some() {
+            return Err(AppError::Config(
+                "admin_token_file is refused: the app's internal listener takes its own token, \
+                 internal_token_file (the cell's admin token opens the auth-service's admin API \
+                 and must not be given to the app)"
+                    .into(),
+            ));
+        }
         runtime::config::distinct_listeners(&[
             ("listen", self.listen),
             ("internal_listen", self.internal_listen),

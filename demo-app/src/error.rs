@@ -26,8 +26,8 @@ pub enum AppError {
     BadRequest(String),
     #[error("the edge key is missing or wrong")]
     EdgeKey,
-    #[error("the admin token is missing or wrong")]
-    AdminToken,
+    #[error("the internal token is missing or wrong")]
+    InternalToken,
     #[error("unknown contractor")]
     UnknownContractor,
     #[error("this cell's app does not serve the contractor at that generation")]
@@ -53,9 +53,10 @@ impl AppError {
                 ErrorCode::Forbidden,
                 "requests to the app must come through the cell's edge",
             ),
-            AppError::AdminToken => {
-                ErrorBody::new(ErrorCode::Forbidden, "a valid admin token is required")
-            }
+            AppError::InternalToken => ErrorBody::new(
+                ErrorCode::Forbidden,
+                "a valid internal token of this app is required",
+            ),
             AppError::UnknownContractor => stale("this app does not know the contractor (yet)"),
             AppError::WrongCell => ErrorBody::new(
                 ErrorCode::WrongCell,

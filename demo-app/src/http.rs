@@ -1,6 +1,6 @@
 //! What both listeners' handlers share: the two callers (the edge, vouching for a session's
-//! identity with the edge key; an operator tool holding the admin token), body and path
-//! parsing, `/healthz` and the `404` fallback.
+//! identity with the edge key; an operator tool holding the app's internal token), body and
+//! path parsing, `/healthz` and the `404` fallback.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
@@ -51,18 +51,18 @@ impl FromRequestParts<AppState> for EdgeCaller {
     }
 }
 
-/// A caller of `/internal/*` holding the admin token.
+/// A caller of `/internal/*` holding the app's internal token (compared in constant time).
 #[derive(Debug, Clone, Copy)]
-pub struct Admin;
+pub struct InternalCaller;
 
-impl FromRequestParts<AppState> for Admin {
+impl FromRequestParts<AppState> for InternalCaller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        if state.admin_token().authorizes(&parts.headers) {
-            Ok(Admin)
+        if state.internal_token().authorizes(&parts.headers) {
+            Ok(InternalCaller)
         } else {
-            Err(AppError::AdminToken)
+            Err(AppError::InternalToken)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The internal listener: the migration interface of `protocol::admin::app` (seed, export,
-//! import, freeze, activate, release, the applied completions), bearer admin token, and
-//! `/healthz`. Never reachable through the edge (ATTACKS A23).
+//! import, freeze, activate, release, the applied completions), bearer internal token (the
+//! app's own, never the cell's admin token: ATTACKS A35), and `/healthz`. Never reachable
+//! through the edge (ATTACKS A23).
 
 use axum::Json;
 use axum::Router;
@@ -15,7 +16,9 @@ use protocol::openapi::SecuritySchemes;
 use runtime::access::Listener;
 
 use crate::error::{AppError, Result};
-use crate::http::{Admin, JsonBody, PathContractor, healthz, method_not_allowed, not_found};
+use crate::http::{
+    InternalCaller, JsonBody, PathContractor, healthz, method_not_allowed, not_found,
+};
 use crate::state::AppState;
 use crate::store::Store;
 
@@ -26,8 +29,8 @@ use crate::store::Store;
         title = "Cellbind demo app internal API",
         description = "The migration interface of a cell's app (`/internal/v1/*`): seed, \
             export, import, freeze, activate, release and the applied completions. On the \
-            app's internal listener, with the cell's admin token; never reachable through the \
-            edge."
+            app's internal listener, with the app's own internal token (not the cell's admin \
+            token); never reachable through the edge."
     ),
     paths(seed, export, import, freeze, activate, release, completions),
     modifiers(&SecuritySchemes)
@@ -35,7 +38,7 @@ use crate::store::Store;
 #[derive(Debug, Clone, Copy)]
 pub struct InternalApi;
 
-/// The internal listener's routes: `/internal/v1/*` (admin token required) and `/healthz`.
+/// The internal listener's routes: `/internal/v1/*` (internal token required) and `/healthz`.
 pub fn internal_router(state: AppState) -> Router {
     use ContractorOp as Op;
     let metrics = state.metrics().clone();
@@ -59,17 +62,17 @@ pub fn internal_router(state: AppState) -> Router {
     put,
     path = "/internal/v1/contractors",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     request_body = SeedRequest,
     responses(
         (status = 200, description = "Seeded.", body = SeedResponse),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes.")
     )
 )]
 async fn seed(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     JsonBody(body): JsonBody<SeedRequest>,
 ) -> Result<Json<SeedResponse>> {
     let list: Vec<_> = body.contractors.into_iter().collect();
@@ -81,11 +84,11 @@ async fn seed(
     get,
     path = "/internal/v1/contractors/{ctr}/export",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     responses(
         (status = 200, description = "The contractor's data.", body = ExportDoc),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
         (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
@@ -93,7 +96,7 @@ async fn seed(
 )]
 async fn export(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     PathContractor(c): PathContractor,
 ) -> Result<Json<ExportDoc>> {
     Ok(Json(st.with_store(move |s| s.export(&c)).await?))
@@ -103,19 +106,19 @@ async fn export(
     post,
     path = "/internal/v1/contractors/{ctr}/import",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     request_body = ExportDoc,
     responses(
         (status = 200, description = "Imported.", body = ImportResponse),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
     )
 )]
 async fn import(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     PathContractor(c): PathContractor,
     JsonBody(doc): JsonBody<ExportDoc>,
 ) -> Result<Json<ImportResponse>> {
@@ -135,11 +138,11 @@ async fn import(
     post,
     path = "/internal/v1/contractors/{ctr}/freeze",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     responses(
         (status = 200, description = "Frozen.", body = ContractorState),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
         (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
@@ -147,10 +150,10 @@ async fn import(
 )]
 async fn freeze(
     st: State<AppState>,
-    admin: Admin,
+    caller: InternalCaller,
     c: PathContractor,
 ) -> Result<Json<ContractorState>> {
-    step(st, admin, c, Store::freeze).await
+    step(st, caller, c, Store::freeze).await
 }
 
 /// Releases the contractor (it moved away).
@@ -158,11 +161,11 @@ async fn freeze(
     post,
     path = "/internal/v1/contractors/{ctr}/release",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     responses(
         (status = 200, description = "Released.", body = ContractorState),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
         (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
@@ -170,17 +173,17 @@ async fn freeze(
 )]
 async fn release(
     st: State<AppState>,
-    admin: Admin,
+    caller: InternalCaller,
     c: PathContractor,
 ) -> Result<Json<ContractorState>> {
-    step(st, admin, c, Store::release).await
+    step(st, caller, c, Store::release).await
 }
 
 /// A lifecycle step of the contractor in the path (freeze, release), answered with its new
 /// state.
 async fn step(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     PathContractor(c): PathContractor,
     f: fn(&Store, &ContractorId) -> Result<ContractorState>,
 ) -> Result<Json<ContractorState>> {
@@ -191,12 +194,12 @@ async fn step(
     post,
     path = "/internal/v1/contractors/{ctr}/activate",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     request_body = ActivateRequest,
     responses(
         (status = 200, description = "Active at the generation.", body = ContractorState),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor."),
         (status = 409, description = "`HANDOFF_IN_PROGRESS`, `WRONG_CELL`: the contractor is not in a state that allows this step.")
@@ -204,7 +207,7 @@ async fn step(
 )]
 async fn activate(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     PathContractor(c): PathContractor,
     JsonBody(body): JsonBody<ActivateRequest>,
 ) -> Result<Json<ContractorState>> {
@@ -218,18 +221,18 @@ async fn activate(
     get,
     path = "/internal/v1/contractors/{ctr}/completions",
     tag = "migration",
-    security(("adminToken" = [])),
+    security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
     responses(
         (status = 200, description = "The applied completions.", body = CompletionsResponse),
-        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong internal token."),
         (status = 400, description = "`INVALID_REQUEST`: the body or path is not what the route takes."),
         (status = 404, description = "`NOT_FOUND`: the app does not hold the contractor.")
     )
 )]
 async fn completions(
     State(st): State<AppState>,
-    _: Admin,
+    _: InternalCaller,
     PathContractor(contractor_id): PathContractor,
 ) -> Result<Json<CompletionsResponse>> {
     let c = contractor_id.clone();

@@ -3,7 +3,7 @@
 //! - `GET /api/routes/today`: the caller's contractor's route for today.
 //! - `POST /api/jobs/{id}/complete`: completes a job (created on first completion), applied once
 //!   per `Idempotency-Key`, behind the generation fence (`X-Cellbind-Generation`).
-//! - `/internal/v1/…` (bearer admin token): seeding and the migration interface
+//! - `/internal/v1/…` (bearer internal token, the app's own): seeding and the migration interface
 //!   (export, import, freeze, activate, release) plus the list of applied completions; the
 //!   bodies are `protocol::admin::app`.
 //!

@@ -1,5 +1,5 @@
 //! What the handlers of both listeners share ([`AppState`]): the cell id, the store (used off
-//! the async threads), the edge key and admin token, the clock, the request metrics.
+//! the async threads), the edge key and the internal token, the clock, the request metrics.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +18,7 @@ pub struct AppState {
     pub cell_id: CellId,
     store: Arc<Mutex<Store>>,
     edge_key: Secret,
-    admin_token: Secret,
+    internal_token: Secret,
     clock: SharedClock,
     metrics: Arc<Metrics>,
 }
@@ -28,7 +28,7 @@ impl AppState {
         cell_id: CellId,
         store: Store,
         edge_key: Secret,
-        admin_token: Secret,
+        internal_token: Secret,
         clock: SharedClock,
     ) -> Self {
         AppState {
@@ -36,7 +36,7 @@ impl AppState {
             cell_id,
             store: Arc::new(Mutex::new(store)),
             edge_key,
-            admin_token,
+            internal_token,
             clock,
         }
     }
@@ -47,7 +47,7 @@ impl AppState {
             config.cell_id.clone(),
             Store::open(&config.data_dir)?,
             Secret::from_file(&config.app_token_file)?,
-            Secret::from_file(&config.admin_token_file)?,
+            Secret::from_file(&config.internal_token_file)?,
             protocol::time::system_clock(),
         ))
     }
@@ -71,9 +71,9 @@ impl AppState {
         &self.edge_key
     }
 
-    /// The bearer token of `/internal/*`.
-    pub(crate) fn admin_token(&self) -> &Secret {
-        &self.admin_token
+    /// The bearer token of `/internal/*` (the app's own).
+    pub(crate) fn internal_token(&self) -> &Secret {
+        &self.internal_token
     }
 
     /// Now, by the app's clock.

@@ -21,7 +21,7 @@ tls_cert = "tls/demo-app.pem"
 tls_key = "tls/demo-app.key"
 data_dir = "data"
 app_token_file = "secrets/app.token"
-admin_token_file = "secrets/admin.token"
+internal_token_file = "secrets/app-internal.token"
 log_format = "json""#;
 
 #[test]

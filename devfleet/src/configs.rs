@@ -113,5 +113,6 @@ pub(crate) struct AppConfig<'a> {
     pub(crate) tls_key: PathBuf,
     pub(crate) data_dir: PathBuf,
     pub(crate) app_token_file: PathBuf,
-    pub(crate) admin_token_file: PathBuf,
+    /// The app's own internal token (never the cell's admin token).
+    pub(crate) internal_token_file: PathBuf,
 }

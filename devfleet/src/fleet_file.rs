@@ -102,16 +102,24 @@ pub struct FleetCell {
     pub auth_public_urls: Vec<String>,
     /// The demo app's PUBLIC listener (`/api/*` with the edge key): what the edge forwards to.
     pub app_url: String,
-    /// The demo app's INTERNAL listener (`/internal/v1/*`, the migration interface, with this
-    /// cell's admin token).
+    /// The demo app's INTERNAL listener (`/internal/v1/*`, the migration interface, with the
+    /// app's own internal token).
     pub app_internal_url: String,
     pub app_pid: u32,
-    /// This cell's admin token: the bearer token of its auth-service's `/admin/v1/*` and its
-    /// app's `/internal/v1/*`. Refused by every other cell.
+    /// This cell's admin token: the bearer token of its auth-service's `/admin/v1/*`. Refused
+    /// by every other cell, and by the cell's own app.
     pub admin_token: String,
-    /// The same token's file (0600, `DIR/secrets/<cell>/admin.token`; the cell's feed, app and
-    /// edge tokens are beside it).
+    /// The same token's file (0600, `DIR/secrets/<cell>/admin.token`; the cell's app-internal,
+    /// feed, app and edge tokens are beside it).
     pub admin_token_file: PathBuf,
+    /// This cell's app's internal token: the bearer token of the app's `/internal/v1/*` (its
+    /// migration interface). Refused by the auth-service's admin API and by every other cell.
+    /// Empty in a fleet file written before the app had its own token.
+    #[serde(default)]
+    pub app_internal_token: String,
+    /// The same token's file (0600, `DIR/secrets/<cell>/app-internal.token`).
+    #[serde(default)]
+    pub app_internal_token_file: PathBuf,
 }
 
 /// A seeded user.
@@ -237,6 +245,11 @@ impl FleetCell {
         Secret::new(self.admin_token.clone())
     }
 
+    /// This cell's app's own internal token (its migration interface).
+    pub fn app_internal(&self) -> Secret {
+        Secret::new(self.app_internal_token.clone())
+    }
+
     /// The auth-service's internal listener (its admin API), parsed.
     pub fn auth_admin_endpoint(&self) -> Result<Endpoint> {
         endpoint("cells[].auth_service.url", &self.auth_service.url)
@@ -286,6 +299,8 @@ impl FleetFile {
                 f.schema
             )));
         }
+        protocol::map_key::parse(&f.map_public_key)
+            .map_err(|e| FleetError::Config(format!("{}: map_public_key: {e}", path.display())))?;
         Ok(f)
     }
 

@@ -132,8 +132,11 @@ pub fn cell_token_file(dir: &Path, cell: &CellId, kind: CellToken) -> PathBuf {
 /// The tokens every cell has its own of (`DIR/secrets/<cell>/<kind>.token`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CellToken {
-    /// The auth-service's admin API and the app's migration interface.
+    /// The auth-service's admin API (`cellctl`, the control plane's seeding; never the app).
     Admin,
+    /// The app's migration interface (its internal listener; `cellctl migrate`): the app's own
+    /// token, so that the app holds no key to the auth-service's admin API (ATTACKS A35).
+    AppInternal,
     /// The auth-service's feed (read by the cell's edges).
     Feed,
     /// The edge key the app requires on `/api/*`.
@@ -143,8 +146,9 @@ pub enum CellToken {
 }
 
 impl CellToken {
-    pub const ALL: [CellToken; 4] = [
+    pub const ALL: [CellToken; 5] = [
         CellToken::Admin,
+        CellToken::AppInternal,
         CellToken::Feed,
         CellToken::App,
         CellToken::Edge,
@@ -152,6 +156,7 @@ impl CellToken {
     pub fn as_str(self) -> &'static str {
         match self {
             CellToken::Admin => "admin",
+            CellToken::AppInternal => "app-internal",
             CellToken::Feed => "feed",
             CellToken::App => "app",
             CellToken::Edge => "edge",
@@ -175,7 +180,7 @@ pub(crate) struct ReplicaPlan {
     pub(crate) public_url: String,
 }
 
-/// One cell's planned addresses and admin token.
+/// One cell's planned addresses and the tokens the fleet uses itself.
 #[derive(Debug, Clone)]
 pub(crate) struct CellPlan {
     pub(crate) n: u8,
@@ -192,6 +197,8 @@ pub(crate) struct CellPlan {
     pub(crate) app_url: String,
     /// The app's internal listener (the migration interface).
     pub(crate) app_internal_url: String,
-    /// This cell's admin token.
+    /// This cell's admin token (its auth-service's admin API).
     pub(crate) admin: Secret,
+    /// This cell's app's internal token (its migration interface).
+    pub(crate) app_internal: Secret,
 }

@@ -10,13 +10,16 @@
 //! feed and migration calls go to the internal ones.
 //!
 //! Secrets are per cell (a token of one cell is refused by every other): `DIR/secrets/<cell>/`
-//! holds `admin.token`, `feed.token`, `app.token` and `edge.token`; the control plane has its
-//! own `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every folder
-//! the fleet makes is 0700 (`DIR` itself included) and every secret and data file 0600.
+//! holds `admin.token`, `app-internal.token` (the app's own: it never holds the admin token),
+//! `feed.token`, `app.token` and `edge.token`; the control plane has its own
+//! `DIR/secrets/control-plane.token` and its map key `DIR/secrets/map-key`. Every server has its
+//! own TLS key and certificate. Every folder the fleet makes is 0700 (`DIR` itself included)
+//! and every secret and data file 0600.
 //!
 //! With `store = postgres` ([`FleetOptions::store`]) the fleet also runs a private PostgreSQL
-//! server ([`PgServer`], `DIR/postgres/`), one database per cell (`cell_01` …, its URL in
-//! `DIR/secrets/<cell>/database.url`), and each cell may run up to four auth-service replicas
+//! server ([`PgServer`], `DIR/postgres/`), one database per cell (`cell_01` …, owned by the
+//! cell's own role; its URL in `DIR/secrets/<cell>/database.url`), and each cell may run up to
+//! four auth-service replicas
 //! ([`FleetOptions::auth_replicas`]): replica `r` on `127.0.r.n` with replica 0's ports, each
 //! with its own configuration and data directory but the cell's one key-encryption key
 //! (`DIR/secrets/<cell>/kek`) and tokens. The edge is given every replica's URLs.
@@ -29,7 +32,8 @@
 //! server's code but the control plane's placement store and map key, which it seeds before the
 //! control plane starts (its first published map already holds the seeded placements).
 //!
-//! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`] and [`FleetOptions`].
+//! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`]; [`options`]: [`FleetOptions`] and the names
+//!   derived from a cell; `prepare`: the files written before any process starts.
 //! - [`fleet_file`]: `fleet.json` ([`FleetFile`], [`FleetCell`]) and the files `cellctl` keeps
 //!   beside it.
 //! - [`certs`]: the fleet's CA and [`client_trusting`], the HTTPS client that trusts only it.
@@ -45,17 +49,16 @@ pub mod error;
 pub mod fleet;
 pub mod fleet_file;
 pub mod layout;
+pub mod options;
 pub mod ports;
 pub mod postgres;
+mod prepare;
 pub mod seed;
 pub mod seeding;
 
 pub use certs::{LocalCa, client_trusting, client_trusting_file};
 pub use error::{FleetError, Result};
-pub use fleet::{
-    CellTlsFiles, DEFAULT_DIR, Fleet, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV,
-    TEST_STORE_ENV, auth_service_id, database_name, test_bin_dir,
-};
+pub use fleet::{CellTlsFiles, Fleet};
 pub use fleet_file::{
     Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
     SESSION_FILE, Service, StoreKind,
@@ -63,6 +66,10 @@ pub use fleet_file::{
 pub use layout::{
     CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file,
     edge_feed_credential_file, edge_instance_id, lock_dir, write_edge_feed_credential,
+};
+pub use options::{
+    DEFAULT_DIR, FleetOptions, MAX_AUTH_REPLICAS, TEST_AUTH_REPLICAS_ENV, TEST_STORE_ENV, app_id,
+    auth_service_id, database_name, edge_id, test_bin_dir,
 };
 pub use ports::{DEFAULT_PORT_BASE, Listeners, Ports, cell_id, check_ports_free};
 pub use postgres::PgServer;

@@ -1,6 +1,6 @@
 //! Seeding a started fleet: every cell's users, ownership records, app contractors and the
-//! signed map, through its internal listeners with its own admin token (typed with
-//! `protocol::admin`). Seeding is start-up, not operations: a failed call fails the start at
+//! signed map, through its internal listeners with its own tokens (the auth-service's admin
+//! token, the app's internal token; typed with `protocol::admin`). Seeding is start-up, not operations: a failed call fails the start at
 //! once (no retries), and the fleet is stopped again.
 
 use std::collections::BTreeMap;
@@ -79,7 +79,7 @@ fn to_body<T: Serialize>(v: &T) -> Result<Vec<u8>> {
 }
 
 /// Users, ownership records, the app's contractors and the signed map for one cell, through
-/// its internal listeners with its own admin token.
+/// its internal listeners with its own tokens.
 pub(crate) async fn seed_cell(
     client: &reqwest::Client,
     cell: &CellPlan,
@@ -118,7 +118,7 @@ pub(crate) async fn seed_cell(
         .collect();
     let url = format!("{}{CONTRACTORS_PATH}", cell.app_internal_url);
     let body = to_body(&SeedRequest { contractors })?;
-    send(client, Method::PUT, &url, admin, body).await?;
+    send(client, Method::PUT, &url, &cell.app_internal, body).await?;
     push_map(client, &cell.auth_url, admin, map_bytes).await
 }
 

@@ -92,7 +92,7 @@ props = {
 }
 for c in fleet["cells"]:
     props[f"app_internal_url.{c['id']}"] = c["app_internal_url"]
-    props[f"admin_token.{c['id']}"] = c["admin_token"]
+    props[f"app_internal_token.{c['id']}"] = c["app_internal_token"]
 with open(f"{work}/test.properties", "w") as f:
     for k, v in props.items():
         f.write(f"{k}=" + v.replace("\\", "\\\\") + "\n")

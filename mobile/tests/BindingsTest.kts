@@ -100,7 +100,7 @@ fun appCompletions(cell: String, ctr: String): String {
     val http = java.net.http.HttpClient.newBuilder().sslContext(fleetTls).build()
     val req = java.net.http.HttpRequest.newBuilder(
         java.net.URI("${p("app_internal_url.$cell")}/internal/v1/contractors/$ctr/completions"))
-        .header("Authorization", "Bearer ${p("admin_token.$cell")}")
+        .header("Authorization", "Bearer ${p("app_internal_token.$cell")}")
         .build()
     val resp = http.send(req, java.net.http.HttpResponse.BodyHandlers.ofString())
     if (resp.statusCode() == 404) return ""

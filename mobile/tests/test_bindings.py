@@ -346,7 +346,7 @@ def app_completions(env, cell_id, contractor):
     ctx = ssl.create_default_context(cafile=env.fleet["ca_cert"])
     req = urllib.request.Request(
         f"{cell['app_internal_url']}/internal/v1/contractors/{contractor}/completions",
-        headers={"Authorization": f"Bearer {cell['admin_token']}"},
+        headers={"Authorization": f"Bearer {cell['app_internal_token']}"},
     )
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:

@@ -11,6 +11,7 @@
 //! - [`json`]: strict reading of network JSON: a document must be an object.
 //! - [`jwks`]: the JWKS format (RFC 8037 OKP/Ed25519) and the validated key set built from it.
 //! - [`map`]: the placement map, its detached Ed25519 signature and the bucket hash.
+//! - [`map_key`]: the one check of a configured map public key (never a published example key).
 //! - [`ownership`]: ownership records and the one decision table that serves or redirects.
 //! - [`http`]: header and cookie names, the one credential extractor and rule, the CSRF proof.
 //! - [`feed`]: the cell state feed (keys, ownership, revocations, map) between an auth-service
@@ -30,6 +31,7 @@ pub mod ids;
 pub mod json;
 pub mod jwks;
 pub mod map;
+pub mod map_key;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod ownership;

@@ -28,6 +28,8 @@ pub const BEARER_SESSION: &str = "bearerSession";
 pub const SESSION_COOKIE_SCHEME: &str = "sessionCookie";
 /// Name of the admin token scheme (`Authorization: Bearer <admin token>`).
 pub const ADMIN_TOKEN: &str = "adminToken";
+/// Name of a cell app's internal token scheme (`Authorization: Bearer <app internal token>`).
+pub const APP_INTERNAL_TOKEN: &str = "appInternalToken";
 
 fn string_schema(
     description: &str,
@@ -145,7 +147,7 @@ string_schema!(
 );
 
 /// The security schemes of the published documents: the bearer session, the desk's session
-/// cookie and the admin token. Used as `modifiers(&SecuritySchemes)`.
+/// cookie, the admin token and an app's internal token. Used as `modifiers(&SecuritySchemes)`.
 #[derive(Debug, Clone, Copy)]
 pub struct SecuritySchemes;
 
@@ -178,6 +180,18 @@ impl utoipa::Modify for SecuritySchemes {
                 Http::builder()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some("The fleet's admin token (operators and cellctl)."))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            APP_INTERNAL_TOKEN,
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A cell app's own internal token (its migration interface: cellctl \
+                         migrate), never the cell's admin token.",
+                    ))
                     .build(),
             ),
         );

@@ -205,8 +205,7 @@ impl TestFleet {
             .bytes()
             .await
             .expect("map body");
-        let key =
-            protocol::jwks::PublicKey::from_b64(&self.file().map_public_key).expect("map key");
+        let key = protocol::map_key::parse(&self.file().map_public_key).expect("map key");
         SignedMap::verify_bytes(&bytes, &key).expect("the served map verifies")
     }
 }

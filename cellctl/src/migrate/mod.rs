@@ -2,8 +2,9 @@
 //!
 //! The orchestrator runs inside `cellctl` and talks to the control plane's admin API with the
 //! control plane's token, and to each cell's auth-service admin API (`cells[].auth_service.url`,
-//! its internal listener) and app migration interface (`cells[].app_internal_url`) with THAT
-//! cell's admin token (`cells[].admin_token`; no cell accepts another's). Its state is a journal
+//! its internal listener) with THAT cell's admin token (`cells[].admin_token`; no cell accepts
+//! another's), and to each cell's app migration interface (`cells[].app_internal_url`) with
+//! that app's own internal token (`cells[].app_internal_token`). Its state is a journal
 //! (`migrations.db`, 0600, beside `fleet.json`) that records the next step of each migration
 //! before it is taken, so a rerun of the same command resumes a migration that a crash (of
 //! `cellctl`, or of the machine) interrupted. Running it here rather than in the control-plane
@@ -145,7 +146,7 @@ enum Data {
     AppData,
 }
 
-/// A cell's internal services, each with the cell's own admin token.
+/// A cell's internal services, each with its own token.
 struct CellApis {
     /// The auth-service's internal listener (admin API).
     auth: Api,
@@ -425,7 +426,7 @@ pub async fn migrate(
     let fleet = crate::inventory::load(fleet_path)?;
     let admin = AdminClient::for_fleet(&fleet)?;
     let control_plane = Api::control_plane(&fleet)?;
-    let map_key = PublicKey::from_b64(&fleet.map_public_key)
+    let map_key = protocol::map_key::parse(&fleet.map_public_key)
         .map_err(|e| CtlError::Config(format!("map_public_key: {e}")))?;
     let ctx = Ctx {
         fleet,

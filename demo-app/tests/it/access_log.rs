@@ -14,7 +14,7 @@ use runtime::Secret;
 use tower::ServiceExt as _;
 
 const EDGE: &str = "edge-key-for-tests";
-const ADMIN: &str = "admin-token-for-tests";
+const INTERNAL: &str = "internal-token-for-tests";
 
 /// A `MakeWriter` that keeps what it is given.
 #[derive(Clone, Default)]
@@ -54,7 +54,7 @@ async fn every_request_is_logged_with_its_listener_method_path_and_status_but_no
         CellId::new("cell-02").unwrap(),
         Store::open_in_memory().unwrap(),
         Secret::new(EDGE),
-        Secret::new(ADMIN),
+        Secret::new(INTERNAL),
         Arc::new(FakeClock::at(1_795_000_000)),
     );
     let (public, internal) = (public_router(state.clone()), internal_router(state));
@@ -62,7 +62,7 @@ async fn every_request_is_logged_with_its_listener_method_path_and_status_but_no
         let req = Request::builder()
             .method(method)
             .uri(path)
-            .header("authorization", format!("Bearer {ADMIN}"))
+            .header("authorization", format!("Bearer {INTERNAL}"))
             .header("x-cellbind-edge-key", EDGE)
             .header("x-cellbind-contractor", "c-1")
             .header("x-cellbind-subject", "c-1.tech-1")
@@ -119,7 +119,7 @@ async fn every_request_is_logged_with_its_listener_method_path_and_status_but_no
     );
     assert!(!log.contains("shh"), "the query string is never logged");
     assert!(
-        !log.contains(ADMIN) && !log.contains(EDGE),
+        !log.contains(INTERNAL) && !log.contains(EDGE),
         "no token is logged"
     );
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tower::ServiceExt as _;
 
 const EDGE: &str = "edge-key-for-tests";
-const ADMIN: &str = "admin-token-for-tests";
+const INTERNAL: &str = "internal-token-for-tests";
 const NOW: u64 = 1_795_000_000;
 
 /// One app's two listeners, as the binary serves them.
@@ -28,7 +28,7 @@ fn app() -> App {
         CellId::new("cell-02").unwrap(),
         Store::open_in_memory().unwrap(),
         Secret::new(EDGE),
-        Secret::new(ADMIN),
+        Secret::new(INTERNAL),
         Arc::new(FakeClock::at(NOW)),
     );
     App {
@@ -74,11 +74,11 @@ fn api(method: &str, path: &str, ctr: &str, g: u64, key: Option<&str>) -> Reques
     b.body(Body::empty()).unwrap()
 }
 
-fn admin(method: &str, path: &str, body: Value) -> Request<Body> {
+fn internal_req(method: &str, path: &str, body: Value) -> Request<Body> {
     Request::builder()
         .method(method)
         .uri(path)
-        .header("authorization", format!("Bearer {ADMIN}"))
+        .header("authorization", format!("Bearer {INTERNAL}"))
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .unwrap()
@@ -88,7 +88,7 @@ async fn seeded() -> App {
     let app = app();
     let (s, v) = send(
         &app,
-        admin(
+        internal_req(
             "PUT",
             "/internal/v1/contractors",
             json!({"contractors": {"c-1": 1, "c-2": 5}}),
@@ -178,7 +178,7 @@ async fn completion_is_applied_once_per_idempotency_key() {
     .await;
     let (s, v) = send(
         &app,
-        admin(
+        internal_req(
             "GET",
             "/internal/v1/contractors/c-1/completions",
             json!(null),
@@ -214,7 +214,7 @@ async fn generation_fence_on_writes() {
     // Nothing was applied by the refused writes.
     let (_, v) = send(
         &app,
-        admin(
+        internal_req(
             "GET",
             "/internal/v1/contractors/c-2/completions",
             json!(null),
@@ -225,7 +225,7 @@ async fn generation_fence_on_writes() {
     // Frozen: reads served, writes refused with Retry-After.
     let (s, _) = send(
         &app,
-        admin("POST", "/internal/v1/contractors/c-2/freeze", json!(null)),
+        internal_req("POST", "/internal/v1/contractors/c-2/freeze", json!(null)),
     )
     .await;
     assert_eq!(s, StatusCode::OK);
@@ -259,20 +259,35 @@ async fn api_requires_the_edge_key() {
     }
 }
 
+/// A token the app does not hold: the cell's admin token (the auth-service's admin API).
+const CELL_ADMIN: &str = "the-cells-admin-token";
+
 #[tokio::test]
-async fn internal_requires_the_admin_token() {
+async fn internal_requires_the_apps_own_internal_token_and_refuses_the_cells_admin_token() {
     let app = app();
-    let req = Request::builder()
-        .method("PUT")
-        .uri("/internal/v1/contractors")
-        .header("authorization", format!("Bearer {EDGE}"))
-        .body(Body::from(r#"{"contractors":{"c-1":1}}"#))
-        .unwrap();
-    let (s, _) = send(&app, req).await;
-    assert_eq!(s, StatusCode::FORBIDDEN);
+    for (token, what) in [
+        (Some(EDGE), "the edge key"),
+        (Some(CELL_ADMIN), "the cell's admin token"),
+        (None, "no token"),
+    ] {
+        let mut b = Request::builder()
+            .method("PUT")
+            .uri("/internal/v1/contractors");
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        let req = b.body(Body::from(r#"{"contractors":{"c-1":1}}"#)).unwrap();
+        let (s, v) = send(&app, req).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{what}: {v}");
+        assert_eq!(v["error"], "FORBIDDEN", "{what}");
+        assert!(
+            v["message"].as_str().unwrap().contains("internal token"),
+            "{what}: {v}"
+        );
+    }
     let (s, v) = send(
         &app,
-        admin(
+        internal_req(
             "PUT",
             "/internal/v1/contractors",
             json!({"contractors": {"../x": 1}}),
@@ -294,24 +309,24 @@ async fn migration_interface_moves_a_contractor_between_apps() {
     .await;
     send(
         &src,
-        admin("POST", "/internal/v1/contractors/c-1/freeze", json!(null)),
+        internal_req("POST", "/internal/v1/contractors/c-1/freeze", json!(null)),
     )
     .await;
     let (s, doc) = send(
         &src,
-        admin("GET", "/internal/v1/contractors/c-1/export", json!(null)),
+        internal_req("GET", "/internal/v1/contractors/c-1/export", json!(null)),
     )
     .await;
     assert_eq!(s, StatusCode::OK);
     let (s, v) = send(
         &dst,
-        admin("POST", "/internal/v1/contractors/c-1/import", doc),
+        internal_req("POST", "/internal/v1/contractors/c-1/import", doc),
     )
     .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let (s, _) = send(
         &dst,
-        admin(
+        internal_req(
             "POST",
             "/internal/v1/contractors/c-1/activate",
             json!({"generation": 2}),
@@ -321,7 +336,7 @@ async fn migration_interface_moves_a_contractor_between_apps() {
     assert_eq!(s, StatusCode::OK);
     send(
         &src,
-        admin("POST", "/internal/v1/contractors/c-1/release", json!(null)),
+        internal_req("POST", "/internal/v1/contractors/c-1/release", json!(null)),
     )
     .await;
     // The replay of the write applied at the source is recognised at the target.
@@ -358,7 +373,7 @@ const INTERNAL_ROUTES: [(&str, &str); 7] = [
 ];
 
 #[tokio::test]
-async fn the_public_listener_answers_404_to_every_internal_route_even_with_the_admin_token() {
+async fn the_public_listener_answers_404_to_every_internal_route_even_with_the_internal_token() {
     let app = seeded().await;
     let bodies = [
         json!({"contractors": {"c-9": 1}}),
@@ -382,7 +397,7 @@ async fn the_public_listener_answers_404_to_every_internal_route_even_with_the_a
                 let req = Request::builder()
                     .method(method)
                     .uri(form.as_str())
-                    .header("authorization", format!("Bearer {ADMIN}"))
+                    .header("authorization", format!("Bearer {INTERNAL}"))
                     .header("x-cellbind-edge-key", EDGE)
                     .header("content-type", "application/json")
                     .body(Body::from(body.to_string()))
@@ -408,10 +423,10 @@ async fn the_public_listener_answers_404_to_every_internal_route_even_with_the_a
         (s, v["error"].as_str()),
         (StatusCode::SERVICE_UNAVAILABLE, Some("CELL_STATE_STALE"))
     );
-    // The internal listener serves them with the admin token.
+    // The internal listener serves them with the internal token.
     let (s, v) = send_to(
         &app.internal,
-        admin(
+        internal_req(
             "GET",
             "/internal/v1/contractors/c-1/completions",
             json!(null),
@@ -433,7 +448,7 @@ async fn the_internal_listener_does_not_serve_the_api_even_with_the_edge_key() {
     }
     let (s, v) = send_to(
         &app.internal,
-        admin(
+        internal_req(
             "GET",
             "/internal/v1/contractors/c-1/completions",
             json!(null),
@@ -452,11 +467,15 @@ async fn wrong_methods_and_oversized_bodies_are_typed_refusals() {
     let (s, v) = send(&app, api("DELETE", "/api/routes/today", "c-1", 1, None)).await;
     assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(v["error"], "INVALID_REQUEST");
-    let (s, v) = send(&app, admin("DELETE", "/internal/v1/contractors", json!({}))).await;
+    let (s, v) = send(
+        &app,
+        internal_req("DELETE", "/internal/v1/contractors", json!({})),
+    )
+    .await;
     assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(v["error"], "INVALID_REQUEST");
     let huge = json!({"contractors": ["x".repeat(3 * 1024 * 1024)]});
-    let (s, v) = send(&app, admin("PUT", "/internal/v1/contractors", huge)).await;
+    let (s, v) = send(&app, internal_req("PUT", "/internal/v1/contractors", huge)).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(v["error"], "PAYLOAD_TOO_LARGE");
 }

@@ -9,7 +9,7 @@ use cellbind_demo_app::Config;
 use serde_json::json;
 
 const EDGE: &str = "edge";
-const ADMIN: &str = "admin";
+const INTERNAL: &str = "internal";
 
 struct Served {
     _dir: tempfile::TempDir,
@@ -50,7 +50,7 @@ async fn serve() -> Served {
     std::fs::write(p("cert.pem"), leaf.pem()).unwrap();
     std::fs::write(p("key.pem"), leaf_key.serialize_pem()).unwrap();
     std::fs::write(p("app-token"), format!("{EDGE}\n")).unwrap();
-    std::fs::write(p("admin-token"), format!("{ADMIN}\n")).unwrap();
+    std::fs::write(p("app-internal-token"), format!("{INTERNAL}\n")).unwrap();
     std::fs::create_dir(p("data")).unwrap();
     std::fs::set_permissions(p("data"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (public_port, internal_port) = two_free_ports();
@@ -68,7 +68,8 @@ async fn serve() -> Served {
         tls_key: p("key.pem"),
         data_dir: p("data"),
         app_token_file: p("app-token"),
-        admin_token_file: p("admin-token"),
+        internal_token_file: p("app-internal-token"),
+        admin_token_file: None,
         log_format: Default::default(),
     };
     let server = tokio::spawn(cellbind_demo_app::server::run(cfg));
@@ -126,7 +127,7 @@ async fn serves_both_listeners_over_tls_to_a_client_trusting_only_the_ca() {
     let seed = |base: &str| {
         client
             .put(format!("{base}/internal/v1/contractors"))
-            .bearer_auth(ADMIN)
+            .bearer_auth(INTERNAL)
             .json(&json!({"contractors": {"c-1": 1}}))
             .send()
     };
@@ -197,7 +198,7 @@ async fn the_data_folder_is_0700_and_the_database_files_0600_after_a_write() {
     up(&client, &format!("{}/healthz", s.internal)).await;
     let r = client
         .put(format!("{}/internal/v1/contractors", s.internal))
-        .bearer_auth(ADMIN)
+        .bearer_auth(INTERNAL)
         .json(&json!({"contractors": {"c-1": 1}}))
         .send()
         .await
@@ -244,6 +245,35 @@ async fn a_database_left_readable_by_an_earlier_version_is_made_private_on_open(
 }
 
 #[test]
+fn a_config_naming_the_cells_admin_token_is_refused_naming_the_apps_own_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("app.toml");
+    let valid = r#"cell_id = "cell-01"
+listen = "127.0.0.1:9445"
+internal_listen = "127.0.0.1:9446"
+tls_cert = "c.pem"
+tls_key = "k.pem"
+data_dir = "data"
+app_token_file = "app.token"
+internal_token_file = "app-internal.token"
+"#;
+    std::fs::write(&p, valid).unwrap();
+    Config::load(&p).unwrap();
+    // The key the app used to read the cell's admin token from, beside its own: refused,
+    // naming both.
+    std::fs::write(&p, format!("{valid}admin_token_file = \"admin.token\"\n")).unwrap();
+    let err = Config::load(&p).unwrap_err().to_string();
+    assert!(
+        err.contains("admin_token_file is refused") && err.contains("internal_token_file"),
+        "{err}"
+    );
+    // Instead of its own (an older configuration): refused, naming the key it needs.
+    std::fs::write(&p, valid.replace("internal_token_file", "admin_token_file")).unwrap();
+    let err = Config::load(&p).unwrap_err().to_string();
+    assert!(err.contains("internal_token_file"), "{err}");
+}
+
+#[test]
 fn a_config_serving_both_listeners_on_one_address_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("app.toml");
@@ -256,7 +286,7 @@ tls_cert = "c.pem"
 tls_key = "k.pem"
 data_dir = "data"
 app_token_file = "app.token"
-admin_token_file = "admin.token"
+internal_token_file = "app-internal.token"
 "#,
     )
     .unwrap();

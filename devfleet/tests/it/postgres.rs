@@ -1,5 +1,6 @@
 //! The private PostgreSQL server ([`PgServer`]): started (as the `postgres` user when the test
-//! runs as root), a database made and queried, stopped with its temporary directories.
+//! runs as root), a database made and queried, stopped with its temporary directories; every
+//! database's own role reaches that database only, and nothing logs in without its password.
 
 use devfleet::PgServer;
 
@@ -12,10 +13,16 @@ fn a_private_server_starts_serves_a_database_and_stops() {
     assert!(pg.socket_dir().join(".s.PGSQL.5432").exists());
     pg.create_database("cell_01").unwrap();
     assert_eq!(pg.psql("cell_01", "SELECT 1").unwrap().trim(), "1");
+    // The database's own role, never the superuser, with its password.
     let url = pg.url("cell_01");
+    assert!(url.starts_with("postgres://cell_01:"), "the URL's role");
     assert!(
-        url.starts_with("postgres://cellbind@localhost/cell_01?host=/"),
-        "{url}"
+        url.contains("@localhost/cell_01?host=/"),
+        "the URL's database"
+    );
+    assert!(
+        !url.starts_with(&format!("postgres://{}", devfleet::postgres::PG_USER)),
+        "no superuser in the URL"
     );
     // A database name that would need quoting is refused, not run.
     assert!(pg.create_database("cell-01; DROP").is_err());
@@ -37,6 +44,60 @@ fn a_private_server_starts_serves_a_database_and_stops() {
         assert!(!data_dir.exists(), "{}", data_dir.display());
     }
     assert!(dir.path().join("postgres/postgres.log").is_file());
+}
+
+#[test]
+fn a_databases_own_role_reaches_that_database_only_and_nothing_is_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = PgServer::start(&dir.path().join("postgres")).unwrap();
+    pg.create_database("cell_01").unwrap();
+    pg.create_database("cell_02").unwrap();
+    let (one, two) = (pg.url("cell_01"), pg.url("cell_02"));
+    assert_ne!(one, two);
+    // Each role in its own database: it owns it (creates and reads its tables), and is no
+    // superuser.
+    for (url, role) in [(&one, "cell_01"), (&two, "cell_02")] {
+        let out = pg
+            .psql_url(
+                url,
+                "CREATE TABLE t (x int); INSERT INTO t VALUES (1); \
+                 SELECT current_user || ' ' || (SELECT count(*) FROM t) || ' ' || \
+                 (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)",
+            )
+            .unwrap();
+        assert_eq!(out.trim(), format!("{role} 1 false"));
+    }
+    // cell_01's role (its user and password) at cell_02's database, and at the server's own.
+    let mut refusals = Vec::new();
+    for other in ["cell_02", "postgres", "template1"] {
+        let url = one.replace("/cell_01?", &format!("/{other}?"));
+        let e = pg.psql_url(&url, "SELECT 1").unwrap_err().to_string();
+        assert!(e.contains("permission denied for database"), "{other}: {e}");
+        refusals.push(format!("cell_01 -> {other}: refused"));
+    }
+    // Nobody logs in without a password: not a cell's role, not the superuser.
+    for user in ["cell_01", "cellbind"] {
+        let url = format!(
+            "postgres://{user}@localhost/cell_01?host={}",
+            pg.socket_dir().display()
+        );
+        let e = pg.psql_url(&url, "SELECT 1").unwrap_err().to_string();
+        assert!(e.contains("password"), "{user} without a password: {e}");
+        refusals.push(format!("{user} without a password: refused"));
+    }
+    // A wrong password for the right role.
+    let wrong = one.replacen("postgres://cell_01:", "postgres://cell_01:x", 1);
+    let e = pg.psql_url(&wrong, "SELECT 1").unwrap_err().to_string();
+    assert!(e.contains("password authentication failed"), "{e}");
+    refusals.push("cell_01 with a wrong password: refused".into());
+    println!("postgres roles: {}", refusals.join("; "));
+    // The superuser's password file is private.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(dir.path().join("postgres/superuser.password"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
 }
 
 #[test]

@@ -177,6 +177,36 @@ async fn a_postgres_fleet_runs_two_auth_service_replicas_per_cell() {
         )
         .unwrap();
     assert_eq!(dbs.trim(), "cell_01,cell_02");
+    // Each owned by the cell's own role, which reaches no other cell's database; no
+    // auth-service's URL names the superuser.
+    let owners = pg
+        .psql(
+            "postgres",
+            "SELECT string_agg(datname || '=' || pg_get_userbyid(datdba), ',' ORDER BY datname) \
+             FROM pg_database WHERE datname LIKE 'cell_%'",
+        )
+        .unwrap();
+    assert_eq!(owners.trim(), "cell_01=cell_01,cell_02=cell_02");
+    let url_of = |cell: &str| {
+        std::fs::read_to_string(fleet.dir().join(format!("secrets/{cell}/database.url"))).unwrap()
+    };
+    for (own, other) in [("cell-01", "cell_02"), ("cell-02", "cell_01")] {
+        let url = url_of(own);
+        assert!(
+            !url.starts_with(&format!("postgres://{}", devfleet::postgres::PG_USER)),
+            "{own}'s URL names the superuser"
+        );
+        let at_other = url.replace(
+            &format!("/{}?", own.replace('-', "_")),
+            &format!("/{other}?"),
+        );
+        let e = pg.psql_url(&at_other, "SELECT 1").unwrap_err().to_string();
+        assert!(
+            e.contains("permission denied for database"),
+            "{own} at {other}: {e}"
+        );
+        println!("postgres fleet: {own}'s role at {other}: refused");
+    }
 
     // A replica killed: the other keeps serving, and the edge stays ready.
     let cell = &file.cells[0];

@@ -156,9 +156,9 @@ tls_cert = "cert.pem"
 tls_key = "key.pem"
 data_dir = "data"
 app_token_file = "app.token"
-admin_token_file = "admin.token"
+internal_token_file = "app-internal.token"
 "#,
-        misspelt: ("admin_token_file", "admin_tokn_file"),
+        misspelt: ("internal_token_file", "internal_tokn_file"),
     },
 ];
 
@@ -206,6 +206,73 @@ fn a_misspelt_key_stops_every_server_naming_it_the_file_and_the_nearest_key() {
                 s.bin
             );
         }
+    }
+}
+
+#[test]
+fn a_published_example_map_key_stops_the_auth_service_naming_the_reason() {
+    let s = &SERVERS[0];
+    for (key, says) in [
+        (
+            protocol::map_key::RFC8037_EXAMPLE_KEY,
+            "map_public_key: RFC 8037's example key",
+        ),
+        (
+            // RFC 8032's TEST 2 key: its private key is published too.
+            "PUAXw-hDiVqStwqnTRt-vJyYLM8uxJaMwM1V8Sr0Zgw",
+            "map_public_key: RFC 8032's TEST 2 key",
+        ),
+    ] {
+        let config = format!("{}map_public_key = \"{key}\"\n", s.valid);
+        for args in [&[][..], &["--check-config"][..]] {
+            let (out, _path, _dir) = run(s.bin, &config, args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(says) && stderr.contains("private key is published"),
+                "{args:?}: {stderr}"
+            );
+            println!("{} {args:?} with {key}: exit 1, {}", s.bin, stderr.trim());
+        }
+    }
+    // The same through the environment override an orchestrator sets.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    std::fs::write(&path, s.valid).unwrap();
+    let out = Command::new(devfleet::test_bin_dir().unwrap().join(s.bin))
+        .arg("--config")
+        .arg(&path)
+        .arg("--check-config")
+        .env(
+            "CELLBIND_MAP_PUBLIC_KEY",
+            protocol::map_key::RFC8037_EXAMPLE_KEY,
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("RFC 8037"), "{stderr}");
+}
+
+#[test]
+fn the_app_refuses_the_cells_admin_token_naming_its_own_token_key() {
+    let s = &SERVERS[3];
+    let config = format!("{}admin_token_file = \"admin.token\"\n", s.valid);
+    for args in [&[][..], &["--check-config"][..]] {
+        let (out, _path, _dir) = run(s.bin, &config, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("admin_token_file is refused")
+                && stderr.contains("internal_token_file"),
+            "{args:?}: {stderr}"
+        );
+        println!(
+            "{} {args:?} with admin_token_file: exit 1, {}",
+            s.bin,
+            stderr.trim()
+        );
     }
 }
 

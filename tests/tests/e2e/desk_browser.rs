@@ -257,7 +257,7 @@ async fn completions(t: &TestFleet, u: &DemoUser) -> Vec<String> {
             "{app}/internal/v1/contractors/{}/completions",
             u.contractor_id
         ))
-        .bearer_auth(&t.cell(&u.cell_id).admin_token)
+        .bearer_auth(&t.cell(&u.cell_id).app_internal_token)
         .send()
         .await
         .expect("completions")

@@ -105,7 +105,7 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
         "secrets/map-key".to_owned(),
     ];
     for c in &t.file().cells {
-        for kind in ["admin", "feed", "app", "edge"] {
+        for kind in ["admin", "app-internal", "feed", "app", "edge"] {
             private.push(format!("secrets/{}/{kind}.token", c.id));
         }
     }

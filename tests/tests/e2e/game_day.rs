@@ -127,7 +127,7 @@ async fn serving_survives_the_control_plane_and_an_auth_service_dying() {
             "{}/internal/v1/contractors/{}/completions",
             cell.app_internal_url, first.user.contractor_id
         ))
-        .bearer_auth(&cell.admin_token)
+        .bearer_auth(&cell.app_internal_token)
         .send()
         .await
         .unwrap()

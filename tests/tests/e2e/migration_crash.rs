@@ -45,22 +45,17 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A GET to one of `cell`'s internal listeners with that cell's admin token.
-async fn admin_get(t: &TestFleet, cell: &CellId, url: String) -> (u16, Value) {
-    let r = t
-        .client
-        .get(url)
-        .bearer_auth(&t.cell(cell).admin_token)
-        .send()
-        .await
-        .unwrap();
+/// A GET to one of `cell`'s internal listeners with `token` (its admin token at the
+/// auth-service, its app's internal token at the app).
+async fn internal_get(t: &TestFleet, token: &str, url: String) -> (u16, Value) {
+    let r = t.client.get(url).bearer_auth(token).send().await.unwrap();
     let s = r.status().as_u16();
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
 async fn record(t: &TestFleet, cell: &CellId, c: &str) -> Value {
     let url = format!("{}/admin/v1/ownership/{c}", t.cell(cell).auth_service.url);
-    admin_get(t, cell, url).await.1
+    internal_get(t, &t.cell(cell).admin_token, url).await.1
 }
 
 async fn completion_keys(t: &TestFleet, cell: &CellId, c: &str) -> Vec<String> {
@@ -68,7 +63,7 @@ async fn completion_keys(t: &TestFleet, cell: &CellId, c: &str) -> Vec<String> {
         "{}/internal/v1/contractors/{c}/completions",
         t.cell(cell).app_internal_url
     );
-    let (_, v) = admin_get(t, cell, url).await;
+    let (_, v) = internal_get(t, &t.cell(cell).app_internal_token, url).await;
     v["completions"]
         .as_array()
         .cloned()

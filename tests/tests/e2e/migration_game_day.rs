@@ -56,7 +56,7 @@ async fn completions(t: &TestFleet, cell: &CellId, c: &ContractorId) -> Vec<Valu
     let r = t
         .client
         .get(url)
-        .bearer_auth(&t.cell(cell).admin_token)
+        .bearer_auth(&t.cell(cell).app_internal_token)
         .send()
         .await
         .unwrap();

@@ -1,7 +1,10 @@
 //! Per-cell secrets and private files (ATTACKS A30) on a real fleet: each cell has its own
-//! admin, feed, app and edge token and the control plane its own; a token of cell-02 is
-//! refused at cell-03 (a typed error) where cell-03's own token is served; and every file under
-//! cell-03's data, the secrets and the control plane's data is 0600 in 0700 folders.
+//! admin, app-internal, feed, app and edge token and the control plane its own; a token of
+//! cell-02 is refused at cell-03 (a typed error) where cell-03's own token is served; the app
+//! holds no admin token (ATTACKS A35): its internal token is refused by the auth-service's
+//! admin API and the admin token by the app's internal API; every server has its own TLS key
+//! and certificate; and every file under cell-03's data, the secrets and the control plane's
+//! data is 0600 in 0700 folders.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -17,9 +20,9 @@ use serde_json::Value;
 enum Probe {
     /// `GET /admin/v1/status` at the auth-service's internal listener, bearer admin token.
     AuthAdmin,
-    /// `GET /internal/v1/contractors/{c}/export` at the app's internal listener, bearer admin
-    /// token.
-    AppAdmin,
+    /// `GET /internal/v1/contractors/{c}/export` at the app's internal listener, bearer app
+    /// internal token.
+    AppInternal,
     /// `GET /internal/v1/feed?since=…&instance=…` at the auth-service, bearer an edge
     /// instance's feed credential.
     Feed,
@@ -31,14 +34,15 @@ enum Probe {
 impl Probe {
     const ALL: [Probe; 4] = [
         Probe::AuthAdmin,
-        Probe::AppAdmin,
+        Probe::AppInternal,
         Probe::Feed,
         Probe::AppToken,
     ];
 
     fn kind(self) -> CellToken {
         match self {
-            Probe::AuthAdmin | Probe::AppAdmin => CellToken::Admin,
+            Probe::AuthAdmin => CellToken::Admin,
+            Probe::AppInternal => CellToken::AppInternal,
             Probe::Feed => CellToken::Feed,
             Probe::AppToken => CellToken::App,
         }
@@ -52,7 +56,7 @@ impl Probe {
                 .client
                 .get(format!("{}/admin/v1/status", cell.auth_service.url))
                 .bearer_auth(token),
-            Probe::AppAdmin => t
+            Probe::AppInternal => t
                 .client
                 .get(format!(
                     "{}/internal/v1/contractors/{ctr}/export",
@@ -125,8 +129,10 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
         .contractor_id
         .to_string();
 
-    // Every token of the fleet is distinct: 4 per cell and the control plane's.
+    // Every token of the fleet is distinct, each in its own file: 5 per cell and the control
+    // plane's.
     let mut all = std::collections::BTreeSet::new();
+    let mut files = std::collections::BTreeSet::new();
     for c in &t.file().cells {
         for kind in CellToken::ALL {
             assert!(
@@ -135,11 +141,74 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
                 c.id,
                 kind.as_str()
             );
+            assert!(files.insert(devfleet::cell_token_file(t.fleet.dir(), &c.id, kind)));
         }
         assert_eq!(t.cell_token(&c.id, CellToken::Admin), c.admin_token);
+        assert_eq!(
+            t.cell_token(&c.id, CellToken::AppInternal),
+            c.app_internal_token
+        );
+        assert_eq!(
+            c.app_internal_token_file,
+            devfleet::cell_token_file(t.fleet.dir(), &c.id, CellToken::AppInternal)
+        );
+        assert_ne!(c.admin_token_file, c.app_internal_token_file);
     }
     assert!(all.insert(t.file().admin_token.clone()));
-    println!("per-cell secrets: {} distinct tokens", all.len());
+    println!(
+        "per-cell secrets: {} distinct tokens in {} distinct files (+ the control plane's)",
+        all.len(),
+        files.len()
+    );
+
+    // The app holds no admin token: its configuration names its own internal token and no
+    // other token of the auth-service.
+    let app_config: toml::Table = std::fs::read_to_string(
+        t.fleet
+            .dir()
+            .join(format!("config/{}.toml", devfleet::app_id(&c3))),
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    let tokens_named: Vec<&str> = app_config
+        .iter()
+        .filter(|(k, _)| k.ends_with("_token_file"))
+        .map(|(_, v)| v.as_str().unwrap())
+        .collect();
+    let own = |kind| {
+        devfleet::cell_token_file(t.fleet.dir(), &c3, kind)
+            .display()
+            .to_string()
+    };
+    assert_eq!(
+        tokens_named.len(),
+        2,
+        "the app reads two tokens: {app_config:?}"
+    );
+    for kind in [CellToken::App, CellToken::AppInternal] {
+        assert!(tokens_named.contains(&own(kind).as_str()), "{app_config:?}");
+    }
+    // Its internal token at the auth-service's admin API, and the admin token at its internal
+    // API: each refused, typed.
+    let crossed = [
+        (Probe::AuthAdmin, CellToken::AppInternal),
+        (Probe::AppInternal, CellToken::Admin),
+    ];
+    for (probe, kind) in crossed {
+        let (s, v) = probe.send(&t, &c3, &ctr, &t.cell_token(&c3, kind)).await;
+        assert_eq!(
+            (s, v["error"].as_str()),
+            (403, Some("FORBIDDEN")),
+            "{probe:?} with cell-03's {} token: {v}",
+            kind.as_str()
+        );
+        println!(
+            "app token separation: {probe:?} at cell-03 with cell-03's {} token → {s} {}",
+            kind.as_str(),
+            v["error"].as_str().unwrap_or_default()
+        );
+    }
 
     // cell-02's token at cell-03: refused with a typed error; cell-03's own: served. The feed
     // takes an edge instance's own credential (made from the cell's feed secret), never the
@@ -202,6 +271,43 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
 
+    // Every server its own TLS key and certificate: the files its configuration names, and
+    // the certificate each listener serves.
+    let mut keys = std::collections::BTreeMap::new();
+    let mut certs = std::collections::BTreeMap::new();
+    for id in t.fleet.child_ids() {
+        let cfg: toml::Table =
+            std::fs::read_to_string(t.fleet.dir().join(format!("config/{id}.toml")))
+                .unwrap()
+                .parse()
+                .unwrap();
+        let file = |key: &str| std::fs::read(cfg[key].as_str().unwrap()).unwrap();
+        assert!(
+            keys.insert(file("tls_key"), id.clone()).is_none(),
+            "{id} shares its TLS key"
+        );
+        assert!(
+            certs.insert(file("tls_cert"), id.clone()).is_none(),
+            "{id} shares its certificate"
+        );
+    }
+    let served = served_certificates(&t).await;
+    let distinct: std::collections::BTreeSet<&Vec<u8>> = served.values().collect();
+    assert_eq!(
+        distinct.len(),
+        t.fleet.child_ids().len(),
+        "one certificate per server: {:?}",
+        served.keys().collect::<Vec<_>>()
+    );
+    println!(
+        "per-server TLS: {} servers, {} distinct keys, {} distinct certificates on disk, {} distinct served on {} listeners",
+        t.fleet.child_ids().len(),
+        keys.len(),
+        certs.len(),
+        distinct.len(),
+        served.len()
+    );
+
     // Every file 0600, every folder 0700: cell-03's data (auth-service, edge state, app), all
     // secrets, and the control plane's data.
     let dir = t.fleet.dir().to_owned();
@@ -231,4 +337,36 @@ async fn a_token_of_one_cell_is_refused_by_another_and_secrets_and_data_are_owne
         folders.len()
     );
     t.fleet.stop().await;
+}
+
+/// The leaf certificate (DER) each listener of the fleet serves, by URL: the control plane,
+/// and per cell its edge, every auth-service replica (public and internal) and the app (public
+/// and internal).
+async fn served_certificates(t: &TestFleet) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let ca = std::fs::read(&t.file().ca_cert).unwrap();
+    let client = runtime::tls::client_trusting(&ca)
+        .unwrap()
+        .tls_info(true)
+        .build()
+        .unwrap();
+    let mut urls = vec![t.file().control_plane.url.clone()];
+    for c in &t.file().cells {
+        urls.push(c.endpoint.clone());
+        urls.extend(c.replicas().iter().map(|s| s.url.clone()));
+        urls.extend(c.auth_public_urls.iter().cloned());
+        urls.push(c.app_url.clone());
+        urls.push(c.app_internal_url.clone());
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for url in urls {
+        let r = client.get(format!("{url}/healthz")).send().await.unwrap();
+        let der = r
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|i| i.peer_certificate())
+            .unwrap_or_else(|| panic!("{url}: no peer certificate"))
+            .to_vec();
+        out.insert(url, der);
+    }
+    out
 }

@@ -5,12 +5,16 @@
 //! `cellctl --inventory` only: status, sign-in, route load, keys rotate, revoke, migrate.
 //!
 //! The examples are adapted the way an operator adapts them, by [`Adapt`]: host names become
-//! this test's addresses, the install prefixes (`/etc/cellbind`, `/var/lib/cellbind`) become
-//! each host's directory, `cell-01` becomes `cell-02` for the second cell, and the map key the
-//! control plane made replaces the placeholder. No key of any file is added, removed or
-//! renamed, so a key the examples lose or misspell fails this test. The secrets are made as
-//! the examples' comments say (random tokens, a 32-byte KEK), the contractor is provisioned
-//! through the admin APIs as an operator's tooling would.
+//! this test's addresses, the install prefixes (`/etc/cellbind`, `/var/lib/cellbind`,
+//! `/run/credentials`) become each host's directory, `cell-01` becomes `cell-02` for the
+//! second cell, and the map key the control plane made replaces the placeholder. No key of any
+//! file is added, removed or renamed, so a key the examples lose or misspell fails this test.
+//! The secrets are made as the examples' comments say (random tokens, a 32-byte KEK, the TLS
+//! keys) in each host's `etc/secrets/`, and handed to each server the way its systemd unit
+//! does: every `LoadCredential=NAME:PATH` line of the tarball's unit copies PATH to
+//! `run/credentials/<unit>/NAME`, which the configuration names, so a credential a
+//! configuration names and its unit does not load fails this test. The contractor is
+//! provisioned through the admin APIs as an operator's tooling would.
 //!
 //! The tarball holds the debug binaries (`--profile debug --no-build`), the ones the suite
 //! built; the release build is the same script with the default profile.
@@ -35,8 +39,8 @@ use tokio::process::{Child, Command};
 
 /// Longest wait for a server to be ready, for a revocation to reach the edge, for a command.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// The example configurations' placeholder map key (RFC 8037's example key).
-const EXAMPLE_MAP_KEY: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+/// The example configurations' placeholder map key (refused until replaced).
+const MAP_KEY_PLACEHOLDER: &str = "REPLACE-ME";
 const CELLS: u8 = 2;
 const CONTRACTOR: &str = "c-90001";
 const LOGIN: &str = "tech-1";
@@ -62,6 +66,10 @@ impl Server {
     }
     fn binary(self) -> String {
         format!("cellbind-{}", self.name())
+    }
+    /// Its systemd unit.
+    fn unit(self) -> String {
+        format!("cellbind-{}.service", self.name())
     }
     /// The example's `management_listen` port.
     fn management_port(self) -> u16 {
@@ -122,13 +130,15 @@ impl Adapt<'_> {
             .replace("\"127.0.0.1:", &format!("\"{}:", self.ip))
             .replace("/etc/cellbind/", &format!("{root}/etc/"))
             .replace("/var/lib/cellbind/", &format!("{root}/var/"))
-            .replace(EXAMPLE_MAP_KEY, self.map_key)
+            .replace("/run/credentials/", &format!("{root}/run/credentials/"))
+            .replace(MAP_KEY_PLACEHOLDER, self.map_key)
     }
 }
 
 /// One cell's secrets, made as the examples' comments say.
 struct CellSecrets {
     admin: String,
+    app_internal: String,
     feed: String,
     edge: String,
     app: String,
@@ -150,19 +160,20 @@ impl World {
         self.dir.join("hosts").join(host)
     }
 
-    /// Makes `host`'s directories, its certificate for `ip`, and writes `secrets` (name, bytes)
-    /// into its `etc/secrets/` (0600).
+    /// Makes `host`'s directories, its certificate for `ip` (`etc/tls/`) and key
+    /// (`etc/secrets/`), writes `secrets` (name, bytes) into its `etc/secrets/` (0600), and
+    /// hands `server` its credentials as its systemd unit does.
     fn prepare_host(&self, host: &str, server: Server, ip: IpAddr, secrets: &[(&str, &[u8])]) {
         let root = self.host_root(host);
         for d in ["etc/tls", "etc/secrets"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
+        runtime::files::private_dir(&root.join("etc/secrets")).unwrap();
         let var = root.join("var").join(server.name());
         std::fs::create_dir_all(&var).unwrap();
         runtime::files::private_dir(&var).unwrap();
         std::fs::write(root.join("etc/tls/ca.pem"), self.ca.pem()).unwrap();
-        let tls = root.join("etc/tls");
-        let cert = tls.join(format!("{}.pem", server.name()));
+        let cert = root.join(format!("etc/tls/{}.pem", server.name()));
         // (An edge's certificate was issued before the control plane started.)
         if !cert.exists() {
             self.ca
@@ -170,13 +181,48 @@ impl World {
                     host,
                     &[ip],
                     &cert,
-                    &tls.join(format!("{}.key", server.name())),
+                    &root.join(format!("etc/secrets/{}.key", server.name())),
                 )
                 .unwrap();
         }
         for (name, bytes) in secrets {
             write_private(&root.join("etc/secrets").join(name), bytes).unwrap();
         }
+        self.load_credentials(&root, server);
+    }
+
+    /// What systemd does for `server`'s unit from the tarball: each `LoadCredential=NAME:PATH`
+    /// copies PATH (below the host's root) to `run/credentials/<unit>/NAME`, 0400 in a 0700
+    /// folder. Returns the names loaded.
+    fn load_credentials(&self, root: &Path, server: Server) -> Vec<String> {
+        let unit = std::fs::read_to_string(self.dist.join("systemd").join(server.unit())).unwrap();
+        let dir = root.join("run/credentials").join(server.unit());
+        std::fs::create_dir_all(&dir).unwrap();
+        runtime::files::private_dir(&dir).unwrap();
+        let mut names = Vec::new();
+        for line in unit.lines() {
+            let Some(spec) = line.strip_prefix("LoadCredential=") else {
+                continue;
+            };
+            let (name, source) = spec.split_once(':').unwrap();
+            let source = source
+                .strip_prefix("/etc/cellbind/")
+                .unwrap_or_else(|| panic!("{}: {source} is outside /etc/cellbind", server.unit()));
+            let from = root.join("etc").join(source);
+            let to = dir.join(name);
+            std::fs::copy(&from, &to).unwrap_or_else(|e| {
+                panic!(
+                    "{}: LoadCredential={spec}: {}: {e}",
+                    server.unit(),
+                    from.display()
+                )
+            });
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o400)).unwrap();
+            names.push(name.to_owned());
+        }
+        assert!(!names.is_empty(), "{} loads no credential", server.unit());
+        names
     }
 
     /// Issues each cell's edge certificate and installs a copy beside the control plane (its
@@ -187,10 +233,12 @@ impl World {
         for n in 1..=CELLS {
             let c = cell_id(n);
             let host = format!("{c}-edge");
-            let tls = self.host_root(&host).join("etc/tls");
-            std::fs::create_dir_all(&tls).unwrap();
-            let cert = tls.join(format!("{}.pem", Server::Edge.name()));
-            let key = tls.join(format!("{}.key", Server::Edge.name()));
+            let root = self.host_root(&host);
+            for d in ["etc/tls", "etc/secrets"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+            }
+            let cert = root.join(format!("etc/tls/{}.pem", Server::Edge.name()));
+            let key = root.join(format!("etc/secrets/{}.key", Server::Edge.name()));
             self.ca
                 .issue_to(&host, &[ip(n, EDGE)], &cert, &key)
                 .unwrap();
@@ -198,9 +246,15 @@ impl World {
         }
     }
 
-    /// Writes the adapted example of `server` as `host`'s `etc/<server>.toml` and starts the
-    /// tarball's binary with it; its stderr goes to `host.log`.
-    fn start(&mut self, host: &str, server: Server, ip: IpAddr, cell: Option<u8>, map_key: &str) {
+    /// Writes the adapted example of `server` as `host`'s `etc/<server>.toml`; returns its path.
+    fn write_config(
+        &self,
+        host: &str,
+        server: Server,
+        ip: IpAddr,
+        cell: Option<u8>,
+        map_key: &str,
+    ) -> PathBuf {
         let root = self.host_root(host);
         let example = std::fs::read_to_string(
             self.dist
@@ -216,6 +270,36 @@ impl World {
             map_key,
         };
         std::fs::write(&config, adapt.apply(&example)).unwrap();
+        config
+    }
+
+    /// `--check-config` of the adapted example with `map_key`: (exit success, stderr).
+    fn check_config(
+        &self,
+        host: &str,
+        server: Server,
+        ip: IpAddr,
+        cell: Option<u8>,
+        map_key: &str,
+    ) -> (bool, String) {
+        let config = self.write_config(host, server, ip, cell, map_key);
+        let out = std::process::Command::new(self.dist.join("bin").join(server.binary()))
+            .arg("--config")
+            .arg(&config)
+            .arg("--check-config")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Writes the adapted example of `server` as `host`'s `etc/<server>.toml` and starts the
+    /// tarball's binary with it; its stderr goes to `host.log`.
+    fn start(&mut self, host: &str, server: Server, ip: IpAddr, cell: Option<u8>, map_key: &str) {
+        let config = self.write_config(host, server, ip, cell, map_key);
         let log = std::fs::File::create(self.dir.join(format!("{host}.log"))).unwrap();
         let child = Command::new(self.dist.join("bin").join(server.binary()))
             .arg("--config")
@@ -405,7 +489,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         Server::ControlPlane,
         ip(0, 1),
         None,
-        EXAMPLE_MAP_KEY,
+        MAP_KEY_PLACEHOLDER,
     );
     world
         .wait_ready(&client, "control-plane", ip(0, 1), Server::ControlPlane)
@@ -430,6 +514,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         rand::Rng::fill_bytes(&mut rand::rng(), &mut kek);
         let s = CellSecrets {
             admin: random_token().to_string(),
+            app_internal: random_token().to_string(),
             feed: random_token().to_string(),
             edge: random_token().to_string(),
             app: random_token().to_string(),
@@ -443,7 +528,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
             ip(n, APP),
             &[
                 ("app.token", s.app.as_bytes()),
-                ("admin.token", s.admin.as_bytes()),
+                ("app-internal.token", s.app_internal.as_bytes()),
             ],
         );
         world.start(
@@ -467,14 +552,55 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
                     ("database-url", s.database_url.as_bytes()),
                 ],
             );
+            if n == 1 && replica == "a" {
+                // The example as shipped (its placeholder), or with a published example key,
+                // does not start.
+                for (key, says) in [
+                    (MAP_KEY_PLACEHOLDER, "not a base64url Ed25519 public key"),
+                    (
+                        protocol::map_key::RFC8037_EXAMPLE_KEY,
+                        "RFC 8037's example key",
+                    ),
+                ] {
+                    let (ok, stderr) =
+                        world.check_config(&host, Server::AuthService, host_ip, Some(n), key);
+                    assert!(
+                        !ok && stderr.contains("map_public_key") && stderr.contains(says),
+                        "map_public_key = {key:?}: {stderr}"
+                    );
+                    println!(
+                        "rehearsal: map_public_key = {key:?} refused: {}",
+                        stderr.trim()
+                    );
+                }
+            }
             world.start(&host, Server::AuthService, host_ip, Some(n), &map_key);
         }
+        // The edge holds its own feed credential (its instance `edge-a`, as the example
+        // configuration names it), minted offline from the cell's feed secret.
+        let feed_secret = dir.join(format!("{c}-feed-secret"));
+        let credential = dir.join(format!("{c}-edge-a.feed"));
+        write_private(&feed_secret, s.feed.as_bytes()).unwrap();
+        let minted = std::process::Command::new(bin_dir().join("cellctl"))
+            .args(["edge-credential", "--cell", &c, "--instance", "edge-a"])
+            .arg("--feed-secret-file")
+            .arg(&feed_secret)
+            .arg("--out")
+            .arg(&credential)
+            .output()
+            .unwrap();
+        assert!(
+            minted.status.success(),
+            "cellctl edge-credential: {}",
+            String::from_utf8_lossy(&minted.stderr)
+        );
+        let credential = std::fs::read(&credential).unwrap();
         world.prepare_host(
             &format!("{c}-edge"),
             Server::Edge,
             ip(n, EDGE),
             &[
-                ("feed.token", s.feed.as_bytes()),
+                ("cell-endpoint.feed", &credential[..]),
                 ("edge.token", s.edge.as_bytes()),
                 ("app.token", s.app.as_bytes()),
             ],
@@ -595,12 +721,40 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         &client,
         Method::PUT,
         &format!("https://{}:8448{CONTRACTORS_PATH}", ip(1, APP)),
-        &secrets[0].admin,
+        &secrets[0].app_internal,
         &SeedRequest {
             contractors: [(contractor.clone(), Generation::FIRST)].into(),
         },
     )
     .await;
+
+    // The app holds no admin token (ATTACKS A35): its own token at the auth-service's admin
+    // API, and the cell's admin token at the app's migration interface, are both refused.
+    for (url, token, what) in [
+        (
+            format!("{cell1_admin}/admin/v1/status"),
+            &secrets[0].app_internal,
+            "the app's internal token at the auth-service's admin API",
+        ),
+        (
+            format!(
+                "https://{}:8448{CONTRACTORS_PATH}/{CONTRACTOR}/completions",
+                ip(1, APP)
+            ),
+            &secrets[0].admin,
+            "the cell's admin token at the app's internal API",
+        ),
+    ] {
+        let status = client
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{what}");
+        println!("rehearsal: {what}: {status}");
+    }
 
     // The operator's inventory: the example, adapted; the files it names beside it.
     let operator = dir.join("operator");
@@ -615,14 +769,17 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     )
     .unwrap();
     for n in 1..=CELLS {
-        write_private(
-            &operator
-                .join("secrets")
-                .join(cell_id(n))
-                .join("admin.token"),
-            secrets[usize::from(n - 1)].admin.as_bytes(),
-        )
-        .unwrap();
+        let s = &secrets[usize::from(n - 1)];
+        for (name, token) in [
+            ("admin.token", &s.admin),
+            ("app-internal.token", &s.app_internal),
+        ] {
+            write_private(
+                &operator.join("secrets").join(cell_id(n)).join(name),
+                token.as_bytes(),
+            )
+            .unwrap();
+        }
     }
     let inventory = operator.join("inventory.toml");
     let example = std::fs::read_to_string(world.dist.join("etc/inventory.toml")).unwrap();

@@ -1,7 +1,17 @@
 //! [`PgServer`]: a private PostgreSQL server for a dev fleet or a test, so that nothing depends
-//! on a system cluster. It is initialised with `initdb -A trust -U cellbind` (only when its data
-//! directory is not initialised yet), listens on a unix socket only (`listen_addresses=''`), and
-//! is stopped with `pg_ctl stop -m fast` by [`PgServer::stop`] or, best effort, on drop.
+//! on a system cluster. It is initialised with `initdb -A scram-sha-256 -U cellbind` (only when
+//! its data directory is not initialised yet), listens on a unix socket only
+//! (`listen_addresses=''`), and is stopped with `pg_ctl stop -m fast` by [`PgServer::stop`] or,
+//! best effort, on drop.
+//!
+//! Roles: every connection authenticates with a password (SCRAM-SHA-256; nothing is trusted,
+//! since every process of a fleet runs as the same OS user and could reach the socket). The
+//! superuser `cellbind` (its password in `<dir>/superuser.password`, 0600) is used only by this
+//! module, to create roles and databases and for [`PgServer::psql`]. Each database
+//! [`PgServer::create_database`] makes is owned by a role of the same name, which may log in and
+//! own that database only (no superuser, no role or database creation; `CONNECT` on every
+//! database is revoked from `PUBLIC`), and [`PgServer::url`] is that role's URL: a cell's
+//! auth-services reach their own database and no other.
 //!
 //! Where it lives:
 //! - As an ordinary user: the data directory is `<dir>/data`, the socket directory `<dir>/run`,
@@ -29,21 +39,30 @@
 //!
 //! Not for production: `fsync` is off (a dev fleet's data is thrown away at its next start; a
 //! server that is killed still loses nothing, only a machine crash could).
+//!
+//! Layout: this file is the server's life (start, initialise, launch, stop); `roles` its
+//! databases, roles and `psql`; `tools` the tools it runs and how.
 
-use std::ffi::OsStr;
+mod roles;
+mod tools;
+
 use std::fs::File;
-use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use runtime::IoContext as _;
+use runtime::Secret;
+use runtime::secret::write_private;
 
 use crate::error::{FleetError, Result};
 use crate::layout::mkdir;
+use tools::{Tools, find_tool, give_to_system_user, private_temp_dir, run, running_as_root};
 
-/// The superuser `initdb` creates, and the user of every URL.
+/// The superuser `initdb` creates (roles and databases, [`PgServer::psql`]; never in a URL).
 pub const PG_USER: &str = "cellbind";
+/// File name of the superuser's password in the server's directory (0600).
+pub const SUPERUSER_PASSWORD_FILE: &str = "superuser.password";
 /// The unprivileged system user the server runs as when this process is root.
 pub const PG_SYSTEM_USER: &str = "postgres";
 /// Where Debian's packages install the server's tools, one folder per major version.
@@ -75,36 +94,6 @@ wait "$p"
 if [ -n "$5" ]; then rm -rf "$5"; fi
 "#;
 
-/// The PostgreSQL tools this module runs.
-#[derive(Debug, Clone)]
-struct Tools {
-    initdb: PathBuf,
-    pg_ctl: PathBuf,
-    psql: PathBuf,
-    /// The server itself (beside `pg_ctl`, which is often a link into the version's folder).
-    postgres: PathBuf,
-}
-
-impl Tools {
-    fn find() -> Result<Tools> {
-        let pg_ctl = find_tool("pg_ctl")?;
-        let beside = std::fs::canonicalize(&pg_ctl)
-            .ok()
-            .and_then(|p| p.parent().map(|d| d.join("postgres")))
-            .filter(|p| is_executable(p));
-        let postgres = match beside {
-            Some(p) => p,
-            None => find_tool("postgres")?,
-        };
-        Ok(Tools {
-            initdb: find_tool("initdb")?,
-            pg_ctl,
-            psql: find_tool("psql")?,
-            postgres,
-        })
-    }
-}
-
 /// How the server runs.
 #[derive(Debug)]
 enum Mode {
@@ -115,90 +104,6 @@ enum Mode {
         watchdog: std::process::Child,
         stdin: Option<std::process::ChildStdin>,
     },
-}
-
-/// A tool in `PATH`, else in the highest `/usr/lib/postgresql/<version>/bin`.
-fn find_tool(name: &'static str) -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let p = d.join(name);
-            if is_executable(&p) {
-                return Ok(p);
-            }
-        }
-    }
-    let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(PG_LIB_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let dir_name = e.file_name().to_string_lossy().into_owned();
-            let version: Option<Vec<u32>> = dir_name.split('.').map(|s| s.parse().ok()).collect();
-            version.map(|v| (v, e.path().join("bin").join(name)))
-        })
-        .collect();
-    versions.sort();
-    versions
-        .into_iter()
-        .rev()
-        .map(|(_, p)| p)
-        .find(|p| is_executable(p))
-        .ok_or(FleetError::PostgresNotFound { tool: name })
-}
-
-fn is_executable(p: &Path) -> bool {
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Whether this process is root (then PostgreSQL must run as [`PG_SYSTEM_USER`]).
-fn running_as_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// A fresh private (0700) temporary directory with a short path.
-fn private_temp_dir() -> Result<PathBuf> {
-    let p = std::env::temp_dir().join(format!(
-        "{TEMP_PREFIX}{}",
-        runtime::secret::random_token()
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(10)
-            .collect::<String>()
-    ));
-    mkdir(&p)?;
-    Ok(p)
-}
-
-/// Percent-encodes a path for a URL's query (keeps `/` and the unreserved characters).
-fn encode_path(p: &Path) -> String {
-    let mut out = String::new();
-    for b in p.as_os_str().as_encoded_bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                out.push(char::from(*b));
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// A database name this module creates: lower-case letters, digits and `_`, not starting with
-/// a digit (so it needs no quoting in SQL or in a URL).
-fn check_db_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(FleetError::Config(format!(
-            "{name:?} is not a database name (lower-case letters, digits and _)"
-        )))
-    }
 }
 
 /// A running private PostgreSQL server. Stopped by [`PgServer::stop`], or on drop.
@@ -212,6 +117,9 @@ pub struct PgServer {
     as_system_user: bool,
     /// A temporary directory this server made for itself, removed at stop.
     temp: Option<PathBuf>,
+    /// The superuser's password, and its file (`<dir>/superuser.password`, 0600).
+    superuser_password: Secret,
+    password_file: PathBuf,
     mode: Mode,
 }
 
@@ -251,18 +159,7 @@ impl PgServer {
         let as_system_user = running_as_root();
         let (data_dir, socket_dir, temp) = if as_system_user {
             let temp = private_temp_dir()?;
-            let user = nix::unistd::User::from_name(PG_SYSTEM_USER)
-                .ok()
-                .flatten()
-                .ok_or(FleetError::PostgresNoSystemUser {
-                    user: PG_SYSTEM_USER,
-                })?;
-            nix::unistd::chown(&temp, Some(user.uid), Some(user.gid)).map_err(|e| {
-                FleetError::Io(runtime::IoError::new(
-                    format!("giving {} to {PG_SYSTEM_USER}", temp.display()),
-                    std::io::Error::from(e),
-                ))
-            })?;
+            give_to_system_user(&temp)?;
             (temp.join("data"), temp.clone(), Some(temp))
         } else {
             let run = dir.join("run");
@@ -274,6 +171,16 @@ impl PgServer {
                 (dir.join("data"), temp.clone(), Some(temp))
             }
         };
+        // The superuser's password: the one an earlier start in `dir` chose (its data may be
+        // initialised with it), else a new one.
+        let password_file = dir.join(SUPERUSER_PASSWORD_FILE);
+        let superuser_password = if password_file.is_file() {
+            Secret::from_file(&password_file)?
+        } else {
+            let p = runtime::secret::random_token();
+            write_private(&password_file, p.as_bytes())?;
+            Secret::new(p.as_str())
+        };
         Ok(PgServer {
             tools,
             data_dir,
@@ -281,22 +188,49 @@ impl PgServer {
             log: dir.join(PG_LOG_FILE),
             as_system_user,
             temp,
+            superuser_password,
+            password_file,
             mode: Mode::Detached { running: false },
         })
     }
 
-    /// `initdb`, unless the data directory is initialised already.
+    /// `initdb` with password authentication only, unless the data directory is initialised
+    /// already.
     fn init(&self) -> Result<()> {
         if self.data_dir.join("PG_VERSION").is_file() {
             return Ok(());
         }
+        // initdb reads the superuser's password from a file its user can read: as root, a copy
+        // in the server user's private temporary directory, removed right after.
+        let pwfile = match &self.temp {
+            Some(temp) if self.as_system_user => {
+                let copy = temp.join(SUPERUSER_PASSWORD_FILE);
+                write_private(&copy, self.superuser_password.expose().as_bytes())?;
+                give_to_system_user(&copy)?;
+                copy
+            }
+            _ => self.password_file.clone(),
+        };
         let mut cmd = self.command(&self.tools.initdb);
         cmd.arg("-D")
             .arg(&self.data_dir)
-            .args(["-A", "trust", "-U", PG_USER, "-E", "UTF8", "--locale=C"])
+            .args([
+                "-A",
+                "scram-sha-256",
+                "-U",
+                PG_USER,
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()))
             // Its files are thrown away with the fleet: no need to wait for the disk.
             .arg("--no-sync");
-        run(cmd, "initdb").map(drop)
+        let done = run(cmd, "initdb").map(drop);
+        if self.as_system_user {
+            let _ = std::fs::remove_file(&pwfile);
+        }
+        done
     }
 
     /// `pg_ctl start -w`: returns once the server accepts connections.
@@ -402,43 +336,6 @@ impl PgServer {
         cmd
     }
 
-    /// Creates the database `name` (lower-case letters, digits and `_`).
-    pub fn create_database(&self, name: &str) -> Result<()> {
-        check_db_name(name)?;
-        self.psql("postgres", &format!("CREATE DATABASE {name}"))
-            .map(drop)
-    }
-
-    /// The URL of database `db`: `postgres://cellbind@localhost/<db>?host=<socket dir>`.
-    pub fn url(&self, db: &str) -> String {
-        format!(
-            "postgres://{PG_USER}@localhost/{db}?host={}",
-            encode_path(&self.socket_dir)
-        )
-    }
-
-    /// Runs `sql` in database `db` with `psql` and returns its unaligned, tuples-only output
-    /// (for tests: e.g. terminating the connections of one replica).
-    pub fn psql(&self, db: &str, sql: &str) -> Result<String> {
-        check_db_name(db)?;
-        let mut cmd = Command::new(&self.tools.psql);
-        cmd.args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-U",
-            PG_USER,
-            "-h",
-        ])
-        .arg(&self.socket_dir)
-        .args(["-d", db, "-c", sql])
-        .stdin(Stdio::null());
-        run(cmd, "psql")
-    }
-
     /// The folder holding the server's unix socket.
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
@@ -529,51 +426,6 @@ pub(crate) fn stop_leftover(data_dir: &Path, socket_dir: &Path) {
             .is_some_and(|n| n.to_string_lossy().starts_with(TEMP_PREFIX));
         if ours && d.starts_with(std::env::temp_dir()) {
             let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-/// Runs a tool to its end; its stdout on success, else an error with its output.
-fn run(mut cmd: Command, what: &str) -> Result<String> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("running {what} ({})", program(&cmd)))?;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
-    let mut output = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-    if output.is_empty() {
-        output = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    }
-    Err(FleetError::PostgresCommand {
-        command: what.to_owned(),
-        status: out.status.to_string(),
-        output: output.chars().take(2_000).collect(),
-    })
-}
-
-fn program(cmd: &Command) -> String {
-    Path::new(cmd.get_program())
-        .file_name()
-        .unwrap_or(OsStr::new("?"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_socket_path_is_percent_encoded_in_the_url() {
-        assert_eq!(encode_path(Path::new("/a b/c_d-1")), "/a%20b/c_d-1");
-    }
-
-    #[test]
-    fn database_names_need_no_quoting() {
-        assert!(check_db_name("cell_01").is_ok());
-        for bad in ["", "Cell", "1cell", "cell-01", "a;drop"] {
-            assert!(check_db_name(bad).is_err(), "{bad}");
         }
     }
 }
