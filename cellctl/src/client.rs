@@ -91,7 +91,7 @@ impl CliConfig {
             dir.join(&fleet.ca_cert)
         };
         let ca_pem = std::fs::read(&ca_path).map_err(|e| config_err("cannot read", &ca_path, e))?;
-        let map_key = PublicKey::from_b64(&fleet.map_public_key)
+        let map_key = protocol::map_key::parse(&fleet.map_public_key)
             .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
         let map_path = dir.join(MAP_FILE);
         let map = match std::fs::read(&map_path) {

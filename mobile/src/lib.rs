@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use protocol::jwks::PublicKey;
 use protocol::{ContractorId, ErrorCode, Login, Password};
 
 uniffi::setup_scaffolding!("cellbind");
@@ -670,10 +669,11 @@ impl CellbindClient {
     /// Builds a client. No network, and no session yet: call `restore()` to pick up a saved one.
     #[uniffi::constructor]
     pub fn new(config: CellbindConfig) -> Result<Arc<Self>, CellbindError> {
-        let key =
-            PublicKey::from_b64(&config.map_public_key).map_err(|e| CellbindError::Config {
+        let key = protocol::map_key::parse(&config.map_public_key).map_err(|e| {
+            CellbindError::Config {
                 detail: format!("map public key: {e}"),
-            })?;
+            }
+        })?;
         let mut b =
             sdk::Client::builder(config.map, key).store(Arc::new(ForeignStore(config.store)));
         if let Some(pem) = config.extra_ca_pem {
