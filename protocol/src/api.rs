@@ -8,9 +8,13 @@
 //! | `POST /v1/sessions/renew`        | (none)             | `201` [`SignInResponse`] (bearer), [`CookieSessionResponse`] (cookie) |
 //! | `POST /v1/sessions/transfer`     | (none)             | `200` [`TransferResponse`] |
 //! | `POST /v1/sessions/rebind`       | [`RebindRequest`]  | `201` [`SignInResponse`] |
+//! | `POST /v1/sessions/transfer/status` | [`TransferStatusRequest`] | `200` [`TransferStatusResponse`] |
 //!
-//! Members a body does not declare are ignored, except in [`RebindRequest`], which refuses
-//! them; a member given twice is always refused.
+//! `transfer/status` is asked by a target cell of the ticket's source cell, through the
+//! source's public endpoint, before it rebinds ([`TRANSFER_STATUS_PATH`]).
+//!
+//! Members a body does not declare are ignored, except in [`RebindRequest`] (and so
+//! [`TransferStatusRequest`]), which refuses them; a member given twice is always refused.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +23,9 @@ use crate::ids::{
     SubjectId,
 };
 use crate::time::UnixSeconds;
+
+/// Path of the transfer status a target cell asks a ticket's source cell for.
+pub const TRANSFER_STATUS_PATH: &str = "/v1/sessions/transfer/status";
 
 /// Body of `POST /v1/sessions`: `{contractor_id, login, password, client}`. `client` may be
 /// left out and then means [`ClientKind::Field`].
@@ -92,6 +99,29 @@ pub struct RebindRequest {
     pub ticket: String,
 }
 
+/// Body of `POST /v1/sessions/transfer/status`: the ticket, as the target received it.
+pub type TransferStatusRequest = RebindRequest;
+
+/// The `200` answer of `POST /v1/sessions/transfer/status`: the source cell signed this
+/// ticket and it is valid there; `session` says whether the session it carries is still in
+/// force at the source (a sign-out or any revocation there makes it `revoked`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TransferStatusResponse {
+    pub session: TransferredSession,
+}
+
+/// Whether the session a ticket carries is still in force at its source cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TransferredSession {
+    /// Not revoked at the source: the target may rebind it.
+    Active,
+    /// Revoked at the source (signed out, or revoked by an operator): never rebound.
+    Revoked,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +154,28 @@ mod tests {
         // A member given twice is refused.
         let dup = r#"{"contractor_id":"c-acme","login":"ana","login":"bo","password":"pw"}"#;
         let e = serde_json::from_str::<SignInRequest>(dup).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
+    }
+
+    #[test]
+    fn transfer_status_round_trip() {
+        for (session, wire) in [
+            (TransferredSession::Active, "active"),
+            (TransferredSession::Revoked, "revoked"),
+        ] {
+            let a = TransferStatusResponse { session };
+            let v = serde_json::to_value(&a).unwrap();
+            assert_eq!(v, json!({ "session": wire }));
+            assert_eq!(
+                serde_json::from_value::<TransferStatusResponse>(v).unwrap(),
+                a
+            );
+        }
+        assert!(
+            serde_json::from_value::<TransferStatusResponse>(json!({"session": "maybe"})).is_err()
+        );
+        let dup = r#"{"session":"active","session":"revoked"}"#;
+        let e = serde_json::from_str::<TransferStatusResponse>(dup).unwrap_err();
         assert!(e.to_string().contains("duplicate field"), "{e}");
     }
 

@@ -1,10 +1,10 @@
-//! `POST /v1/sessions/transfer` (at the source) and `POST /v1/sessions/rebind` (at the
-//! target): HTTP in and out of `transfer`.
+//! `POST /v1/sessions/transfer` and `POST /v1/sessions/transfer/status` (at the source) and
+//! `POST /v1/sessions/rebind` (at the target): HTTP in and out of `transfer`.
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use protocol::api::RebindRequest;
+use protocol::api::{RebindRequest, TransferStatusRequest};
 
 use crate::error::Result;
 use crate::routes::extract::{JsonBody, Session};
@@ -56,4 +56,30 @@ pub(crate) async fn rebind(
 ) -> Result<Response> {
     let minted = transfer::rebind(&state, req.ticket.as_str()).await?;
     Ok(session_answer(&state, minted))
+}
+
+/// `POST /v1/sessions/transfer/status` `{ticket}` → 200 `TransferStatusResponse`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/transfer/status",
+    tag = "sessions",
+    request_body = protocol::api::RebindRequest,
+    responses(
+        (status = 200, description = "This cell signed the ticket and it is valid; `session` \
+            says whether the session it carries is still in force here (`active`) or was \
+            revoked here, by its sign-out or otherwise (`revoked`). Asked by the ticket's \
+            target cell before it rebinds.",
+            body = protocol::api::TransferStatusResponse),
+        (status = 400, description = "`INVALID_REQUEST`: the body is not `{ticket}`."),
+        (status = 403, description = "`FORBIDDEN`: not a valid ticket of this cell \
+            (`invalid_ticket`)."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
+    )
+)]
+pub(crate) async fn status(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<TransferStatusRequest>,
+) -> Result<Response> {
+    let answer = transfer::status(&state, req.ticket.as_str()).await?;
+    Ok(Json(answer).into_response())
 }
