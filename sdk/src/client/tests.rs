@@ -421,6 +421,96 @@ async fn a_refused_transfer_or_rebind_asks_for_a_new_sign_in() {
     }
 }
 
+/// ATTACKS A38: the owner refuses a rebind because the ticket's source says the session was
+/// revoked there (the user signed out): the session ends, nothing is retried elsewhere.
+#[tokio::test]
+async fn a_rebind_refused_because_the_session_ended_at_its_source_ends_the_session() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    f.cells[1].always(REBIND, Reply::error(ErrorCode::SessionRevoked));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::SessionRevoked), "{e:?}");
+    assert!(e.ends_session(), "the app is told to sign in again");
+    assert!(c.session().is_none());
+    assert!(store.load(StoreSlot::Session).unwrap().is_none());
+    assert_eq!(f.cells[1].hits(REBIND).len(), 1, "not retried");
+    assert_eq!(
+        f.cells[1].hits(ROUTES).len(),
+        0,
+        "no request went elsewhere"
+    );
+}
+
+/// ATTACKS A38: the owner cannot reach the ticket's source to confirm it (`503 NOT_READY`,
+/// nothing burned): the session is kept and the error is a retryable one; the next request
+/// transfers again and is served at the owner.
+#[tokio::test]
+async fn a_rebind_its_source_could_not_confirm_keeps_the_session_for_a_retry() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    f.cells[1].push(
+        REBIND,
+        Reply::error(ErrorCode::NotReady).header("retry-after", "1"),
+    );
+    let mut moved = f.cells[1].session_answer(NOW + 29 * DAY, "tok.re.bound");
+    moved["generation"] = 4.into();
+    f.cells[1].always(REBIND, Reply::json(201, moved));
+    f.cells[1].always(ROUTES, Reply::json(200, serde_json::json!({"jobs": []})));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    let signed_in = sign_in(&c).await.unwrap();
+
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Rejected {
+                code: ErrorCode::NotReady,
+                status: 503,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!e.ends_session());
+    assert_eq!(
+        c.session().unwrap().session_id,
+        signed_in.session_id,
+        "kept"
+    );
+    assert!(store.load(StoreSlot::Session).unwrap().is_some());
+    assert_eq!(
+        f.cells[1].hits(REBIND).len(),
+        1,
+        "a rebind is never resent by itself"
+    );
+
+    let r = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(c.session().unwrap().cell_id, f.cells[1].id);
+    let tickets: Vec<serde_json::Value> = f.cells[1]
+        .hits(REBIND)
+        .iter()
+        .map(|h| serde_json::from_slice(&h.body).unwrap())
+        .collect();
+    assert_eq!(tickets.len(), 2);
+    assert_eq!(tickets[0], tickets[1], "the same ticket, asked for again");
+}
+
 #[tokio::test]
 async fn wrong_cell_naming_an_owner_outside_the_signed_map_goes_nowhere() {
     let f = FakeFleet::start(2).await;

@@ -5,8 +5,12 @@
 //! endpoint it was named with, trades the ticket for a session at the new generation
 //! (`POST /v1/sessions/rebind`). The new session replaces the old one in the store. A refused
 //! transfer or rebind (the contractor moved again, the ticket was refused) ends the session:
-//! [`Error::SignInRequired`]. Single flight: concurrent requests that hit the same
-//! `WRONG_CELL` wait for one transfer and use its session.
+//! [`Error::SignInRequired`]. A rebind refused because the session was revoked at its source
+//! after the ticket was issued (the user signed out there, ATTACKS A38) ends it as
+//! [`Error::SessionRevoked`]. A rebind the owner could not confirm with the source (`503`,
+//! nothing burned) keeps the session and is never resent by itself: the next request transfers
+//! again, and the source answers the same ticket while it is valid. Single flight: concurrent
+//! requests that hit the same `WRONG_CELL` wait for one transfer and use its session.
 
 use http::Method;
 use protocol::api::{RebindRequest, TransferResponse};
