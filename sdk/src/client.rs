@@ -501,6 +501,7 @@ impl Client {
             login: login.clone(),
             password: password.clone(),
             client: ClientKind::Field,
+            device_token: None,
         };
         let endpoint = endpoint_of(cell)?;
         let resp = self
@@ -749,7 +750,9 @@ fn session_from(
     endpoint: Endpoint,
     contractor: &ContractorId,
 ) -> Result<Session, Error> {
-    let SignInResponse { session, issued } = answer(resp, &[200, 201], "session")?;
+    let SignInResponse {
+        session, issued, ..
+    } = answer(resp, &[200, 201], "session")?;
     if &issued.cell_id != cell {
         return Err(Error::InvalidResponse(format!(
             "asked {cell} but the session is for {}",

@@ -82,6 +82,7 @@ pub(crate) fn session_answer(state: &AppState, minted: Minted) -> Response {
     let body = SignInResponse {
         issued: issued(state, &claims),
         session: token,
+        device_token: None,
     };
     created(body, cookie)
 }
