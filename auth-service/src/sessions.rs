@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use protocol::admin::cell::UserStatus;
-use protocol::api::SignInRequest;
+use protocol::api::{DeviceToken, SignInRequest};
 use protocol::http::{Presented, Source};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
@@ -27,15 +27,26 @@ pub(crate) struct Minted {
     pub(crate) claims: SessionClaims,
     /// When it was minted (the cookie's max-age runs from here).
     pub(crate) now: UnixSeconds,
+    /// A device token for the signed-in device (sign-in and rebind of a field client).
+    pub(crate) device: Option<DeviceToken>,
 }
 
-/// The sign-in order: the client IP's bucket, ownership, the account's buckets, then one
-/// argon2id verification (against a dummy hash for an unknown user), then the session.
+/// The sign-in order: the client's bucket, ownership, the account's buckets (a known
+/// device's own when the request carries a valid device token), then one argon2id
+/// verification (against a dummy hash for an unknown user), then the session and, for a field
+/// client, a device token.
 pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
+    let device = state.throttle.known_device(
+        req.device_token.as_ref(),
+        &req.contractor_id,
+        &req.login,
+        state.now(),
+    );
     // Every refusal is logged with the client address and a reason code (never the password);
     // the three credential failures share one answer to the client.
+    let known_device = device.is_some();
     let refused = |reason: &'static str| {
-        tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, login = %req.login, reason, "sign-in refused");
+        tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, login = %req.login, known_device, reason, "sign-in refused");
     };
     if let Err(e) = state.throttle.check_ip(ip).await {
         refused("throttled");
@@ -45,7 +56,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         sign_in_generation(state, &req.contractor_id).inspect_err(|_| refused("wrong_cell"))?;
     if let Err(e) = state
         .throttle
-        .check_account(&req.contractor_id, &req.login, ip)
+        .check_account(&req.contractor_id, &req.login, ip, device)
         .await
     {
         refused("throttled");
@@ -83,11 +94,11 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
     };
     let now = state.now();
     let exp = now.saturating_add(state.config.session_lifetime_s);
-    let minted = mint(
+    let mut minted = mint(
         state,
         Grant {
             sub: user.subject,
-            ctr: req.contractor_id,
+            ctr: req.contractor_id.clone(),
             generation,
             cli: req.client,
             auth_time: now,
@@ -96,7 +107,15 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         exp,
     )
     .await?;
-    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, "signed in");
+    if req.client == ClientKind::Field {
+        minted.device = state.throttle.device_token(
+            &req.contractor_id,
+            &user.login,
+            minted.claims.auth_time,
+            now,
+        );
+    }
+    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, known_device, "signed in");
     Ok(minted)
 }
 
@@ -147,7 +166,12 @@ pub(crate) async fn mint(
         .mint(&claims)
         .map_err(|e| Error::Internal(e.to_string()))?;
     record_minted(state, signer.kid().clone(), &claims).await?;
-    Ok(Minted { token, claims, now })
+    Ok(Minted {
+        token,
+        claims,
+        now,
+        device: None,
+    })
 }
 
 /// Verifies one presented token from one source against this cell's keys and revocations:

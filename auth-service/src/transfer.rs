@@ -55,7 +55,7 @@ use protocol::ownership::OwnershipRecord;
 use protocol::token::{
     Expectations, LEEWAY_S, SessionClaims, TICKET_MAX_LIFETIME_S, TICKET_TYP, TicketClaims,
 };
-use protocol::{CellId, Endpoint, SessionId};
+use protocol::{CellId, ClientKind, Endpoint, SessionId};
 use serde::Deserialize;
 
 use crate::error::{Error, Result, TicketRefusal};
@@ -262,9 +262,10 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     let store = state.store.clone();
     let sub = t.sub.clone();
     let user = blocking(move || store.user_by_subject(&sub)).await?;
-    if !user.is_some_and(|u| u.status == UserStatus::Active && u.contractor_id == t.ctr) {
+    let Some(user) = user.filter(|u| u.status == UserStatus::Active && u.contractor_id == t.ctr)
+    else {
         return Err(Error::SessionRevoked);
-    }
+    };
     // Last before the burn, so a source that cannot answer costs the client nothing but a
     // retry with the same ticket.
     match state
@@ -293,7 +294,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     let exp = now
         .saturating_add(state.config.session_lifetime_s)
         .min(t.sexp);
-    let minted = mint(
+    let mut minted = mint(
         state,
         Grant {
             sub: t.sub,
@@ -306,6 +307,16 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
         exp,
     )
     .await?;
+    // The device's token of this cell, in the lineage of the sign-in the session came from
+    // (the source's token is not valid here: each cell keys its own).
+    if minted.claims.cli == ClientKind::Field {
+        minted.device = state.throttle.device_token(
+            &minted.claims.ctr,
+            &user.login,
+            minted.claims.auth_time,
+            now,
+        );
+    }
     tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, from = %src, "rebound a transferred session");
     Ok(minted)
 }

@@ -607,3 +607,52 @@ async fn a_sign_out_recorded_by_another_replica_of_the_source_is_seen() {
     let r = rebind(&target, &ticket).await;
     assert_eq!(r.json["error"], "SESSION_REVOKED", "{:?}", r.json);
 }
+
+/// ATTACKS A36 across a move: the rebind gives the device a token of its new cell (the old
+/// cell's is keyed with another KEK), so it is a known device there from the start.
+#[tokio::test]
+async fn a_rebind_gives_the_device_a_token_its_new_cell_knows() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let device = r.json["device_token"].as_str().unwrap().to_owned();
+    let sign_in_from = |from: &'static str, pw: &'static str, device: Option<String>| {
+        let target = target.clone();
+        async move {
+            let mut body =
+                json!({"contractor_id": CTR, "login": "ana", "password": pw, "client": "field"});
+            if let Some(d) = device {
+                body["device_token"] = d.into();
+            }
+            call_on(
+                &target,
+                Listener::Public,
+                Some(std::net::SocketAddr::new(from.parse().unwrap(), 40_000)),
+                Method::POST,
+                "/v1/sessions",
+                &[("content-type", "application/json")],
+                Body::from(body.to_string()),
+            )
+            .await
+        }
+    };
+    for a in [
+        "203.0.113.1",
+        "203.0.113.2",
+        "203.0.113.3",
+        "203.0.113.4",
+        "203.0.113.5",
+        "203.0.113.6",
+    ] {
+        for _ in 0..10 {
+            sign_in_from(a, "a-guess", None).await;
+        }
+    }
+    let r = sign_in_from("198.51.100.9", PW, None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    let r = sign_in_from("198.51.100.9", PW, Some(device)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+}
