@@ -12,4 +12,5 @@ mod lockout;
 mod process;
 mod restore;
 mod revocations;
+mod sign_in_logs;
 mod transfer;
