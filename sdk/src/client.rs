@@ -18,6 +18,7 @@ use protocol::time::{SharedClock, system_clock};
 use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
 
 use crate::Error;
+use crate::device::{self, Devices};
 use crate::observer::{Observer, RequestObserver};
 use crate::outbox::{OutboxObserver, OutboxSettings, OutboxState, QueuedWrite};
 use crate::pins;
@@ -144,6 +145,7 @@ impl ClientBuilder {
                 renew_lock: tokio::sync::Mutex::new(()),
                 renewals_wanted: AtomicUsize::new(0),
                 outbox: OutboxState::new(self.outbox),
+                devices: Devices::default(),
             }),
         })
     }
@@ -180,6 +182,8 @@ struct Inner {
     /// Requests that found their session in the renewal window (observability and tests).
     renewals_wanted: AtomicUsize,
     outbox: OutboxState,
+    /// Device tokens, per account and cell ([`crate::device`]).
+    devices: Devices,
 }
 
 /// A map refresh that took effect.
@@ -496,18 +500,27 @@ impl Client {
         login: &Login,
         password: &Password,
     ) -> Result<Session, Error> {
+        let store = self.inner.store.as_ref();
         let request = SignInRequest {
             contractor_id: contractor.clone(),
             login: login.clone(),
             password: password.clone(),
             client: ClientKind::Field,
-            device_token: None,
+            device_token: self
+                .inner
+                .devices
+                .token_for(store, &cell.id, contractor, login),
         };
         let endpoint = endpoint_of(cell)?;
         let resp = self
             .post_json(&cell.id, &endpoint, "/v1/sessions", &request, true)
             .await?;
-        session_from(&resp, &cell.id, endpoint, contractor)
+        let session = session_from(&resp, &cell.id, endpoint, contractor)?;
+        if let Some(token) = device::issued_token(&resp) {
+            let subject = &session.info.subject;
+            (self.inner.devices).signed_in(store, &cell.id, contractor, login, subject, token);
+        }
+        Ok(session)
     }
 
     /// Sends a request to the session's cell (never anywhere else): `method path` with a JSON

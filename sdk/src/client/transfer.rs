@@ -19,6 +19,7 @@ use protocol::{CellId, ErrorCode};
 
 use super::{Client, answer, endpoint_of, same_endpoint, session_from};
 use crate::Error;
+use crate::device;
 use crate::session::{Event, Session};
 
 /// Whether a refusal of the transfer or rebind means "this session cannot follow".
@@ -130,6 +131,10 @@ impl Client {
             return Err(Error::InvalidResponse(
                 "the rebound session is not a newer session of the same user".into(),
             ));
+        }
+        if let Some(token) = device::issued_token(&resp) {
+            let store = self.inner.store.as_ref();
+            (self.inner.devices).rebound(store, &owner.id, &fresh.info.subject, token);
         }
         Ok(fresh)
     }
