@@ -7,6 +7,7 @@ use protocol::{ContractorId, ErrorCode, Login, Password};
 use tokio::sync::Semaphore;
 
 use super::*;
+use crate::store::MemoryStore;
 use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually, transfer_answer};
 
 const SIGN_IN: &str = "POST /v1/sessions";
