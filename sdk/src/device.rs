@@ -24,7 +24,7 @@ use protocol::{CellId, ContractorId, Login, SubjectId};
 use crate::store::{SessionStore, StoreSlot};
 use crate::transport::Response;
 
-/// Schema version of the device blob. Bump it when [`DeviceBook`] changes shape.
+/// Schema version of the device blob (`{"schema", "devices"}`). Bump it when its shape changes.
 pub const DEVICE_SCHEMA: u32 = 1;
 /// Most accounts whose device tokens are kept (the oldest is dropped first).
 pub const MAX_DEVICE_RECORDS: usize = 16;
