@@ -39,7 +39,7 @@ fn public_routes() -> Router<AppState> {
         )
         .route("/v1/sessions/renew", post(sessions::renew))
         .route("/v1/sessions/transfer", post(transfer::transfer))
-        .route(TRANSFER_STATUS_PATH, post(transfer::status))
+        .route(TRANSFER_STATUS_PATH, post(transfer::transfer_status))
         .route("/v1/sessions/rebind", post(transfer::rebind))
         .route(JWKS_PATH, get(service::jwks))
         .route(placement::PLACEMENT_MAP_PATH, get(service::get_map))
@@ -132,7 +132,7 @@ pub fn management_router(state: AppState) -> Router {
         sessions::sign_out,
         sessions::renew,
         transfer::transfer,
-        transfer::status,
+        transfer::transfer_status,
         transfer::rebind,
     ),
     modifiers(&SecuritySchemes)

@@ -43,11 +43,18 @@ pub(crate) async fn transfer(State(state): State<AppState>, session: Session) ->
     responses(
         (status = 201, description = "A session of this cell.", body = protocol::api::SignInResponse),
         (status = 400, description = "`INVALID_REQUEST`: the body is not a rebind request."),
+        (status = 401, description = "`SESSION_REVOKED`: the session the ticket carries was \
+            revoked, here or at its source cell (a sign-out there included), or its user is \
+            disabled: sign in again."),
         (status = 403, description = "`FORBIDDEN`: the ticket is not valid here (expired, \
-            replayed, for another cell or generation)."),
+            replayed, for another cell or generation), or its source cell does not vouch \
+            for it."),
         (status = 409, description = "`WRONG_CELL`: the contractor is not placed here; \
             `HANDOFF_IN_PROGRESS`: it is still moving."),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit."),
+        (status = 503, description = "`NOT_READY`: the ticket's source cell could not be asked \
+            whether the session was revoked there; nothing was used: retry with the same \
+            ticket (`Retry-After`).")
     )
 )]
 pub(crate) async fn rebind(
@@ -76,7 +83,7 @@ pub(crate) async fn rebind(
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
     )
 )]
-pub(crate) async fn status(
+pub(crate) async fn transfer_status(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<TransferStatusRequest>,
 ) -> Result<Response> {
