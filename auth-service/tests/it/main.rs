@@ -12,5 +12,4 @@ mod lockout;
 mod process;
 mod restore;
 mod revocations;
-mod sign_in_logs;
 mod transfer;
