@@ -7,28 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use cellbind_tests::{TestFleet, route_load, session_for};
+use cellbind_tests::{TestFleet, post_json, route_load, session_for};
 use cellctl::migrate::{MigrateOptions, migrate};
 use protocol::{CellId, Login, Password};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Bound of each migration step.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
-
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    token: Option<&str>,
-    body: Value,
-) -> (u16, Value) {
-    let mut req = client.post(url).json(&body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let r = req.send().await.unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_the_target() {
@@ -87,7 +72,7 @@ async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_th
     let transfer_url = format!("{source_ep}/v1/sessions/transfer");
     let mut tickets = Vec::new();
     for s in [&signed_out, &kept] {
-        let (st, v) = post(&t.client, &transfer_url, Some(&s.token), json!({})).await;
+        let (st, v) = post_json(&t.client, &transfer_url, Some(&s.token), json!({})).await;
         assert_eq!(st, 200, "{v}");
         tickets.push(v["ticket"].as_str().unwrap().to_owned());
     }
@@ -103,7 +88,7 @@ async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_th
     // The signed-out session's ticket is refused at the target, and stays refused.
     let rebind_url = format!("{target_ep}/v1/sessions/rebind");
     let started = Instant::now();
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
@@ -121,7 +106,7 @@ async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_th
         "{v}"
     );
     assert!(v["session"].is_null(), "nothing minted");
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
@@ -132,7 +117,7 @@ async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_th
 
     // The normal path: the session still signed in rebinds once and is served at the target.
     let started = Instant::now();
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
@@ -144,7 +129,7 @@ async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_th
     println!("A38: rebind of the signed-in session's ticket: {st} ({took:?})");
     let moved = v["session"].as_str().unwrap().to_owned();
     assert_eq!(route_load(&t.client, &target_ep, &moved).await, 200);
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
