@@ -11,7 +11,7 @@
 //!   sessions, transfer, migration, users, feed, map, ownership, revocations,
 //!   keys/lifecycle                 the domain: what each request means
 //!   state.rs, batch.rs             the in-memory mirror and the one commit path
-//!   keys/{ring,kek}, peers, instances, throttle, passwords, metrics, tls
+//!   keys/{ring,kek}, peers, instances, throttle, devices, passwords, metrics, tls
 //!   store/ (trait + records) → store/sqlite*    durable storage
 //!   config.rs, error.rs
 //! ```
@@ -34,6 +34,7 @@ mod backup;
 mod batch;
 pub mod config;
 mod coordination;
+mod devices;
 pub mod error;
 mod feed;
 mod instances;

@@ -1,15 +1,23 @@
-//! The JWKS of peer cells, used for transfer tickets only. Fetched from
-//! `{peer endpoint}/.well-known/jwks.json` over TLS (the configured CA), cached per peer, and
-//! refetched on an unknown kid through a `runtime::refetch::RefetchGate` per peer: one fetch
-//! at a time, at most once per [`PEER_JWKS_COOLDOWN_S`] (ATTACKS A4).
+//! What a cell asks its peer cells, for transfer tickets only, over TLS (the configured CA)
+//! through each peer's public endpoint as the signed map names it:
+//!
+//! - their JWKS, `{peer endpoint}/.well-known/jwks.json`, cached per peer and refetched on an
+//!   unknown kid through a `runtime::refetch::RefetchGate` per peer: one fetch at a time, at
+//!   most once per [`PEER_JWKS_COOLDOWN_S`] (ATTACKS A4);
+//! - a ticket's status at its source, `POST {source endpoint}/v1/sessions/transfer/status`,
+//!   asked at every rebind and never cached (ATTACKS A38): the source's answer, or
+//!   `NOT_READY` when it gives none.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use protocol::api::{
+    TRANSFER_STATUS_PATH, TransferStatusRequest, TransferStatusResponse, TransferredSession,
+};
 use protocol::jwks::KeySet;
-use protocol::{CellId, Endpoint, Kid};
+use protocol::{CellId, Endpoint, ErrorBody, ErrorCode, Kid};
 use runtime::refetch::RefetchGate;
 
 use crate::error::{Error, Result, TicketRefusal};
@@ -23,6 +31,10 @@ pub(crate) const PEER_JWKS_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const MAX_PEER_JWKS_BYTES: usize = 64 * 1024;
 /// Path of a cell's JWKS.
 pub(crate) const JWKS_PATH: &str = "/.well-known/jwks.json";
+/// Timeout of one transfer status request to a ticket's source cell.
+pub(crate) const PEER_STATUS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest transfer status answer read, in bytes.
+pub(crate) const MAX_PEER_STATUS_BYTES: usize = 4 * 1024;
 
 /// The peer key cache.
 #[derive(Debug, Default)]
@@ -115,6 +127,74 @@ impl PeerKeys {
             .filter(|p| &p.endpoint == endpoint)
             .and_then(|p| p.keys.clone());
         held.ok_or_else(|| TicketRefusal::UnknownSource.with(format!("no keys of {cell} yet")))
+    }
+
+    /// Asks `source` (at `endpoint`) about `ticket`: `Active` or `Revoked` as it answers; a
+    /// `403` (the source does not vouch for the ticket) is `invalid_ticket`; no answer, or any
+    /// other one, is `NOT_READY` (retryable: nothing was decided).
+    pub(crate) async fn transfer_status(
+        &self,
+        client: Option<&reqwest::Client>,
+        source: &CellId,
+        endpoint: &Endpoint,
+        ticket: &str,
+    ) -> Result<TransferredSession> {
+        match ask_status(client, endpoint, ticket).await {
+            Ok(Asked::Answered(s)) => Ok(s),
+            Ok(Asked::Refused(message)) => {
+                tracing::warn!(peer = %source, %message, "the ticket's source refused it");
+                Err(TicketRefusal::InvalidTicket
+                    .with("the ticket's source cell does not vouch for it"))
+            }
+            Err(why) => {
+                tracing::warn!(peer = %source, error = %why, "the ticket's source cell did not confirm it");
+                Err(Error::NotReady(
+                    "the ticket's source cell could not confirm it; retry",
+                ))
+            }
+        }
+    }
+}
+
+/// What a ticket's source said.
+enum Asked {
+    Answered(TransferredSession),
+    /// `403 FORBIDDEN`, with the source's message.
+    Refused(String),
+}
+
+async fn ask_status(
+    client: Option<&reqwest::Client>,
+    endpoint: &Endpoint,
+    ticket: &str,
+) -> std::result::Result<Asked, String> {
+    let client = client.ok_or("no TLS client for peer cells (ca_cert)")?;
+    let body = TransferStatusRequest {
+        ticket: ticket.to_owned(),
+    };
+    let resp = client
+        .post(endpoint.join(TRANSFER_STATUS_PATH))
+        .json(&body)
+        .timeout(PEER_STATUS_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = resp.status();
+    let body = read_capped(resp, MAX_PEER_STATUS_BYTES)
+        .await
+        .map_err(|e| match e {
+            ReadError::Read(e) => format!("answer: {e}"),
+            ReadError::TooLarge => "the answer is too large".to_owned(),
+        })?;
+    match status {
+        StatusCode::OK => serde_json::from_slice::<TransferStatusResponse>(&body)
+            .map(|a| Asked::Answered(a.session))
+            .map_err(|e| format!("answer is not a transfer status: {e}")),
+        StatusCode::FORBIDDEN => match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(b) if b.error == ErrorCode::Forbidden => Ok(Asked::Refused(b.message)),
+            _ => Err("HTTP 403 without a FORBIDDEN body".to_owned()),
+        },
+        other => Err(format!("HTTP {other}")),
     }
 }
 

@@ -16,6 +16,9 @@ use ring::hmac;
 
 use crate::keys::kek::Kek;
 
+/// The label of the seal key among the keys derived from the key-encryption key.
+const SEAL_KEY_LABEL: &[u8] = b"revocation-seal-v1";
+
 /// Seals and checks the revocations of one cell.
 #[derive(Clone)]
 pub(crate) struct Sealer {
@@ -35,7 +38,7 @@ impl Sealer {
     /// The sealer of `cell`, keyed from its key-encryption key.
     pub(crate) fn new(kek: &Kek, cell: &CellId) -> Sealer {
         Sealer {
-            key: kek.revocation_seal_key().clone(),
+            key: kek.derive_mac_key(SEAL_KEY_LABEL),
             cell: cell.clone(),
         }
     }

@@ -1,24 +1,73 @@
 //! Sessions: sign-in (throttles, ownership, argon2id), minting, verifying a presented
 //! session, renewal and sign-out. HTTP shapes (bodies, cookies, status codes) are the route
 //! handlers'; this module answers minted sessions and verdicts.
+//!
+//! A refused sign-in is logged with the client address, the contractor and a reason code;
+//! its login only as a [`LoginTag`] (a login field may hold a password typed into the wrong
+//! box), its password never.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use protocol::admin::cell::UserStatus;
-use protocol::api::SignInRequest;
+use protocol::api::{DeviceToken, SignInRequest};
 use protocol::http::{Presented, Source};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::token::{
     DEFAULT_ABSOLUTE_LIFETIME_S, Expectations, LEEWAY_S, SessionClaims, Verified,
 };
-use protocol::{ClientKind, ContractorId, Generation, SessionId, SessionToken, SubjectId};
+use protocol::{ClientKind, ContractorId, Generation, Login, SessionId, SessionToken, SubjectId};
+use ring::hmac;
 
 use crate::error::{Error, Result};
 use crate::keys::kek::random;
 use crate::ownership::{check_renewal, sign_in_generation};
 use crate::revocations::{issue_time, record_minted};
 use crate::state::{AppState, blocking};
+
+/// Bytes of the keyed hash a [`LoginTag`] shows.
+const LOGIN_TAG_BYTES: usize = 8;
+
+/// How a login appears in the log of a refused sign-in: never verbatim, but a keyed hash of
+/// it (HMAC-SHA256 under a random key of this process, truncated to [`LOGIN_TAG_BYTES`]), so
+/// the lines of one login correlate within a process and nothing outside it can test a guess
+/// against them, and its length. Shown as `<hex>/<length>`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoginTag {
+    /// `None` only if the process could not draw its key (then only the length is shown).
+    hash: Option<[u8; LOGIN_TAG_BYTES]>,
+    len: usize,
+}
+
+impl LoginTag {
+    pub(crate) fn of(login: &Login) -> LoginTag {
+        static KEY: OnceLock<Option<hmac::Key>> = OnceLock::new();
+        let key = KEY.get_or_init(|| {
+            hmac::Key::generate(hmac::HMAC_SHA256, &ring::rand::SystemRandom::new()).ok()
+        });
+        let hash = key.as_ref().map(|k| {
+            let tag = hmac::sign(k, login.as_str().as_bytes());
+            let mut out = [0u8; LOGIN_TAG_BYTES];
+            out.copy_from_slice(&tag.as_ref()[..LOGIN_TAG_BYTES]);
+            out
+        });
+        LoginTag {
+            hash,
+            len: login.as_str().len(),
+        }
+    }
+}
+
+impl std::fmt::Display for LoginTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.hash {
+            Some(h) => h.iter().try_for_each(|b| write!(f, "{b:02x}"))?,
+            None => f.write_str("-")?,
+        }
+        write!(f, "/{}", self.len)
+    }
+}
 
 /// A session just minted (and recorded).
 #[derive(Debug)]
@@ -27,15 +76,28 @@ pub(crate) struct Minted {
     pub(crate) claims: SessionClaims,
     /// When it was minted (the cookie's max-age runs from here).
     pub(crate) now: UnixSeconds,
+    /// A device token for the signed-in device (sign-in and rebind of a field client).
+    pub(crate) device: Option<DeviceToken>,
 }
 
-/// The sign-in order: the client IP's bucket, ownership, the account's buckets, then one
-/// argon2id verification (against a dummy hash for an unknown user), then the session.
+/// The sign-in order: the client's bucket, ownership, the account's buckets (a known
+/// device's own when the request carries a valid device token), then one argon2id
+/// verification (against a dummy hash for an unknown user), then the session and, for a field
+/// client, a device token.
 pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
-    // Every refusal is logged with the client address and a reason code (never the password);
-    // the three credential failures share one answer to the client.
+    let device = state.throttle.known_device(
+        req.device_token.as_ref(),
+        &req.contractor_id,
+        &req.login,
+        state.now(),
+    );
+    // Every refusal is logged with the client address and a reason code (the login only as
+    // its tag, never the password); the three credential failures share one answer to the
+    // client.
+    let login = LoginTag::of(&req.login);
+    let known_device = device.is_some();
     let refused = |reason: &'static str| {
-        tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, login = %req.login, reason, "sign-in refused");
+        tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, %login, known_device, reason, "sign-in refused");
     };
     if let Err(e) = state.throttle.check_ip(ip).await {
         refused("throttled");
@@ -45,7 +107,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         sign_in_generation(state, &req.contractor_id).inspect_err(|_| refused("wrong_cell"))?;
     if let Err(e) = state
         .throttle
-        .check_account(&req.contractor_id, &req.login, ip)
+        .check_account(&req.contractor_id, &req.login, ip, device)
         .await
     {
         refused("throttled");
@@ -83,11 +145,11 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
     };
     let now = state.now();
     let exp = now.saturating_add(state.config.session_lifetime_s);
-    let minted = mint(
+    let mut minted = mint(
         state,
         Grant {
             sub: user.subject,
-            ctr: req.contractor_id,
+            ctr: req.contractor_id.clone(),
             generation,
             cli: req.client,
             auth_time: now,
@@ -96,7 +158,15 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         exp,
     )
     .await?;
-    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, "signed in");
+    if req.client == ClientKind::Field {
+        minted.device = state.throttle.device_token(
+            &req.contractor_id,
+            &user.login,
+            minted.claims.auth_time,
+            now,
+        );
+    }
+    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, known_device, "signed in");
     Ok(minted)
 }
 
@@ -147,7 +217,12 @@ pub(crate) async fn mint(
         .mint(&claims)
         .map_err(|e| Error::Internal(e.to_string()))?;
     record_minted(state, signer.kid().clone(), &claims).await?;
-    Ok(Minted { token, claims, now })
+    Ok(Minted {
+        token,
+        claims,
+        now,
+        device: None,
+    })
 }
 
 /// Verifies one presented token from one source against this cell's keys and revocations:

@@ -214,7 +214,7 @@ impl AppState {
         let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
         let users = loaded.users;
         AppState(Arc::new(Shared {
-            throttle: Throttle::new(&config, parts.coordination.clone()),
+            throttle: Throttle::new(&config, parts.coordination.clone(), &parts.kek),
             clock: parts.clock,
             store: parts.store,
             replica: config.replica(),

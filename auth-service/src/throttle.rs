@@ -1,18 +1,34 @@
 //! Sign-in throttles (governor), built so that a third party cannot turn them into a lockout
-//! of the account's owner (ATTACKS A31, OWASP ASVS V6):
+//! of the account's owner (ATTACKS A31, A36, OWASP ASVS V6):
 //!
 //! ```text
-//!   attempt ──▶ client IP bucket ──▶ (account, client IP) bucket ──▶ account ceiling ──▶ password
-//!               every attempt         10 burst, 10/min by default     50 burst, 50/h
+//!   attempt ──▶ client bucket ──┬─ valid device token ──▶ (account, device) bucket ────────────▶ password
+//!               every attempt   │                          10 burst, 10/h by default
+//!                               └─ otherwise ──▶ (account, client) bucket ──▶ account ceiling ──▶ password
+//!                                                10 burst, 10/min by default  50 burst, 50/h
 //! ```
 //!
-//! - The per-IP bucket bounds what one address can try across all accounts.
-//! - The per-(account, IP) bucket is the one an attacker at one address exhausts: the owner at
-//!   another address has a bucket of their own and still signs in.
-//! - The per-account ceiling bounds guesses on one account from all addresses together (ASVS:
+//! - A client is its address as `protocol::http::client_key` counts it: an IPv4 address, or
+//!   an IPv6 client by its /64 (one subscriber's prefix), so rotating through the addresses
+//!   of a /64 does not make a new client (ATTACKS A36).
+//! - The per-client bucket bounds what one client can try across all accounts.
+//! - The per-(account, client) bucket is the one an attacker at one address exhausts: the owner
+//!   at another address has a bucket of their own and still signs in.
+//! - The per-account ceiling bounds guesses on one account from all clients together (ASVS:
 //!   at most 100 attempts on one account in any hour, burst + hourly rate). It is only reached
 //!   by attempts the first two buckets let through, so one address hammering an account does
-//!   not drain it.
+//!   not drain it. A few addresses together do drain it, which would lock the owner out too —
+//!   except on a device that signed in before:
+//! - A device token (`devices`), given by an earlier sign-in of this account at this cell,
+//!   puts the attempt in a bucket of that device's own instead of the (account, client) bucket
+//!   and the ceiling, so nobody else's failures can reach it. Every token descended from one
+//!   password sign-in shares one bucket (it is keyed by that sign-in's time), so a new device
+//!   bucket costs a correct password; the bucket is slow (an hourly rate), so a stolen token
+//!   buys a thief few guesses. A token that does not verify counts as none.
+//! - Accounts are named in bucket keys by a keyed hash of (contractor, login), never by the
+//!   login itself (a login field may hold a password typed into the wrong box, and with
+//!   PostgreSQL the keys are stored). The key is derived from the cell's KEK, so every replica
+//!   names an account alike.
 //!
 //! The client IP is the socket peer, or the edge's `X-Cellbind-Client-Ip` from an
 //! authenticated edge only (`routes::extract::client_ip`).
@@ -27,12 +43,37 @@ use std::num::NonZeroU32;
 
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use protocol::api::DeviceToken;
+use protocol::http::client_key;
+use protocol::time::UnixSeconds;
 use protocol::{ContractorId, Login};
+use ring::hmac;
 
 use crate::config::Config;
 use crate::coordination::Coordination;
+use crate::devices::{Device, DeviceTokens};
 use crate::error::{Error, Result};
+use crate::keys::kek::Kek;
 use crate::store::postgres::PgCoordination;
+
+/// Attempts a known device may make at once (its bucket's burst).
+pub(crate) const DEVICE_BURST: u32 = 10;
+/// Attempts a known device gets back per hour.
+pub(crate) const DEVICE_PER_HOUR: u32 = 10;
+/// Label of the account-naming key derived from the KEK.
+const ACCOUNT_KEY_LABEL: &[u8] = b"throttle-account";
+/// Bytes of an account's name in bucket keys (a truncated HMAC-SHA256).
+const ACCOUNT_KEY_BYTES: usize = 16;
+
+/// An account as the buckets name it: a keyed hash of (contractor, login).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct AccountKey([u8; ACCOUNT_KEY_BYTES]);
+
+impl std::fmt::Display for AccountKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
 
 /// One bucket's shape for the shared table: capacity and the time one token takes to come
 /// back, in milliseconds.
@@ -51,14 +92,35 @@ impl Shape {
     }
 }
 
+/// The shapes of the four buckets (for the shared table).
+#[derive(Debug, Clone, Copy)]
+struct Shapes {
+    client: Shape,
+    account_client: Shape,
+    account: Shape,
+    device: Shape,
+}
+
 /// The sign-in throttles.
-#[derive(Debug)]
 pub(crate) struct Throttle {
-    ip: DefaultKeyedRateLimiter<IpAddr>,
-    account_ip: DefaultKeyedRateLimiter<(ContractorId, Login, IpAddr)>,
-    account: DefaultKeyedRateLimiter<(ContractorId, Login)>,
-    shapes: [Shape; 3],
+    client: DefaultKeyedRateLimiter<IpAddr>,
+    account_client: DefaultKeyedRateLimiter<(AccountKey, IpAddr)>,
+    account: DefaultKeyedRateLimiter<AccountKey>,
+    device: DefaultKeyedRateLimiter<(AccountKey, UnixSeconds)>,
+    shapes: Shapes,
     coordination: Coordination,
+    /// Names accounts in bucket keys.
+    accounts: hmac::Key,
+    devices: DeviceTokens,
+}
+
+impl std::fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("shapes", &self.shapes)
+            .field("devices", &self.devices)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Milliseconds since the unix epoch (the shared buckets' clock).
@@ -82,43 +144,85 @@ fn refuse(not_until: governor::NotUntil<governor::clock::QuantaInstant>) -> Erro
 }
 
 impl Throttle {
-    pub(crate) fn new(config: &Config, coordination: Coordination) -> Throttle {
+    /// The throttles of the configured shapes; account names and device tokens keyed from the
+    /// cell's KEK.
+    pub(crate) fn new(config: &Config, coordination: Coordination, kek: &Kek) -> Throttle {
         const MINUTE_MS: u64 = 60_000;
         const HOUR_MS: u64 = 3_600_000;
-        let shapes = [
-            Shape::new(
+        let shapes = Shapes {
+            client: Shape::new(
                 config.signin_ip_burst,
                 config.signin_ip_per_minute,
                 MINUTE_MS,
             ),
-            Shape::new(
+            account_client: Shape::new(
                 config.signin_account_ip_burst,
                 config.signin_account_ip_per_minute,
                 MINUTE_MS,
             ),
-            Shape::new(
+            account: Shape::new(
                 config.signin_account_burst,
                 config.signin_account_per_hour,
                 HOUR_MS,
             ),
-        ];
+            device: Shape::new(DEVICE_BURST, DEVICE_PER_HOUR, HOUR_MS),
+        };
         let per_minute = |rate, burst| Quota::per_minute(nonzero(rate)).allow_burst(nonzero(burst));
+        let per_hour = |rate, burst| Quota::per_hour(nonzero(rate)).allow_burst(nonzero(burst));
         Throttle {
-            ip: RateLimiter::keyed(per_minute(
+            client: RateLimiter::keyed(per_minute(
                 config.signin_ip_per_minute,
                 config.signin_ip_burst,
             )),
-            account_ip: RateLimiter::keyed(per_minute(
+            account_client: RateLimiter::keyed(per_minute(
                 config.signin_account_ip_per_minute,
                 config.signin_account_ip_burst,
             )),
-            account: RateLimiter::keyed(
-                Quota::per_hour(nonzero(config.signin_account_per_hour))
-                    .allow_burst(nonzero(config.signin_account_burst)),
-            ),
+            account: RateLimiter::keyed(per_hour(
+                config.signin_account_per_hour,
+                config.signin_account_burst,
+            )),
+            device: RateLimiter::keyed(per_hour(DEVICE_PER_HOUR, DEVICE_BURST)),
             shapes,
             coordination,
+            accounts: kek.derive_mac_key(ACCOUNT_KEY_LABEL),
+            devices: DeviceTokens::new(kek, config.cell_id.clone()),
         }
+    }
+
+    /// The account's name in bucket keys.
+    fn account_key(&self, contractor: &ContractorId, login: &Login) -> AccountKey {
+        let mut msg = Vec::with_capacity(16 + contractor.as_str().len() + login.as_str().len());
+        for text in [contractor.as_str(), login.as_str()] {
+            msg.extend_from_slice(&(text.len() as u64).to_be_bytes());
+            msg.extend_from_slice(text.as_bytes());
+        }
+        let tag = hmac::sign(&self.accounts, &msg);
+        let mut key = [0u8; ACCOUNT_KEY_BYTES];
+        key.copy_from_slice(&tag.as_ref()[..ACCOUNT_KEY_BYTES]);
+        AccountKey(key)
+    }
+
+    /// The device a sign-in's device token proves for this account, if it proves one.
+    pub(crate) fn known_device(
+        &self,
+        token: Option<&DeviceToken>,
+        contractor: &ContractorId,
+        login: &Login,
+        now: UnixSeconds,
+    ) -> Option<Device> {
+        token.and_then(|t| self.devices.verify(t, contractor, login, now))
+    }
+
+    /// A device token for this account, descending from the sign-in at `lineage`.
+    pub(crate) fn device_token(
+        &self,
+        contractor: &ContractorId,
+        login: &Login,
+        lineage: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Option<DeviceToken> {
+        self.devices.issue(contractor, login, lineage, now)
     }
 
     /// Takes one token from a shared bucket.
@@ -134,35 +238,45 @@ impl Throttle {
         }
     }
 
-    /// Takes one attempt from the client IP's bucket.
+    /// Takes one attempt from the client's bucket (an IPv6 client by its /64).
     pub(crate) async fn check_ip(&self, ip: IpAddr) -> Result<()> {
+        let client = client_key(ip);
         if let Some(shared) = self.coordination.shared() {
-            return Self::take(shared, format!("ip/{ip}"), self.shapes[0]).await;
+            return Self::take(shared, format!("ip/{client}"), self.shapes.client).await;
         }
-        self.ip.check_key(&ip).map_err(refuse)
+        self.client.check_key(&client).map_err(refuse)
     }
 
-    /// Takes one attempt from the (account, client IP) bucket, then, only when that one let it
-    /// through, one from the account's ceiling.
+    /// Takes one attempt from the account's buckets: from the known `device`'s own bucket
+    /// when there is one; otherwise from the (account, client) bucket, then, only when that
+    /// one let it through, from the account's ceiling.
     pub(crate) async fn check_account(
         &self,
         contractor: &ContractorId,
         login: &Login,
         ip: IpAddr,
+        device: Option<Device>,
     ) -> Result<()> {
+        let account = self.account_key(contractor, login);
+        let client = client_key(ip);
         if let Some(shared) = self.coordination.shared() {
-            // Neither an IP nor a contractor id holds a `/` and the login comes last, so two
-            // different buckets never share a key.
-            let account = format!("{contractor}/{login}");
-            Self::take(shared, format!("account-ip/{ip}/{account}"), self.shapes[1]).await?;
-            return Self::take(shared, format!("account/{account}"), self.shapes[2]).await;
+            // Neither an address, an account key (hex) nor a number holds a `/`, and every
+            // kind has its own prefix, so two different buckets never share a key.
+            if let Some(d) = device {
+                let key = format!("device/{account}/{}", d.lineage);
+                return Self::take(shared, key, self.shapes.device).await;
+            }
+            let key = format!("account-ip/{client}/{account}");
+            Self::take(shared, key, self.shapes.account_client).await?;
+            return Self::take(shared, format!("account/{account}"), self.shapes.account).await;
         }
-        self.account_ip
-            .check_key(&(contractor.clone(), login.clone(), ip))
+        if let Some(d) = device {
+            return self.device.check_key(&(account, d.lineage)).map_err(refuse);
+        }
+        self.account_client
+            .check_key(&(account, client))
             .map_err(refuse)?;
-        self.account
-            .check_key(&(contractor.clone(), login.clone()))
-            .map_err(refuse)
+        self.account.check_key(&account).map_err(refuse)
     }
 
     /// Forgets buckets that are full again (bounds memory; with shared buckets, the table).
@@ -172,11 +286,13 @@ impl Throttle {
         {
             tracing::warn!(error = %e, "could not drop full sign-in throttle buckets");
         }
-        self.ip.retain_recent();
-        self.account_ip.retain_recent();
+        self.client.retain_recent();
+        self.account_client.retain_recent();
         self.account.retain_recent();
-        self.ip.shrink_to_fit();
-        self.account_ip.shrink_to_fit();
+        self.device.retain_recent();
+        self.client.shrink_to_fit();
+        self.account_client.shrink_to_fit();
         self.account.shrink_to_fit();
+        self.device.shrink_to_fit();
     }
 }

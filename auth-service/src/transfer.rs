@@ -14,13 +14,29 @@
 //!  ◀── 200 {ticket, target_cell, target_endpoint}
 //!  ── POST /v1/sessions/rebind {ticket} ───────────────────────────▶ S's keys (peer JWKS cache,
 //!                                                                    S's endpoint from the map)
+//!                                                                    not revoked here?
 //!                                                                    record == active(g')?
+//!                                    ◀── POST /v1/sessions/transfer/status {ticket} ──
+//!                                    its own valid ticket? session
+//!                                    revoked here (sign-out…)?
+//!                                    ── 200 {session: active|revoked} ──▶ revoked: 401
+//!                                                                    SESSION_REVOKED; no answer:
+//!                                                                    503 NOT_READY (retry)
 //!                                                                    burn ticket jti and sid
 //!                                                                      (one transaction)
 //!                                                                    mint session at g',
 //!                                                                    exp = min(now+life, sexp)
 //!  ◀── 201 as sign-in ─────────────────────────────────────────────
 //! ```
+//!
+//! The source is asked at every rebind (ATTACKS A38), through its public endpoint (the edge
+//! forwards `transfer/status` like the other session routes), so a sign-out at the source —
+//! or any revocation recorded there — after the ticket was issued still stops the rebind,
+//! although only an operator's `cellctl revoke` fans a revocation out to other cells. A
+//! source that does not answer stops the rebind too, with a retryable `503 NOT_READY` and
+//! nothing burned: a correctness check that cannot be made is an availability error, never a
+//! silent pass. What remains is the round trip itself: a sign-out the source records after
+//! it answered `active` cannot reach the session just minted at the target.
 //!
 //! A session id is transferred at most once (ATTACKS A28): the source issues one ticket per
 //! session (a repeated transfer, e.g. after an answer lost on a phone network, gets the same
@@ -33,13 +49,13 @@
 
 use base64::Engine as _;
 use protocol::admin::cell::UserStatus;
-use protocol::api::TransferResponse;
+use protocol::api::{TransferResponse, TransferStatusResponse, TransferredSession};
 use protocol::http::Source;
 use protocol::ownership::OwnershipRecord;
 use protocol::token::{
     Expectations, LEEWAY_S, SessionClaims, TICKET_MAX_LIFETIME_S, TICKET_TYP, TicketClaims,
 };
-use protocol::{CellId, Endpoint, SessionId};
+use protocol::{CellId, ClientKind, Endpoint, SessionId};
 use serde::Deserialize;
 
 use crate::error::{Error, Result, TicketRefusal};
@@ -126,20 +142,72 @@ pub(crate) async fn transfer(
     })
 }
 
-/// The `src` of a ticket read before verification, only to choose whose keys verify it.
+/// The `src` and `aud` of a ticket read before verification, only to choose whose keys
+/// verify it (at the target) and which audience to expect (at the source).
 #[derive(Deserialize)]
-struct TicketSource {
+struct TicketRoute {
     src: CellId,
+    aud: CellId,
 }
 
-fn peek_source(ticket: &str) -> Option<CellId> {
+fn peek_route(ticket: &str) -> Option<TicketRoute> {
     let payload = ticket.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)
         .ok()?;
-    serde_json::from_slice::<TicketSource>(&bytes)
-        .ok()
-        .map(|s| s.src)
+    serde_json::from_slice::<TicketRoute>(&bytes).ok()
+}
+
+/// At the source, asked by a ticket's target before it rebinds: whether `ticket` is a valid
+/// ticket this cell signed, and whether the session it carries is still in force here. Every
+/// revocation kind counts (the session's own, its subject's, contractor's or cell's, and a
+/// revoked key that signed the session); a ticket that is not this cell's valid ticket is
+/// refused as `invalid_ticket` (its key revoked since included).
+pub(crate) async fn status(state: &AppState, ticket: &str) -> Result<TransferStatusResponse> {
+    let invalid = |e: protocol::token::TokenError| TicketRefusal::InvalidTicket.with(e.to_string());
+    let route = peek_route(ticket)
+        .ok_or_else(|| TicketRefusal::InvalidTicket.with("the ticket names no cells"))?;
+    if route.src != state.config.cell_id {
+        return Err(TicketRefusal::InvalidTicket.with("not a ticket of this cell"));
+    }
+    let expect = Expectations {
+        issuer: state.config.issuer.as_str(),
+        audience: &route.aud,
+        max_lifetime_s: TICKET_MAX_LIFETIME_S,
+        leeway_s: LEEWAY_S,
+    };
+    let now = state.now();
+    let verified = {
+        let inner = state.read();
+        protocol::token::verify::<TicketClaims>(
+            ticket,
+            inner.ring.key_set(),
+            &expect,
+            now,
+            MAX_TICKET_BYTES,
+        )
+    };
+    let t = verified.map_err(invalid)?.claims;
+    // Another replica may have recorded the sign-out: read the store's latest first.
+    state.catch_up().await?;
+    let store = state.store.clone();
+    let sid = t.sid.clone();
+    let recorded = blocking(move || store.session(&sid)).await?;
+    let revoked = {
+        let inner = state.read();
+        ticket_revoked(&inner, &t)
+            || recorded.is_some_and(|m| {
+                let claims = m.claims(state.config.issuer.as_str(), &state.config.cell_id);
+                inner.revoked.is_revoked(&claims, &m.kid)
+            })
+    };
+    let session = if revoked {
+        TransferredSession::Revoked
+    } else {
+        TransferredSession::Active
+    };
+    tracing::info!(ctr = %t.ctr, target = %t.aud, ?session, "answered a transfer status");
+    Ok(TransferStatusResponse { session })
 }
 
 /// At the target: a session at the new generation for a valid, unused ticket whose session
@@ -147,7 +215,8 @@ fn peek_source(ticket: &str) -> Option<CellId> {
 pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     let invalid = |e: protocol::token::TokenError| TicketRefusal::InvalidTicket.with(e.to_string());
     let parsed = protocol::token::parse(ticket, TICKET_TYP, MAX_TICKET_BYTES).map_err(invalid)?;
-    let src = peek_source(ticket)
+    let src = peek_route(ticket)
+        .map(|r| r.src)
         .ok_or_else(|| TicketRefusal::InvalidTicket.with("the ticket names no source cell"))?;
     if src == state.config.cell_id {
         return Err(TicketRefusal::InvalidTicket.with("a ticket is never for its own source"));
@@ -193,8 +262,22 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     let store = state.store.clone();
     let sub = t.sub.clone();
     let user = blocking(move || store.user_by_subject(&sub)).await?;
-    if !user.is_some_and(|u| u.status == UserStatus::Active && u.contractor_id == t.ctr) {
+    let Some(user) = user.filter(|u| u.status == UserStatus::Active && u.contractor_id == t.ctr)
+    else {
         return Err(Error::SessionRevoked);
+    };
+    // Last before the burn, so a source that cannot answer costs the client nothing but a
+    // retry with the same ticket.
+    match state
+        .peers
+        .transfer_status(state.http.as_ref(), &src, &endpoint, ticket)
+        .await?
+    {
+        TransferredSession::Active => {}
+        TransferredSession::Revoked => {
+            tracing::warn!(sub = %t.sub, ctr = %t.ctr, from = %src, "refused a rebind: the session was revoked at its source");
+            return Err(Error::SessionRevoked);
+        }
     }
     let store = state.store.clone();
     let burn = TicketBurn {
@@ -211,7 +294,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     let exp = now
         .saturating_add(state.config.session_lifetime_s)
         .min(t.sexp);
-    let minted = mint(
+    let mut minted = mint(
         state,
         Grant {
             sub: t.sub,
@@ -224,6 +307,16 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
         exp,
     )
     .await?;
+    // The device's token of this cell, in the lineage of the sign-in the session came from
+    // (the source's token is not valid here: each cell keys its own).
+    if minted.claims.cli == ClientKind::Field {
+        minted.device = state.throttle.device_token(
+            &minted.claims.ctr,
+            &user.login,
+            minted.claims.auth_time,
+            now,
+        );
+    }
     tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, from = %src, "rebound a transferred session");
     Ok(minted)
 }

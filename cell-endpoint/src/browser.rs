@@ -272,6 +272,7 @@ mod tests {
             "/v1/sessions",
             "/v1/sessions/renew",
             "/v1/sessions/transfer",
+            "/v1/sessions/transfer/status",
             "/v1/sessions/current",
             "/desk",
             "/desk/",

@@ -201,6 +201,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
         login: form.login,
         password: form.password,
         client: ClientKind::Desk,
+        device_token: None,
     })
     .map_err(|_| EdgeError::BadRequest("sign-in form"))?;
     let mut headers = HeaderMap::new();

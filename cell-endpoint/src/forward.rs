@@ -187,6 +187,9 @@ pub enum SessionRoute {
     Renew,
     /// `POST /v1/sessions/transfer`.
     Transfer,
+    /// `POST /v1/sessions/transfer/status`: a ticket in the body, no session (another cell
+    /// asks before it rebinds one of this cell's tickets).
+    TransferStatus,
     /// `POST /v1/sessions/rebind`: a ticket in the body, no session.
     Rebind,
 }

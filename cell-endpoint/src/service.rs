@@ -55,6 +55,10 @@ pub fn app(edge: Edge) -> Router {
         )
         .route("/v1/sessions/renew", post(session(S::Renew)))
         .route("/v1/sessions/transfer", post(session(S::Transfer)))
+        .route(
+            protocol::api::TRANSFER_STATUS_PATH,
+            post(session(S::TransferStatus)),
+        )
         .route("/v1/sessions/rebind", post(session(S::Rebind)))
         .route_service("/api/{*rest}", api)
         .merge(desk::routes())

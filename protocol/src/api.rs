@@ -8,9 +8,13 @@
 //! | `POST /v1/sessions/renew`        | (none)             | `201` [`SignInResponse`] (bearer), [`CookieSessionResponse`] (cookie) |
 //! | `POST /v1/sessions/transfer`     | (none)             | `200` [`TransferResponse`] |
 //! | `POST /v1/sessions/rebind`       | [`RebindRequest`]  | `201` [`SignInResponse`] |
+//! | `POST /v1/sessions/transfer/status` | [`TransferStatusRequest`] | `200` [`TransferStatusResponse`] |
 //!
-//! Members a body does not declare are ignored, except in [`RebindRequest`], which refuses
-//! them; a member given twice is always refused.
+//! `transfer/status` is asked by a target cell of the ticket's source cell, through the
+//! source's public endpoint, before it rebinds ([`TRANSFER_STATUS_PATH`]).
+//!
+//! Members a body does not declare are ignored, except in [`RebindRequest`] (and so
+//! [`TransferStatusRequest`]), which refuses them; a member given twice is always refused.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +24,11 @@ use crate::ids::{
 };
 use crate::time::UnixSeconds;
 
-/// Body of `POST /v1/sessions`: `{contractor_id, login, password, client}`. `client` may be
-/// left out and then means [`ClientKind::Field`].
+/// Path of the transfer status a target cell asks a ticket's source cell for.
+pub const TRANSFER_STATUS_PATH: &str = "/v1/sessions/transfer/status";
+
+/// Body of `POST /v1/sessions`: `{contractor_id, login, password, client, device_token?}`.
+/// `client` may be left out and then means [`ClientKind::Field`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignInRequest {
@@ -30,6 +37,89 @@ pub struct SignInRequest {
     pub password: Password,
     #[serde(default = "field")]
     pub client: ClientKind,
+    /// The device token an earlier sign-in of this account at this cell gave this device
+    /// (ATTACKS A36): with it, failures of other clients cannot lock this device out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_token: Option<DeviceToken>,
+}
+
+/// Longest device token accepted, in bytes.
+pub const MAX_DEVICE_TOKEN_BYTES: usize = 256;
+
+/// A device token (ATTACKS A36): proof that this device signed in to one account at one cell
+/// before. Opaque to clients; never a session. The constructor only checks size and
+/// alphabet (`[A-Za-z0-9_.-]`); the issuing cell verifies it. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct DeviceToken(String);
+
+impl DeviceToken {
+    /// Accepts 1 to [`MAX_DEVICE_TOKEN_BYTES`] bytes of `[A-Za-z0-9_.-]`. Never trims.
+    pub fn new(s: impl Into<String>) -> Result<Self, crate::IdError> {
+        let s = s.into();
+        if s.is_empty() {
+            return Err(crate::IdError::Empty {
+                kind: "device token",
+            });
+        }
+        if s.len() > MAX_DEVICE_TOKEN_BYTES {
+            return Err(crate::IdError::TooLong {
+                kind: "device token",
+                max: MAX_DEVICE_TOKEN_BYTES,
+            });
+        }
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(crate::IdError::BadCharacter {
+                kind: "device token",
+                allowed: "[A-Za-z0-9_.-]",
+            });
+        }
+        Ok(Self(s))
+    }
+
+    /// The token text, for sending it. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DeviceToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceToken(<redacted, {} bytes>)", self.0.len())
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceToken {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for DeviceToken {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "A device token: proof that this device signed in to this account at this \
+                 cell before. Opaque; never a session. Never log it.",
+            ))
+            .pattern(Some("^[A-Za-z0-9_.-]+$"))
+            .min_length(Some(1))
+            .max_length(Some(MAX_DEVICE_TOKEN_BYTES))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for DeviceToken {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("DeviceToken")
+    }
 }
 
 fn field() -> ClientKind {
@@ -46,6 +136,10 @@ pub struct SignInResponse {
     /// Everything else the answer says about the session (its members, flattened).
     #[serde(flatten)]
     pub issued: IssuedSession,
+    /// A device token for this account at this cell (sign-in and rebind of a field client):
+    /// keep it beside the session, beyond it, and send it with the next sign-in here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_token: Option<DeviceToken>,
 }
 
 /// What every answer that issues a session says about it, the token aside:
@@ -92,6 +186,29 @@ pub struct RebindRequest {
     pub ticket: String,
 }
 
+/// Body of `POST /v1/sessions/transfer/status`: the ticket, as the target received it.
+pub type TransferStatusRequest = RebindRequest;
+
+/// The `200` answer of `POST /v1/sessions/transfer/status`: the source cell signed this
+/// ticket and it is valid there; `session` says whether the session it carries is still in
+/// force at the source (a sign-out or any revocation there makes it `revoked`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TransferStatusResponse {
+    pub session: TransferredSession,
+}
+
+/// Whether the session a ticket carries is still in force at its source cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TransferredSession {
+    /// Not revoked at the source: the target may rebind it.
+    Active,
+    /// Revoked at the source (signed out, or revoked by an operator): never rebound.
+    Revoked,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +228,7 @@ mod tests {
         assert_eq!(r.client, ClientKind::Desk);
         let out = serde_json::to_value(&r).unwrap();
         assert_eq!(keys(&out), ["client", "contractor_id", "login", "password"]);
+        assert!(r.device_token.is_none(), "no device token unless sent");
         assert_eq!(out["client"], "desk");
         assert_eq!(out["contractor_id"], "c-acme");
         assert_eq!(out["login"], "ana");
@@ -124,6 +242,72 @@ mod tests {
         // A member given twice is refused.
         let dup = r#"{"contractor_id":"c-acme","login":"ana","login":"bo","password":"pw"}"#;
         let e = serde_json::from_str::<SignInRequest>(dup).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
+    }
+
+    #[test]
+    fn a_device_token_travels_in_sign_in_and_its_answer_and_never_shows_in_debug() {
+        let j = json!({"contractor_id": "c-acme", "login": "ana", "password": "pw",
+                       "device_token": "d1.QUJD-_x"});
+        let r: SignInRequest = serde_json::from_value(j).unwrap();
+        let t = r.device_token.clone().unwrap();
+        assert_eq!(t.expose(), "d1.QUJD-_x");
+        assert!(!format!("{r:?}").contains("QUJD"), "{r:?}");
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["device_token"],
+            "d1.QUJD-_x"
+        );
+        for bad in [
+            json!(""),
+            json!("has space"),
+            json!("a/b"),
+            json!("x".repeat(MAX_DEVICE_TOKEN_BYTES + 1)),
+            json!(7),
+        ] {
+            let j = json!({"contractor_id": "c-acme", "login": "ana", "password": "pw",
+                           "device_token": bad});
+            assert!(serde_json::from_value::<SignInRequest>(j).is_err(), "{bad}");
+        }
+        let dup = r#"{"contractor_id":"c-acme","login":"ana","password":"pw","device_token":"a","device_token":"b"}"#;
+        let e = serde_json::from_str::<SignInRequest>(dup).unwrap_err();
+        assert!(e.to_string().contains("duplicate field"), "{e}");
+        let answer = json!({
+            "session": "aaa.bbb.ccc",
+            "session_id": "AAAAAAAAAAAAAAAAAAAAAA",
+            "cell_id": "cell-eu-1",
+            "endpoint": "https://eu-1.example",
+            "generation": 3,
+            "expires_at": 1_790_000_000u64,
+            "subject": "user-1",
+            "device_token": "d1.QUJD",
+        });
+        let r: SignInResponse = serde_json::from_value(answer.clone()).unwrap();
+        assert_eq!(
+            r.device_token.as_ref().map(DeviceToken::expose),
+            Some("d1.QUJD")
+        );
+        assert_eq!(serde_json::to_value(&r).unwrap(), answer);
+    }
+
+    #[test]
+    fn transfer_status_round_trip() {
+        for (session, wire) in [
+            (TransferredSession::Active, "active"),
+            (TransferredSession::Revoked, "revoked"),
+        ] {
+            let a = TransferStatusResponse { session };
+            let v = serde_json::to_value(&a).unwrap();
+            assert_eq!(v, json!({ "session": wire }));
+            assert_eq!(
+                serde_json::from_value::<TransferStatusResponse>(v).unwrap(),
+                a
+            );
+        }
+        assert!(
+            serde_json::from_value::<TransferStatusResponse>(json!({"session": "maybe"})).is_err()
+        );
+        let dup = r#"{"session":"active","session":"revoked"}"#;
+        let e = serde_json::from_str::<TransferStatusResponse>(dup).unwrap_err();
         assert!(e.to_string().contains("duplicate field"), "{e}");
     }
 

@@ -1,6 +1,7 @@
-//! The client: map lookup, sign-in with at most one redirect, requests to the session's cell,
-//! renewal, restore, sign-out and map refresh (DESIGN §7); the offline outbox's queue and
-//! flush are in `client/outbox.rs` ([`crate::outbox`]).
+//! The client: map lookup, requests to the session's cell, renewal, restore, sign-out and map
+//! refresh (DESIGN §7). Its builder is in `client/builder.rs`, sign-in (at most one redirect)
+//! in `client/sign_in.rs`, transfer and rebind in `client/transfer.rs`, and the offline
+//! outbox's queue and flush in `client/outbox.rs` ([`crate::outbox`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -11,20 +12,20 @@ use http::Method;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use protocol::api::{SignInRequest, SignInResponse};
+use protocol::api::SignInResponse;
 use protocol::jwks::PublicKey;
 use protocol::map::{CellEntry, SignedMap};
-use protocol::time::{SharedClock, system_clock};
-use protocol::{CellId, ClientKind, ContractorId, Endpoint, Login, Password, SessionToken};
+use protocol::time::SharedClock;
+use protocol::{CellId, ContractorId, Endpoint, SessionToken};
 
 use crate::Error;
-use crate::observer::{Observer, RequestObserver};
-use crate::outbox::{OutboxObserver, OutboxSettings, OutboxState, QueuedWrite};
+use crate::device::Devices;
+use crate::outbox::{OutboxState, QueuedWrite};
 use crate::pins;
 use crate::request::{Body, Prepared, Request};
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
-use crate::store::{self, MemoryStore, SessionStore, StoreSlot};
-use crate::transport::{Call, Response, RetryPolicy, Transport};
+use crate::store::{self, SessionStore, StoreSlot};
+use crate::transport::{Call, Response, Transport};
 
 /// Time allowed to establish a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,122 +33,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
 const USER_AGENT: &str = concat!("cellbind-sdk/", env!("CARGO_PKG_VERSION"));
-
-/// Builds a [`Client`].
-#[derive(Debug)]
-pub struct ClientBuilder {
-    map_bytes: Vec<u8>,
-    map_key: PublicKey,
-    extra_ca_pem: Option<Vec<u8>>,
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    store: Arc<dyn SessionStore>,
-    clock: SharedClock,
-    retry: RetryPolicy,
-    observer: Observer,
-    outbox: OutboxSettings,
-}
-
-impl ClientBuilder {
-    /// `map_bytes`: the built-in signed placement map; `map_key`: the control plane's pinned
-    /// map key.
-    pub fn new(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> Self {
-        Self {
-            map_bytes: map_bytes.into(),
-            map_key,
-            extra_ca_pem: None,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            store: Arc::new(MemoryStore::new()),
-            clock: system_clock(),
-            retry: RetryPolicy::default(),
-            observer: Observer::default(),
-            outbox: OutboxSettings::default(),
-        }
-    }
-
-    /// Trust only the CA certificates in this PEM bundle (dev fleets, pinned CAs) instead of
-    /// the built-in roots.
-    pub fn extra_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.extra_ca_pem = Some(pem.into());
-        self
-    }
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
-        self
-    }
-    pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
-        self
-    }
-    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
-        self.store = store;
-        self
-    }
-    pub fn clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
-    }
-    pub fn retry_policy(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-    /// Tells `observer` about every call to a cell (see [`RequestObserver`]).
-    pub fn observer(mut self, observer: Arc<dyn RequestObserver>) -> Self {
-        self.observer = Observer::new(Some(observer));
-        self
-    }
-    /// Bounds of the offline outbox: most writes, most body bytes (all writes together).
-    /// Defaults: [`crate::outbox::DEFAULT_OUTBOX_MAX_WRITES`],
-    /// [`crate::outbox::DEFAULT_OUTBOX_MAX_BYTES`].
-    pub fn outbox_limits(mut self, max_writes: usize, max_bytes: usize) -> Self {
-        self.outbox.max_writes = max_writes;
-        self.outbox.max_bytes = max_bytes;
-        self
-    }
-    /// Tells `observer` what every outbox flush delivered or had refused for good.
-    pub fn outbox_observer(mut self, observer: Arc<dyn OutboxObserver>) -> Self {
-        self.outbox.observer = Some(observer);
-        self
-    }
-
-    pub fn build(self) -> Result<Client, Error> {
-        let map = SignedMap::verify_bytes(&self.map_bytes, &self.map_key)?;
-        // One crypto provider everywhere; an Err only means one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let provider = rustls::crypto::CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-        // The CA chain and host name check; each cell's pins are checked after it.
-        let base = pins::base_verifier(self.extra_ca_pem.as_deref(), provider.clone())?;
-        let settings = pins::HttpSettings {
-            user_agent: USER_AGENT,
-            connect_timeout: self.connect_timeout,
-            request_timeout: self.request_timeout,
-        };
-        Ok(Client {
-            // The transport reads each cell's pins from the map the client holds at the time
-            // of the call (so an adopted map's pins apply at once); a weak reference, so the
-            // client does not own itself.
-            inner: Arc::new_cyclic(|me: &Weak<Inner>| Inner {
-                transport: Transport::new(
-                    pins::CellClients::new(base, provider, settings, pins_of(me.clone())),
-                    self.retry,
-                    self.observer,
-                ),
-                map: RwLock::new(Arc::new(map)),
-                map_key: self.map_key,
-                store: self.store,
-                clock: self.clock,
-                state: Mutex::new(State::SignedOut),
-                sign_in_lock: tokio::sync::Mutex::new(()),
-                renew_lock: tokio::sync::Mutex::new(()),
-                renewals_wanted: AtomicUsize::new(0),
-                outbox: OutboxState::new(self.outbox),
-            }),
-        })
-    }
-}
 
 /// The pins of a cell in the map `client` holds (none once the client is gone).
 fn pins_of(client: Weak<Inner>) -> pins::PinsOf {
@@ -180,6 +65,8 @@ struct Inner {
     /// Requests that found their session in the renewal window (observability and tests).
     renewals_wanted: AtomicUsize,
     outbox: OutboxState,
+    /// Device tokens, per account and cell ([`crate::device`]).
+    devices: Devices,
 }
 
 /// A map refresh that took effect.
@@ -409,104 +296,6 @@ impl Client {
         self.transition(Event::Restored(session))?;
         self.flush_in_background();
         Ok(Some(info))
-    }
-
-    /// Signs in at the contractor's cell (DESIGN §7): the map's cell first; on `WRONG_CELL`
-    /// once to the named owner, only if the signed map lists it at the same endpoint; a second
-    /// disagreement is [`Error::CellsDisagree`]. The session is saved to the store.
-    pub async fn sign_in(
-        &self,
-        contractor: &ContractorId,
-        login: &Login,
-        password: &Password,
-    ) -> Result<SessionInfo, Error> {
-        let _one = self.inner.sign_in_lock.lock().await;
-        self.transition(Event::SignInStarted)?;
-        let result = async {
-            let session = self
-                .sign_in_redirecting(contractor, login, password)
-                .await?;
-            self.save(&session)?;
-            Ok(session)
-        }
-        .await;
-        match result {
-            Ok(session) => {
-                let info = session.info();
-                self.transition(Event::SignedIn(session))?;
-                tracing::info!(cell = %info.cell_id, "signed in");
-                Ok(info)
-            }
-            Err(e) => {
-                self.transition(Event::SignInFailed)?;
-                Err(e)
-            }
-        }
-    }
-
-    async fn sign_in_redirecting(
-        &self,
-        contractor: &ContractorId,
-        login: &Login,
-        password: &Password,
-    ) -> Result<Session, Error> {
-        let map = self.map();
-        let first = map
-            .map
-            .cell_for(contractor)
-            .ok_or(Error::UnknownContractor)?;
-        let (owner_cell, owner_endpoint) =
-            match self.sign_in_at(first, contractor, login, password).await {
-                Err(Error::WrongCell {
-                    owner_cell,
-                    owner_endpoint,
-                }) => (owner_cell, owner_endpoint),
-                other => return other,
-            };
-        let untrusted = || Error::UntrustedRedirect {
-            owner_cell: owner_cell.clone(),
-            owner_endpoint: owner_endpoint.clone(),
-        };
-        let second = owner_cell
-            .as_ref()
-            .and_then(|id| map.map.cell(id))
-            .ok_or_else(untrusted)?;
-        if second.id == first.id
-            || owner_endpoint
-                .as_deref()
-                .is_some_and(|e| !same_endpoint(e, second))
-        {
-            return Err(untrusted());
-        }
-        tracing::info!(from = %first.id, to = %second.id, "sign-in redirected once");
-        match self.sign_in_at(second, contractor, login, password).await {
-            Err(Error::WrongCell { owner_cell, .. }) => Err(Error::CellsDisagree {
-                first: first.id.clone(),
-                second: second.id.clone(),
-                named_owner: owner_cell,
-            }),
-            other => other,
-        }
-    }
-
-    async fn sign_in_at(
-        &self,
-        cell: &CellEntry,
-        contractor: &ContractorId,
-        login: &Login,
-        password: &Password,
-    ) -> Result<Session, Error> {
-        let request = SignInRequest {
-            contractor_id: contractor.clone(),
-            login: login.clone(),
-            password: password.clone(),
-            client: ClientKind::Field,
-        };
-        let endpoint = endpoint_of(cell)?;
-        let resp = self
-            .post_json(&cell.id, &endpoint, "/v1/sessions", &request, true)
-            .await?;
-        session_from(&resp, &cell.id, endpoint, contractor)
     }
 
     /// Sends a request to the session's cell (never anywhere else): `method path` with a JSON
@@ -749,7 +538,9 @@ fn session_from(
     endpoint: Endpoint,
     contractor: &ContractorId,
 ) -> Result<Session, Error> {
-    let SignInResponse { session, issued } = answer(resp, &[200, 201], "session")?;
+    let SignInResponse {
+        session, issued, ..
+    } = answer(resp, &[200, 201], "session")?;
     if &issued.cell_id != cell {
         return Err(Error::InvalidResponse(format!(
             "asked {cell} but the session is for {}",
@@ -773,8 +564,12 @@ fn session_from(
     })
 }
 
+mod builder;
 mod outbox;
+mod sign_in;
 mod transfer;
+
+pub use builder::ClientBuilder;
 
 #[cfg(test)]
 mod tests;

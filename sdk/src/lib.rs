@@ -50,6 +50,7 @@
 //! ```
 
 mod client;
+pub mod device;
 mod error;
 pub mod observer;
 pub mod outbox;

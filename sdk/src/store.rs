@@ -1,6 +1,7 @@
 //! Persistence. The SDK hands the store opaque blobs (JSON, each with its own schema version),
-//! one per [`StoreSlot`]: the session, and the offline outbox ([`crate::outbox`]). Apps keep
-//! them wherever secrets belong on their platform (Keychain, Keystore-backed storage).
+//! one per [`StoreSlot`]: the session, the offline outbox ([`crate::outbox`]) and the device
+//! tokens ([`crate::device`]). Apps keep them wherever secrets belong on their platform
+//! (Keychain, Keystore-backed storage).
 //! [`MemoryStore`] keeps them in memory; [`FileStore`] in files readable by their owner only.
 
 use std::collections::HashMap;
@@ -28,6 +29,10 @@ pub enum StoreSlot {
     Session,
     /// The offline outbox: writes waiting for delivery ([`crate::outbox`]).
     Outbox,
+    /// The device tokens: proof that this device signed in to an account before, kept when
+    /// a session ends ([`crate::device`]). A store that cannot keep it only costs the
+    /// protection they give; the SDK works without it.
+    Device,
 }
 
 /// Where the blobs live, one per [`StoreSlot`]. Implementations must be cheap and may block
@@ -108,7 +113,8 @@ impl SessionStore for MemoryStore {
 }
 
 /// A store in files, each written atomically (temporary file + rename) with mode 0600: the
-/// session at the given path, the outbox at the same path with `.outbox` appended.
+/// session at the given path, the outbox at the same path with `.outbox` appended, the device
+/// tokens with `.device` appended.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     path: PathBuf,
@@ -124,14 +130,14 @@ impl FileStore {
     }
     /// The file of `slot`.
     pub fn path_of(&self, slot: StoreSlot) -> PathBuf {
-        match slot {
-            StoreSlot::Session => self.path.clone(),
-            StoreSlot::Outbox => {
-                let mut p = self.path.clone().into_os_string();
-                p.push(".outbox");
-                PathBuf::from(p)
-            }
-        }
+        let suffix = match slot {
+            StoreSlot::Session => return self.path.clone(),
+            StoreSlot::Outbox => ".outbox",
+            StoreSlot::Device => ".device",
+        };
+        let mut p = self.path.clone().into_os_string();
+        p.push(suffix);
+        PathBuf::from(p)
     }
 }
 
@@ -231,6 +237,10 @@ mod tests {
         let store = FileStore::new(dir.path().join("sub/session.json"));
         let outbox = dir.path().join("sub/session.json.outbox");
         assert_eq!(store.path_of(StoreSlot::Outbox), outbox);
+        assert_eq!(
+            store.path_of(StoreSlot::Device),
+            dir.path().join("sub/session.json.device")
+        );
         for slot in [StoreSlot::Session, StoreSlot::Outbox] {
             assert_eq!(store.load(slot).unwrap(), None);
         }

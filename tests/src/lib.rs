@@ -241,6 +241,22 @@ pub async fn sign_in_as(
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `POST url` with a JSON body and, when given, a bearer session: (status, body or null).
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let mut req = client.post(url).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.expect("POST request");
+    let s = r.status().as_u16();
+    (s, r.json().await.unwrap_or(Value::Null))
+}
+
 /// A signed-in technician.
 #[derive(Debug, Clone)]
 pub struct Session {

@@ -1,5 +1,6 @@
-//! The key-encryption key that seals private keys at rest (AES-256-GCM, ring), the system's
-//! secure random source, and the generation of a fresh sealed signing key.
+//! The key-encryption key that seals private keys at rest (AES-256-GCM, ring), the MAC keys
+//! derived from it for other purposes, the system's secure random source, and the generation
+//! of a fresh sealed signing key.
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
@@ -12,6 +13,7 @@ use protocol::Kid;
 use protocol::time::UnixSeconds;
 use protocol::token::SigningKey;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::hmac;
 use ring::rand::{SecureRandom as _, SystemRandom};
 use runtime::IoContext as _;
 use zeroize::Zeroizing;
@@ -27,6 +29,8 @@ const KID_RANDOM_BYTES: usize = 9;
 const SEALED_VERSION: u8 = 1;
 /// Domain separation of the AEAD's associated data (the kid follows it).
 const SEAL_AAD_CONTEXT: &[u8] = b"cellbind-key-seed-v1:";
+/// Domain separation of the keys derived from the KEK (the purpose's label follows it).
+const DERIVE_CONTEXT: &[u8] = b"cellbind-kek-derive-v1:";
 
 /// Fills a buffer from the system's secure random source.
 pub(crate) fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8; N]>> {
@@ -36,15 +40,12 @@ pub(crate) fn random<const N: usize>(rng: &SystemRandom) -> Result<Zeroizing<[u8
     Ok(buf)
 }
 
-/// Domain separation of the revocation seal's key, derived from the key-encryption key.
-const REVOCATION_SEAL_CONTEXT: &[u8] = b"cellbind-revocation-seal-v1";
-
-/// The key-encryption key, and the revocation seal key derived from it (every replica of a
-/// cell shares the one, and a restore needs the same file, so seals outlive restores).
-/// `Debug` never shows either.
+/// The key-encryption key. `Debug` never shows it.
 pub(crate) struct Kek {
     key: LessSafeKey,
-    revocation_seal: ring::hmac::Key,
+    /// The same 32 bytes as an HMAC-SHA256 key, used only to derive other keys
+    /// ([`Kek::derive_mac_key`]), never to MAC data itself.
+    derive: hmac::Key,
 }
 
 impl std::fmt::Debug for Kek {
@@ -142,21 +143,21 @@ impl Kek {
         }
         let unbound = UnboundKey::new(&AES_256_GCM, bytes)
             .map_err(|_| Error::Crypto("bad key-encryption key"))?;
-        // A key of its own for the seals (HMAC-SHA256 keyed with the KEK over a label): the
-        // KEK itself is never used for two purposes.
-        let derived = ring::hmac::sign(
-            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes),
-            REVOCATION_SEAL_CONTEXT,
-        );
         Ok(Kek {
             key: LessSafeKey::new(unbound),
-            revocation_seal: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref()),
+            derive: hmac::Key::new(hmac::HMAC_SHA256, bytes),
         })
     }
 
-    /// The key revocations are sealed with (`crate::seal`).
-    pub(crate) fn revocation_seal_key(&self) -> &ring::hmac::Key {
-        &self.revocation_seal
+    /// An HMAC-SHA256 key for one purpose, named by `label` (distinct labels give independent
+    /// keys): `HMAC-SHA256(kek, "cellbind-kek-derive-v1:" || label)`, the one-block HKDF
+    /// expansion of a key that is already uniformly random. Every replica of a cell derives
+    /// the same key (they share the KEK); the KEK itself never leaves this type.
+    pub(crate) fn derive_mac_key(&self, label: &[u8]) -> hmac::Key {
+        let mut ctx = hmac::Context::with_key(&self.derive);
+        ctx.update(DERIVE_CONTEXT);
+        ctx.update(label);
+        hmac::Key::new(hmac::HMAC_SHA256, ctx.sign().as_ref())
     }
 
     fn aad(kid: &Kid) -> Vec<u8> {
@@ -228,6 +229,24 @@ pub(crate) fn generate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_mac_keys_depend_on_the_kek_and_the_label_only() {
+        let tag = |kek: &Kek, label: &[u8]| {
+            hmac::sign(&kek.derive_mac_key(label), b"message")
+                .as_ref()
+                .to_vec()
+        };
+        let a = Kek::from_bytes(&[3; 32]).unwrap();
+        let same = Kek::from_bytes(&[3; 32]).unwrap();
+        let other = Kek::from_bytes(&[4; 32]).unwrap();
+        assert_eq!(tag(&a, b"one"), tag(&same, b"one"), "replicas agree");
+        assert_ne!(tag(&a, b"one"), tag(&a, b"two"));
+        assert_ne!(tag(&a, b"one"), tag(&other, b"one"));
+        // Never the KEK itself used as the MAC key.
+        let raw = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &[3; 32]), b"message");
+        assert_ne!(tag(&a, b"one"), raw.as_ref());
+    }
 
     #[test]
     fn sealed_seeds_open_only_under_their_kid_and_key() {

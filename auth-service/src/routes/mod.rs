@@ -6,6 +6,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use protocol::admin::{cell, placement};
+use protocol::api::TRANSFER_STATUS_PATH;
 use protocol::openapi::SecuritySchemes;
 use runtime::access::Listener;
 
@@ -28,7 +29,7 @@ pub(crate) const BULK_BODY_LIMIT: usize = 32 * 1024 * 1024;
 pub(crate) const MAP_BODY_LIMIT: usize = protocol::map::MAX_MAP_BYTES;
 
 /// The routes a client may reach (through the edge): sign-in, the session routes, transfer
-/// and rebind, the JWKS, the placement map and health.
+/// (and its status, which other cells ask), rebind, the JWKS, the placement map and health.
 fn public_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/sessions", post(sessions::sign_in))
@@ -38,6 +39,7 @@ fn public_routes() -> Router<AppState> {
         )
         .route("/v1/sessions/renew", post(sessions::renew))
         .route("/v1/sessions/transfer", post(transfer::transfer))
+        .route(TRANSFER_STATUS_PATH, post(transfer::transfer_status))
         .route("/v1/sessions/rebind", post(transfer::rebind))
         .route(JWKS_PATH, get(service::jwks))
         .route(placement::PLACEMENT_MAP_PATH, get(service::get_map))
@@ -137,6 +139,7 @@ pub fn management_router(state: AppState) -> Router {
         sessions::sign_out,
         sessions::renew,
         transfer::transfer,
+        transfer::transfer_status,
         transfer::rebind,
     ),
     modifiers(&SecuritySchemes)

@@ -72,16 +72,22 @@ pub(crate) async fn sign_in(
     Ok(session_answer(&state, result?))
 }
 
-/// The `201` of a sign-in, a bearer renewal and a rebind: a [`SignInResponse`], and for a
-/// desk session the session cookie too.
+/// The `201` of a sign-in, a bearer renewal and a rebind: a [`SignInResponse`] (with the
+/// device token when one was issued), and for a desk session the session cookie too.
 pub(crate) fn session_answer(state: &AppState, minted: Minted) -> Response {
-    let Minted { token, claims, now } = minted;
+    let Minted {
+        token,
+        claims,
+        now,
+        device,
+    } = minted;
     let cookie = (claims.cli == ClientKind::Desk)
         .then(|| session_cookie(token.expose(), claims.exp.saturating_sub(now)))
         .flatten();
     let body = SignInResponse {
         issued: issued(state, &claims),
         session: token,
+        device_token: device,
     };
     created(body, cookie)
 }
@@ -111,7 +117,9 @@ fn created(body: impl serde::Serialize, cookie: Option<HeaderValue>) -> Response
 
 /// The `201` of a cookie renewal: `Set-Cookie` with the new session, a body without it.
 fn cookie_session_answer(state: &AppState, minted: Minted) -> Result<Response> {
-    let Minted { token, claims, now } = minted;
+    let Minted {
+        token, claims, now, ..
+    } = minted;
     let cookie = session_cookie(token.expose(), claims.exp.saturating_sub(now))
         .ok_or_else(|| Error::Internal("the renewed session does not fit in a cookie".into()))?;
     let body: CookieSessionResponse = issued(state, &claims);

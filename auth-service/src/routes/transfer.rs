@@ -1,10 +1,10 @@
-//! `POST /v1/sessions/transfer` (at the source) and `POST /v1/sessions/rebind` (at the
-//! target): HTTP in and out of `transfer`.
+//! `POST /v1/sessions/transfer` and `POST /v1/sessions/transfer/status` (at the source) and
+//! `POST /v1/sessions/rebind` (at the target): HTTP in and out of `transfer`.
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use protocol::api::RebindRequest;
+use protocol::api::{RebindRequest, TransferStatusRequest};
 
 use crate::error::Result;
 use crate::routes::extract::{JsonBody, Session};
@@ -43,11 +43,18 @@ pub(crate) async fn transfer(State(state): State<AppState>, session: Session) ->
     responses(
         (status = 201, description = "A session of this cell.", body = protocol::api::SignInResponse),
         (status = 400, description = "`INVALID_REQUEST`: the body is not a rebind request."),
+        (status = 401, description = "`SESSION_REVOKED`: the session the ticket carries was \
+            revoked, here or at its source cell (a sign-out there included), or its user is \
+            disabled: sign in again."),
         (status = 403, description = "`FORBIDDEN`: the ticket is not valid here (expired, \
-            replayed, for another cell or generation)."),
+            replayed, for another cell or generation), or its source cell does not vouch \
+            for it."),
         (status = 409, description = "`WRONG_CELL`: the contractor is not placed here; \
             `HANDOFF_IN_PROGRESS`: it is still moving."),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit."),
+        (status = 503, description = "`NOT_READY`: the ticket's source cell could not be asked \
+            whether the session was revoked there; nothing was used: retry with the same \
+            ticket (`Retry-After`).")
     )
 )]
 pub(crate) async fn rebind(
@@ -56,4 +63,30 @@ pub(crate) async fn rebind(
 ) -> Result<Response> {
     let minted = transfer::rebind(&state, req.ticket.as_str()).await?;
     Ok(session_answer(&state, minted))
+}
+
+/// `POST /v1/sessions/transfer/status` `{ticket}` → 200 `TransferStatusResponse`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/transfer/status",
+    tag = "sessions",
+    request_body = protocol::api::RebindRequest,
+    responses(
+        (status = 200, description = "This cell signed the ticket and it is valid; `session` \
+            says whether the session it carries is still in force here (`active`) or was \
+            revoked here, by its sign-out or otherwise (`revoked`). Asked by the ticket's \
+            target cell before it rebinds.",
+            body = protocol::api::TransferStatusResponse),
+        (status = 400, description = "`INVALID_REQUEST`: the body is not `{ticket}`."),
+        (status = 403, description = "`FORBIDDEN`: not a valid ticket of this cell \
+            (`invalid_ticket`)."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit.")
+    )
+)]
+pub(crate) async fn transfer_status(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<TransferStatusRequest>,
+) -> Result<Response> {
+    let answer = transfer::status(&state, req.ticket.as_str()).await?;
+    Ok(Json(answer).into_response())
 }

@@ -42,7 +42,8 @@ async fn sign_in_mints_exactly_the_designed_token() {
             "endpoint",
             "generation",
             "expires_at",
-            "subject"
+            "subject",
+            "device_token"
         ]
         .into_iter()
         .map(String::from)

@@ -84,6 +84,22 @@ pub fn map_key_b64() -> String {
 
 /// A signed map with cells 01..=03; every bucket on cell-02 except overrides.
 pub fn signed_map(version: u64, overrides: &[(&str, &str)]) -> SignedMap {
+    signed_map_at(version, overrides, &[])
+}
+
+/// [`signed_map`] with some cells' endpoints replaced: `(cell, endpoint)`.
+pub fn signed_map_at(
+    version: u64,
+    overrides: &[(&str, &str)],
+    endpoints: &[(&str, &str)],
+) -> SignedMap {
+    let endpoint = |n: u8| {
+        let id = format!("cell-0{n}");
+        endpoints.iter().find(|(c, _)| *c == id).map_or_else(
+            || format!("https://127.0.0.{n}:8443"),
+            |(_, e)| (*e).to_owned(),
+        )
+    };
     PlacementMap {
         schema: MAP_SCHEMA,
         version,
@@ -91,7 +107,7 @@ pub fn signed_map(version: u64, overrides: &[(&str, &str)]) -> SignedMap {
         cells: (1..=3)
             .map(|n| CellEntry {
                 id: CellId::new(format!("cell-0{n}")).unwrap(),
-                endpoint: format!("https://127.0.0.{n}:8443"),
+                endpoint: endpoint(n),
                 // The auth-service serves the map; it does not check pins.
                 tls_pins: Some(protocol::map::TlsPins {
                     current: protocol::map::SpkiPin::from_sha256([n; 32]),
@@ -196,16 +212,21 @@ impl Fixture {
     }
 
     pub async fn with_extra(extra: &str) -> Fixture {
-        Self::build(extra, None).await
+        Self::build(ISSUER, extra, None).await
+    }
+
+    /// A fixture whose cell (cell-01) has the issuer (public endpoint) `issuer`.
+    pub async fn with_issuer(issuer: &str, extra: &str) -> Fixture {
+        Self::build(issuer, extra, None).await
     }
 
     /// A cell with a database of its own but `other`'s key-encryption key: the same cell
     /// rebuilt on a new machine (a restore there needs the key the backup was taken with).
     pub async fn sharing_kek_of(other: &Fixture) -> Fixture {
-        Self::build("", Some(&other.config.kek_file)).await
+        Self::build(ISSUER, "", Some(&other.config.kek_file)).await
     }
 
-    async fn build(extra: &str, kek: Option<&Path>) -> Fixture {
+    async fn build(issuer: &str, extra: &str, kek: Option<&Path>) -> Fixture {
         runtime::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let tls = make_tls(dir.path());
@@ -217,14 +238,9 @@ impl Fixture {
             std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
             std::fs::copy(kek, data.join("kek.bin")).unwrap();
         }
-        let config = Config::from_toml(&config_toml(
-            dir.path(),
-            &tls,
-            "127.0.0.1:0",
-            "127.0.0.1:0",
-            extra,
-        ))
-        .unwrap();
+        let toml = config_toml(dir.path(), &tls, "127.0.0.1:0", "127.0.0.1:0", extra)
+            .replace(ISSUER, issuer);
+        let config = Config::from_toml(&toml).unwrap();
         let clock = FakeClock::at(T0);
         let state = cellbind_auth_service::open_with_clock(config.clone(), Arc::new(clock.clone()))
             .await
@@ -448,6 +464,77 @@ pub async fn call_on(
         Listener::Internal => cellbind_auth_service::internal_router(state.clone()),
     };
     answer(router.oneshot(req).await.unwrap()).await
+}
+
+/// An auth-service served over TLS by this process (the three listeners of
+/// `cellbind_auth_service::serve_until`), stopped by [`Served::stop`] or when dropped.
+pub struct Served {
+    /// The public listener's address.
+    pub public: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<cellbind_auth_service::Result<()>>>,
+}
+
+impl Served {
+    /// Serves `state`, its public listener on `public` (already bound), with a certificate
+    /// the CA `ca_pem` issued.
+    pub async fn start(state: &AppState, public: std::net::TcpListener, ca_pem: &str) -> Served {
+        let addr = public.local_addr().unwrap();
+        let internal = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let management = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(cellbind_auth_service::serve_until(
+            state.clone(),
+            public,
+            internal,
+            management,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        // Up once the listener answers a TLS request (the socket accepts before that).
+        let client = cellbind_auth_service::client_trusting(ca_pem.as_bytes()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while client
+            .get(format!("https://{addr}/healthz"))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{addr} never answered"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Served {
+            public: addr,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops serving and waits until every listener is closed.
+    pub async fn stop(mut self) {
+        self.halt().await;
+    }
+
+    async fn halt(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 /// A response read whole.

@@ -8,6 +8,7 @@ mod api;
 mod bad_input;
 mod drain;
 mod hostile_client;
+mod lockout;
 mod process;
 mod restore;
 mod revocations;

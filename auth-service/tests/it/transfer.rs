@@ -1,7 +1,9 @@
 //! Session transfer and rebind between two (and three) in-process auth-services, the
 //! contractor export/import of a migration, and the ticket attack table: replayed, expired,
 //! forged, other-audience, wrong-generation, session-as-ticket and ticket-as-session
-//! attempts are each refused with a typed error.
+//! attempts are each refused with a typed error. The source cell is served over TLS on a
+//! port of its own (its issuer and map endpoint), because the target asks it about every
+//! ticket before it rebinds (ATTACKS A38).
 
 use std::sync::Arc;
 
@@ -26,7 +28,10 @@ async fn peer(f: &Fixture, n: u8) -> AppState {
         Ok(toml) => toml,
         Err(_) => {
             std::fs::create_dir_all(&dir).unwrap();
-            let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "127.0.0.1:0", "")
+            // A control plane URL gives the cell its HTTPS client for peer cells (never
+            // polled here: these tests start no background tasks).
+            let extra = "control_plane_url = \"https://127.0.0.1:9\"";
+            let toml = config_toml(f.dir.path(), &f.tls, "127.0.0.1:0", "127.0.0.1:0", extra)
                 .replace(CELL, &format!("cell-0{n}"))
                 .replace(ISSUER, &format!("https://127.0.0.{n}:8443"))
                 .replace(
@@ -65,10 +70,52 @@ async fn admin(state: &AppState, method: Method, path: &str, body: Value) -> Res
     .await
 }
 
-async fn put_map(state: &AppState) {
-    let map = serde_json::to_value(signed_map(1, &[])).unwrap();
-    let r = admin(state, Method::PUT, "/admin/v1/placement-map", map).await;
+/// The source cell (cell-01, the fixture) served over TLS, its issuer and map endpoint the
+/// address it is served at.
+async fn source() -> (Fixture, Served) {
+    let public = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let issuer = format!("https://{}", public.local_addr().unwrap());
+    let f = Fixture::with_issuer(&issuer, "").await;
+    let served = Served::start(&f.state, public, &f.tls.ca_pem).await;
+    (f, served)
+}
+
+/// The source's endpoint (its issuer).
+fn source_endpoint(f: &Fixture) -> String {
+    f.config.issuer.to_string()
+}
+
+/// Serves the source again on the port it was served at before.
+async fn serve_again(f: &Fixture) -> Served {
+    let addr = source_endpoint(f)
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_owned();
+    let public = std::net::TcpListener::bind(addr.as_str()).unwrap();
+    Served::start(&f.state, public, &f.tls.ca_pem).await
+}
+
+/// The map every cell of these tests holds: cell-01 at the source's endpoint.
+async fn put_map(state: &AppState, f: &Fixture) {
+    let endpoint = source_endpoint(f);
+    let map = signed_map_at(1, &[], &[("cell-01", endpoint.trim_end_matches('/'))]);
+    let r = admin(
+        state,
+        Method::PUT,
+        "/admin/v1/placement-map",
+        serde_json::to_value(map).unwrap(),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+}
+
+/// Gives `target` the source's keys as its peer cache would hold them.
+async fn seed_source_keys(target: &AppState, f: &Fixture) {
+    target.seed_peer_keys(
+        CellId::new(CELL).unwrap(),
+        source_endpoint(f).trim_end_matches('/').parse().unwrap(),
+        jwks_of(&f.state).await,
+    );
 }
 
 async fn own(state: &AppState, record: Value) {
@@ -133,13 +180,13 @@ fn assert_refused(r: &Resp, reason: &str) {
 /// credentials and is active at gen 2. Answers (target, a source session).
 async fn migrated(f: &Fixture) -> (AppState, String) {
     f.seed(CTR, "ana", PW, 1).await;
-    put_map(&f.state).await;
+    put_map(&f.state, f).await;
     let r = f.sign_in(CTR, "ana", PW, "field").await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
     let session = r.json["session"].as_str().unwrap().to_owned();
 
     let target = peer(f, 2).await;
-    put_map(&target).await;
+    put_map(&target, f).await;
     // The credentials travel with the contractor (hashes only), and so do its revocations.
     let r = f
         .admin(
@@ -180,18 +227,13 @@ async fn migrated(f: &Fixture) -> (AppState, String) {
         json!({"state": "released", "gen": 1, "successor": "cell-02", "successor_gen": 2}),
     )
     .await;
-    let keys = jwks_of(&f.state).await;
-    target.seed_peer_keys(
-        CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".parse().unwrap(),
-        keys,
-    );
+    seed_source_keys(&target, f).await;
     (target, session)
 }
 
 #[tokio::test]
 async fn a_transferred_session_rebinds_once_at_the_new_generation() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (target, session) = migrated(&f).await;
     let old = segment(&session, 1);
 
@@ -229,17 +271,13 @@ async fn a_transferred_session_rebinds_once_at_the_new_generation() {
     // Replay: refused, also after a restart (the burn is durable).
     assert_refused(&rebind(&target, &ticket).await, "replayed");
     let restarted = peer(&f, 2).await;
-    restarted.seed_peer_keys(
-        CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".parse().unwrap(),
-        jwks_of(&f.state).await,
-    );
+    seed_source_keys(&restarted, &f).await;
     assert_refused(&rebind(&restarted, &ticket).await, "replayed");
 }
 
 #[tokio::test]
 async fn the_ticket_attack_table() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (target, session) = migrated(&f).await;
     let ticket = |r: &Resp| r.json["ticket"].as_str().unwrap().to_owned();
 
@@ -271,13 +309,9 @@ async fn the_ticket_attack_table() {
     // Other audience: the cell-02 ticket presented at cell-03 (which knows the source's keys
     // and is even active at the new generation).
     let third = peer(&f, 3).await;
-    put_map(&third).await;
+    put_map(&third, &f).await;
     own(&third, json!({"state": "active", "gen": 2})).await;
-    third.seed_peer_keys(
-        CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".parse().unwrap(),
-        jwks_of(&f.state).await,
-    );
+    seed_source_keys(&third, &f).await;
     assert_refused(&rebind(&third, &good).await, "invalid_ticket");
 
     // Session presented as a ticket.
@@ -310,9 +344,9 @@ async fn the_ticket_attack_table() {
 
 #[tokio::test]
 async fn a_source_that_did_not_release_at_the_session_generation_refuses() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     f.seed(CTR, "ana", PW, 1).await;
-    put_map(&f.state).await;
+    put_map(&f.state, &f).await;
     let r = f.sign_in(CTR, "ana", PW, "field").await;
     let session = r.json["session"].as_str().unwrap().to_owned();
     // Still active: nothing to transfer.
@@ -332,7 +366,7 @@ async fn a_source_that_did_not_release_at_the_session_generation_refuses() {
 
 #[tokio::test]
 async fn three_transfers_of_one_session_answer_one_ticket_that_rebinds_once() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (target, session) = migrated(&f).await;
     // A phone that lost the answer asks again, twice: the same ticket every time.
     let mut tickets = Vec::new();
@@ -358,7 +392,7 @@ async fn three_transfers_of_one_session_answer_one_ticket_that_rebinds_once() {
 
 #[tokio::test]
 async fn a_second_ticket_carrying_an_already_rebound_session_is_refused_as_replayed() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (target, session) = migrated(&f).await;
     let r = transfer(&f.state, &session).await;
     let first = r.json["ticket"].as_str().unwrap().to_owned();
@@ -373,11 +407,7 @@ async fn a_second_ticket_carrying_an_already_rebound_session_is_refused_as_repla
     assert_refused(&rebind(&target, second.expose()).await, "replayed");
     // The session id stays burned after a restart of the target.
     let restarted = peer(&f, 2).await;
-    restarted.seed_peer_keys(
-        CellId::new(CELL).unwrap(),
-        "https://127.0.0.1:8443".parse().unwrap(),
-        jwks_of(&f.state).await,
-    );
+    seed_source_keys(&restarted, &f).await;
     let mut third = claims.clone();
     third.jti = SessionId::from_random([3; 16]);
     let third = source_key(&f).mint(&third).unwrap();
@@ -386,7 +416,7 @@ async fn a_second_ticket_carrying_an_already_rebound_session_is_refused_as_repla
 
 #[tokio::test]
 async fn a_transfer_after_the_ticket_lifetime_is_refused_as_already_transferred() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (_target, session) = migrated(&f).await;
     let r = transfer(&f.state, &session).await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
@@ -401,7 +431,7 @@ async fn a_transfer_after_the_ticket_lifetime_is_refused_as_already_transferred(
 
 #[tokio::test]
 async fn a_ticket_whose_session_was_revoked_at_the_target_is_refused() {
-    let f = Fixture::new().await;
+    let (f, _served) = source().await;
     let (target, session) = migrated(&f).await;
     let r = transfer(&f.state, &session).await;
     let ticket = r.json["ticket"].as_str().unwrap().to_owned();
@@ -419,4 +449,210 @@ async fn a_ticket_whose_session_was_revoked_at_the_target_is_refused() {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:?}", r.json);
     assert_eq!(r.json["error"], "SESSION_REVOKED");
     assert!(r.json["session"].is_null(), "nothing minted");
+}
+
+/// `POST /v1/sessions/transfer/status` at the source, as a target asks it.
+async fn status_at(state: &AppState, ticket: &str) -> Resp {
+    call(
+        state,
+        Method::POST,
+        "/v1/sessions/transfer/status",
+        &[("content-type", "application/json")],
+        Body::from(json!({ "ticket": ticket }).to_string()),
+    )
+    .await
+}
+
+// ── A38: a user's own sign-out at the source reaches a ticket in flight ────────────────────
+
+#[tokio::test]
+async fn a_ticket_taken_before_the_users_sign_out_at_the_source_is_refused_at_the_target() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    // The user signs out at the source (the cell that minted the session): recorded there
+    // only, as a sign-out is; the target has never heard of it.
+    let out = f
+        .with_session(Method::DELETE, "/v1/sessions/current", &session)
+        .await;
+    assert_eq!(out.status, StatusCode::NO_CONTENT, "{}", out.text);
+    let before = target.revocations().len();
+
+    let r = rebind(&target, &ticket).await;
+    println!(
+        "rebind after the sign-out at the source: {} {}",
+        r.status, r.json["error"]
+    );
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:?}", r.json);
+    assert_eq!(r.json["error"], "SESSION_REVOKED");
+    assert!(r.json["session"].is_null(), "nothing minted");
+    assert_eq!(
+        target.revocations().len(),
+        before,
+        "nothing written at the target"
+    );
+    // Also a retry of the same ticket.
+    assert_eq!(
+        rebind(&target, &ticket).await.json["error"],
+        "SESSION_REVOKED"
+    );
+}
+
+#[tokio::test]
+async fn a_rebind_whose_source_does_not_answer_is_refused_as_retryable_and_burns_nothing() {
+    let (f, served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    served.stop().await;
+
+    let started = std::time::Instant::now();
+    let r = rebind(&target, &ticket).await;
+    println!(
+        "rebind with the source down: {} {} in {:?}",
+        r.status,
+        r.json["error"],
+        started.elapsed()
+    );
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.json);
+    assert_eq!(r.json["error"], "NOT_READY");
+    assert!(r.headers.contains_key("retry-after"), "{:?}", r.headers);
+    assert!(r.json["session"].is_null(), "nothing minted");
+
+    // The source is back: the same ticket rebinds (it was not burned), once.
+    let _served = serve_again(&f).await;
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    assert_refused(&rebind(&target, &ticket).await, "replayed");
+}
+
+#[tokio::test]
+async fn the_source_answers_the_status_of_its_own_valid_tickets_only() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+
+    let r = status_at(&f.state, &ticket).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(r.json, json!({"session": "active"}));
+    // Asking burns nothing: asked twice, and the ticket still rebinds.
+    assert_eq!(status_at(&f.state, &ticket).await.json["session"], "active");
+
+    // Not its tickets, not tickets at all: refused as invalid_ticket.
+    assert_refused(&status_at(&target, &ticket).await, "invalid_ticket");
+    assert_refused(&status_at(&f.state, &session).await, "invalid_ticket");
+    assert_refused(&status_at(&f.state, "a.b.c").await, "invalid_ticket");
+    let mut forged: TicketClaims = serde_json::from_value(segment(&ticket, 1)).unwrap();
+    forged.jti = SessionId::from_random([5; 16]);
+    let kid = segment(&ticket, 0)["kid"].as_str().unwrap().to_owned();
+    let rogue = SigningKey::from_seed(Kid::new(kid).unwrap(), &[9; 32]).unwrap();
+    assert_refused(
+        &status_at(&f.state, rogue.mint(&forged).unwrap().expose()).await,
+        "invalid_ticket",
+    );
+    let mut expired: TicketClaims = serde_json::from_value(segment(&ticket, 1)).unwrap();
+    expired.iat -= 10 * 60;
+    expired.nbf = expired.iat;
+    expired.exp = expired.iat + 120;
+    assert_refused(
+        &status_at(&f.state, source_key(&f).mint(&expired).unwrap().expose()).await,
+        "invalid_ticket",
+    );
+    // A body that is not `{ticket}`.
+    let r = call(
+        &f.state,
+        Method::POST,
+        "/v1/sessions/transfer/status",
+        &[("content-type", "application/json")],
+        Body::from(json!({"ticket": ticket, "more": 1}).to_string()),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.json);
+
+    // An operator's revocation of the user at the source only: revoked.
+    let t = segment(&ticket, 1);
+    let r = f
+        .admin(
+            Method::POST,
+            "/admin/v1/revocations",
+            json!({"kind": "subject", "sub": t["sub"], "before": T0 + 1,
+                   "reason": "left the company", "by": "ops"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    assert_eq!(
+        status_at(&f.state, &ticket).await.json["session"],
+        "revoked"
+    );
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.json["error"], "SESSION_REVOKED", "{:?}", r.json);
+}
+
+#[tokio::test]
+async fn a_sign_out_recorded_by_another_replica_of_the_source_is_seen() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    // The sign-out goes to another replica over the same store (with SQLite: a second state
+    // over the same database, which is how a replica sees another's commits).
+    let other = Fixture::replica_of(&f).await;
+    let out = other
+        .with_session(Method::DELETE, "/v1/sessions/current", &session)
+        .await;
+    assert_eq!(out.status, StatusCode::NO_CONTENT, "{}", out.text);
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.json["error"], "SESSION_REVOKED", "{:?}", r.json);
+}
+
+/// ATTACKS A36 across a move: the rebind gives the device a token of its new cell (the old
+/// cell's is keyed with another KEK), so it is a known device there from the start.
+#[tokio::test]
+async fn a_rebind_gives_the_device_a_token_its_new_cell_knows() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    let r = rebind(&target, &ticket).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let device = r.json["device_token"].as_str().unwrap().to_owned();
+    let sign_in_from = |from: &'static str, pw: &'static str, device: Option<String>| {
+        let target = target.clone();
+        async move {
+            let mut body =
+                json!({"contractor_id": CTR, "login": "ana", "password": pw, "client": "field"});
+            if let Some(d) = device {
+                body["device_token"] = d.into();
+            }
+            call_on(
+                &target,
+                Listener::Public,
+                Some(std::net::SocketAddr::new(from.parse().unwrap(), 40_000)),
+                Method::POST,
+                "/v1/sessions",
+                &[("content-type", "application/json")],
+                Body::from(body.to_string()),
+            )
+            .await
+        }
+    };
+    for a in [
+        "203.0.113.1",
+        "203.0.113.2",
+        "203.0.113.3",
+        "203.0.113.4",
+        "203.0.113.5",
+        "203.0.113.6",
+    ] {
+        for _ in 0..10 {
+            sign_in_from(a, "a-guess", None).await;
+        }
+    }
+    let r = sign_in_from("198.51.100.9", PW, None).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text);
+    let r = sign_in_from("198.51.100.9", PW, Some(device)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
 }

@@ -102,6 +102,7 @@ async fn only_the_allow_listed_session_routes_are_forwarded() {
         ("GET", "/v1/sessions/admin"),
         ("GET", "/v1/sessions/current/x"),
         ("POST", "/v1/sessions/renew/x"),
+        ("POST", "/v1/sessions/transfer/status/x"),
         ("GET", "/v1/sessionsx"),
         ("GET", "/admin/v1/status"),
         ("GET", "/internal/v1/feed"),
@@ -126,12 +127,13 @@ async fn only_the_allow_listed_session_routes_are_forwarded() {
         ("POST", "/v1/sessions/renew"),
         ("POST", "/v1/sessions/transfer"),
         ("POST", "/v1/sessions/rebind"),
+        ("POST", "/v1/sessions/transfer/status"),
     ] {
         let (status, _, _) =
             send(&r.edge, raw(method, target, &[("authorization", &bearer)])).await;
         assert_eq!(status, StatusCode::OK, "{method} {target}");
     }
-    assert_eq!(r.auth.count(), 6);
+    assert_eq!(r.auth.count(), 7);
 }
 
 fn desk_token() -> String {

@@ -7,6 +7,7 @@ use protocol::{ContractorId, ErrorCode, Login, Password};
 use tokio::sync::Semaphore;
 
 use super::*;
+use crate::store::MemoryStore;
 use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually, transfer_answer};
 
 const SIGN_IN: &str = "POST /v1/sessions";
@@ -419,6 +420,96 @@ async fn a_refused_transfer_or_rebind_asks_for_a_new_sign_in() {
             "no request went elsewhere"
         );
     }
+}
+
+/// ATTACKS A38: the owner refuses a rebind because the ticket's source says the session was
+/// revoked there (the user signed out): the session ends, nothing is retried elsewhere.
+#[tokio::test]
+async fn a_rebind_refused_because_the_session_ended_at_its_source_ends_the_session() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    f.cells[1].always(REBIND, Reply::error(ErrorCode::SessionRevoked));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    sign_in(&c).await.unwrap();
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::SessionRevoked), "{e:?}");
+    assert!(e.ends_session(), "the app is told to sign in again");
+    assert!(c.session().is_none());
+    assert!(store.load(StoreSlot::Session).unwrap().is_none());
+    assert_eq!(f.cells[1].hits(REBIND).len(), 1, "not retried");
+    assert_eq!(
+        f.cells[1].hits(ROUTES).len(),
+        0,
+        "no request went elsewhere"
+    );
+}
+
+/// ATTACKS A38: the owner cannot reach the ticket's source to confirm it (`503 NOT_READY`,
+/// nothing burned): the session is kept and the error is a retryable one; the next request
+/// transfers again and is served at the owner.
+#[tokio::test]
+async fn a_rebind_its_source_could_not_confirm_keeps_the_session_for_a_retry() {
+    let f = FakeFleet::start(2).await;
+    f.cells[0].accept_sign_in(NOW + 30 * DAY);
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    f.cells[1].push(
+        REBIND,
+        Reply::error(ErrorCode::NotReady).header("retry-after", "1"),
+    );
+    let mut moved = f.cells[1].session_answer(NOW + 29 * DAY, "tok.re.bound");
+    moved["generation"] = 4.into();
+    f.cells[1].always(REBIND, Reply::json(201, moved));
+    f.cells[1].always(ROUTES, Reply::json(200, serde_json::json!({"jobs": []})));
+    let (c, store) = f.client_mem(&f.map(1, &[]));
+    let signed_in = sign_in(&c).await.unwrap();
+
+    let e = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Rejected {
+                code: ErrorCode::NotReady,
+                status: 503,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(!e.ends_session());
+    assert_eq!(
+        c.session().unwrap().session_id,
+        signed_in.session_id,
+        "kept"
+    );
+    assert!(store.load(StoreSlot::Session).unwrap().is_some());
+    assert_eq!(
+        f.cells[1].hits(REBIND).len(),
+        1,
+        "a rebind is never resent by itself"
+    );
+
+    let r = c
+        .request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(c.session().unwrap().cell_id, f.cells[1].id);
+    let tickets: Vec<serde_json::Value> = f.cells[1]
+        .hits(REBIND)
+        .iter()
+        .map(|h| serde_json::from_slice(&h.body).unwrap())
+        .collect();
+    assert_eq!(tickets.len(), 2);
+    assert_eq!(tickets[0], tickets[1], "the same ticket, asked for again");
 }
 
 #[tokio::test]
@@ -1016,4 +1107,78 @@ async fn a_panicking_observer_does_not_break_requests() {
     let r = c.request(Method::GET, ROUTES_PATH, None).await.unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// The device token a sign-in sent, if any.
+fn sent_device_token(hit: &crate::testing::Hit) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(&hit.body).unwrap();
+    body["device_token"].as_str().map(str::to_owned)
+}
+
+/// ATTACKS A36: the device token a cell gives at sign-in is kept in its own slot beyond the
+/// session (sign-out included) and sent with the next sign-in of that account at that cell,
+/// also by a new client over the same store; a rebind's token is kept for the new cell.
+#[tokio::test]
+async fn the_device_token_outlives_the_session_and_goes_with_the_next_sign_in() {
+    let f = FakeFleet::start(2).await;
+    let mut answer = f.cells[0].session_answer(NOW + 30 * DAY, "tok.sign.in");
+    answer["device_token"] = "d1.first-cell".into();
+    f.cells[0].always(SIGN_IN, Reply::json(201, answer));
+    f.cells[0].always(
+        "DELETE /v1/sessions/current",
+        Reply::json(204, serde_json::json!({})),
+    );
+    let store = Arc::new(MemoryStore::new());
+    let c = f.client(&f.map(1, &[]), store.clone());
+    sign_in(&c).await.unwrap();
+    assert_eq!(
+        sent_device_token(&f.cells[0].hits(SIGN_IN)[0]),
+        None,
+        "none yet"
+    );
+    assert!(store.load(StoreSlot::Device).unwrap().is_some());
+    c.sign_out().await.unwrap();
+    assert!(store.load(StoreSlot::Session).unwrap().is_none());
+    assert!(store.load(StoreSlot::Device).unwrap().is_some(), "kept");
+
+    // A new client over the same store (the app restarted) signs in: the token goes along.
+    let c = f.client(&f.map(1, &[]), store.clone());
+    sign_in(&c).await.unwrap();
+    let hits = f.cells[0].hits(SIGN_IN);
+    assert_eq!(
+        sent_device_token(&hits[1]).as_deref(),
+        Some("d1.first-cell")
+    );
+    // Another account on the same device does not send it.
+    c.sign_in(
+        &ctr(),
+        &Login::new("bo").unwrap(),
+        &Password::new("pw").unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sent_device_token(&f.cells[0].hits(SIGN_IN)[2]), None);
+
+    // The contractor moves: the rebind's token is kept for the new cell.
+    sign_in(&c).await.unwrap();
+    f.cells[0].always(ROUTES, Reply::wrong_cell(&f.cells[1]));
+    f.cells[0].always(TRANSFER, transfer_answer(&f.cells[1]));
+    let mut moved = f.cells[1].session_answer(NOW + 29 * DAY, "tok.re.bound");
+    moved["generation"] = 4.into();
+    moved["device_token"] = "d1.second-cell".into();
+    f.cells[1].always(REBIND, Reply::json(201, moved));
+    f.cells[1].always(ROUTES, Reply::json(200, serde_json::json!({})));
+    c.request(Method::GET, "/api/routes/today", None)
+        .await
+        .unwrap();
+    let book: serde_json::Value =
+        serde_json::from_str(&store.load(StoreSlot::Device).unwrap().unwrap()).unwrap();
+    let cells: Vec<(&str, &str)> = book["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["cell_id"].as_str().unwrap(), r["token"].as_str().unwrap()))
+        .collect();
+    assert!(cells.contains(&("cell-02", "d1.second-cell")), "{cells:?}");
+    assert!(cells.contains(&("cell-01", "d1.first-cell")), "{cells:?}");
 }

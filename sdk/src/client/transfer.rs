@@ -5,8 +5,12 @@
 //! endpoint it was named with, trades the ticket for a session at the new generation
 //! (`POST /v1/sessions/rebind`). The new session replaces the old one in the store. A refused
 //! transfer or rebind (the contractor moved again, the ticket was refused) ends the session:
-//! [`Error::SignInRequired`]. Single flight: concurrent requests that hit the same
-//! `WRONG_CELL` wait for one transfer and use its session.
+//! [`Error::SignInRequired`]. A rebind refused because the session was revoked at its source
+//! after the ticket was issued (the user signed out there, ATTACKS A38) ends it as
+//! [`Error::SessionRevoked`]. A rebind the owner could not confirm with the source (`503`,
+//! nothing burned) keeps the session and is never resent by itself: the next request transfers
+//! again, and the source answers the same ticket while it is valid. Single flight: concurrent
+//! requests that hit the same `WRONG_CELL` wait for one transfer and use its session.
 
 use http::Method;
 use protocol::api::{RebindRequest, TransferResponse};
@@ -15,6 +19,7 @@ use protocol::{CellId, ErrorCode};
 
 use super::{Client, answer, endpoint_of, same_endpoint, session_from};
 use crate::Error;
+use crate::device;
 use crate::session::{Event, Session};
 
 /// Whether a refusal of the transfer or rebind means "this session cannot follow".
@@ -126,6 +131,10 @@ impl Client {
             return Err(Error::InvalidResponse(
                 "the rebound session is not a newer session of the same user".into(),
             ));
+        }
+        if let Some(token) = device::issued_token(&resp) {
+            let store = self.inner.store.as_ref();
+            (self.inner.devices).rebound(store, &owner.id, &fresh.info.subject, token);
         }
         Ok(fresh)
     }

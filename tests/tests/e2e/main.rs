@@ -27,3 +27,5 @@ mod revocation_crash;
 mod revocation_migration;
 mod revocation_propagation;
 mod revocation_support;
+mod sign_in_logs;
+mod transfer_sign_out;
