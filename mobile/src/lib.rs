@@ -16,6 +16,9 @@ pub enum StoreSlot {
     Session,
     /// The offline outbox: writes waiting for delivery.
     Outbox,
+    /// The device tokens the cells gave this device (they outlive a sign-out: a device that
+    /// signed in before is not held by an account's lockout ceiling).
+    Device,
 }
 
 /// Where the app keeps the SDK's blobs, one per slot (Keychain, Keystore-backed storage, a
@@ -501,6 +504,7 @@ fn slot(s: sdk::StoreSlot) -> Result<StoreSlot, sdk::StoreError> {
     match s {
         sdk::StoreSlot::Session => Ok(StoreSlot::Session),
         sdk::StoreSlot::Outbox => Ok(StoreSlot::Outbox),
+        sdk::StoreSlot::Device => Ok(StoreSlot::Device),
         // a slot the SDK gained after this table was written: never into another slot's blob
         other => Err(sdk::StoreError(format!(
             "{other:?} has no foreign store slot in this library"

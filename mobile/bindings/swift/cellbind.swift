@@ -3299,6 +3299,11 @@ public enum StoreSlot: Equatable, Hashable {
      * The offline outbox: writes waiting for delivery.
      */
     case outbox
+    /**
+     * The device tokens the cells gave this device (they outlive a sign-out: a device that
+     * signed in before is not held by an account's lockout ceiling).
+     */
+    case device
 
 
 
@@ -3324,6 +3329,8 @@ public struct FfiConverterTypeStoreSlot: FfiConverterRustBuffer {
         
         case 2: return .outbox
         
+        case 3: return .device
+        
         default: throw UniffiInternalError.unexpectedEnumCase
         }
     }
@@ -3338,6 +3345,10 @@ public struct FfiConverterTypeStoreSlot: FfiConverterRustBuffer {
         
         case .outbox:
             writeInt(&buf, Int32(2))
+        
+        
+        case .device:
+            writeInt(&buf, Int32(3))
         
         }
     }
