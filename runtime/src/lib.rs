@@ -4,7 +4,8 @@
 //! secrets and owner-only files ([`secret`]), I/O errors with their context ([`io`]), opening
 //! SQLite files and checking their schema ([`sqlite`]), the HTTPS client that trusts one CA
 //! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
-//! two listeners ([`access`]), the HTTP answer of an error ([`answer`]) and the management
+//! two listeners ([`access`]), the HTTP answer of an error ([`answer`]), the protections of
+//! every listener (timeouts, the per-address connection cap: [`listener`]) and the management
 //! listener every server runs for health, readiness and metrics ([`management`]).
 
 pub mod access;
@@ -12,6 +13,7 @@ pub mod answer;
 pub mod config;
 pub mod files;
 pub mod io;
+pub mod listener;
 pub mod logging;
 pub mod management;
 pub mod refetch;
