@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64};
+use runtime::listener::ListenerConfig;
+use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -157,6 +159,9 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the three listeners (timeouts, per-address connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP>,
 }
 
 impl runtime::server::ServerConfig for Config {
@@ -220,6 +225,7 @@ impl Config {
             ("management_listen", self.management_listen),
         ])
         .map_err(Error::Config)?;
+        self.listeners.validate().map_err(Error::Config)?;
         if self.control_plane_url.is_some()
             && (self.map_public_key.is_none() || self.ca_cert.is_none())
         {

@@ -102,6 +102,7 @@ pub(crate) struct Metrics {
     password_checks: Counter,
     migration_steps: Family<Labels, Counter>,
     migration_durations: Family<Labels, Histogram>,
+    connections_refused: runtime::listener::RefusedConnections,
 }
 
 impl Metrics {
@@ -150,6 +151,10 @@ impl Metrics {
             "Time this cell took to perform each migration step",
             migration_durations.clone(),
         );
+        let connections_refused = runtime::listener::RefusedConnections::register(
+            &mut registry,
+            &["public", "internal", "management"],
+        );
         for o in SIGNIN_OUTCOMES {
             let _ = signins.get_or_create(&vec![("outcome", o)]);
         }
@@ -172,6 +177,7 @@ impl Metrics {
             map_refused,
             migration_steps,
             migration_durations,
+            connections_refused,
         }
     }
 }
@@ -181,6 +187,13 @@ fn gauge_value(v: u64) -> i64 {
 }
 
 impl Metrics {
+    /// The refused-connections counter of `listener` (`public`, `internal`, `management`).
+    pub(crate) fn connections_refused(
+        &self,
+        listener: &'static str,
+    ) -> prometheus_client::metrics::counter::Counter {
+        self.connections_refused.of(listener)
+    }
     pub(crate) fn signin(&self, outcome: &'static str) {
         self.signins
             .get_or_create(&vec![("outcome", outcome)])

@@ -4,6 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use runtime::listener::ListenerConfig;
+use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -49,6 +51,9 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the three listeners (timeouts, per-address connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP>,
 }
 
 impl runtime::server::ServerConfig for Config {
@@ -73,13 +78,14 @@ impl Config {
     }
 
     /// Refuses settings that would serve the internal routes (or the management ones) where
-    /// public traffic arrives.
+    /// public traffic arrives, and a zero listener timeout or cap.
     pub fn validate(&self) -> Result<()> {
         runtime::config::distinct_listeners(&[
             ("listen", self.listen),
             ("internal_listen", self.internal_listen),
             ("management_listen", self.management_listen),
         ])
-        .map_err(AppError::Config)
+        .map_err(AppError::Config)?;
+        self.listeners.validate().map_err(AppError::Config)
     }
 }

@@ -70,6 +70,7 @@ async fn serve() -> Served {
         app_token_file: p("app-token"),
         admin_token_file: p("admin-token"),
         log_format: Default::default(),
+        listeners: Default::default(),
     };
     let server = tokio::spawn(cellbind_demo_app::server::run(cfg));
     Served {
