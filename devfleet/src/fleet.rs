@@ -546,6 +546,7 @@ impl Fleet {
             bucket_count: opts.bucket_count,
             publish_interval_ms: control_plane::config::DEFAULT_PUBLISH_INTERVAL_MS,
             log_format: Default::default(),
+            listeners: Default::default(),
         };
         write_toml(&layout.config("control-plane"), &cp_cfg)?;
         for c in &cells {
