@@ -66,8 +66,8 @@ pub struct ListenerConfig<const MAX_CONNECTIONS_PER_IP: usize> {
     #[serde(default = "default_u64::<DEFAULT_KEEP_ALIVE_TIMEOUT_MS>")]
     pub keep_alive_timeout_ms: u64,
     /// Most open connections from one client address (an IPv6 client: its /64) to each of the
-    /// server's public and internal listeners; more are closed at once and counted in the
-    /// `connections_refused` metric.
+    /// server's listeners but the management one (public, and internal where it has one); more
+    /// are closed at once and counted in the `connections_refused` metric.
     #[serde(default = "default_usize::<MAX_CONNECTIONS_PER_IP>")]
     pub max_connections_per_ip: usize,
     /// Most open connections from one address (an IPv6 client: its /64) to the management
