@@ -10,6 +10,7 @@ use runtime::config::{default_u32, default_u64};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -173,6 +174,20 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        let mut files = vec![
+            SecretFile::new("kek_file", &self.kek_file),
+            SecretFile::new("admin_token_file", &self.admin_token_file),
+            SecretFile::new("feed_token_file", &self.feed_token_file),
+            SecretFile::new("edge_token_file", &self.edge_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ];
+        if let Some(url) = &self.database_url_file {
+            files.push(SecretFile::new("database_url_file", url));
+        }
+        files
     }
 }
 

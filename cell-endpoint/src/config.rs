@@ -12,6 +12,7 @@ use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64, default_usize};
 use runtime::listener::ListenerConfig;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
@@ -224,6 +225,15 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        vec![
+            SecretFile::new("feed_token_file", &self.feed_token_file),
+            SecretFile::new("app_token_file", &self.app_token_file),
+            SecretFile::new("edge_token_file", &self.edge_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ]
     }
 }
 

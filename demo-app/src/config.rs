@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +66,14 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        vec![
+            SecretFile::new("app_token_file", &self.app_token_file),
+            SecretFile::new("admin_token_file", &self.admin_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ]
     }
 }
 
