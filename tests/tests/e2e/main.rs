@@ -26,3 +26,4 @@ mod revocation_crash;
 mod revocation_migration;
 mod revocation_propagation;
 mod revocation_support;
+mod stalled_connections;
