@@ -2,14 +2,14 @@
 //! (ATTACKS A29, A33):
 //!
 //! ```text
-//!   TLS done ──► waiting for the first request's headers ──(dispatched)──► busy
-//!                deadline: header_read_timeout from now                    no read deadline (a
-//!                                                                          body has its own, a
+//!   TLS done ──► waiting for the first request's headers ──(dispatched)──► busy: no read
+//!                deadline: header_read_timeout from now                    deadline (a body
+//!                                                                          has its own)
 //!   HTTP/1.1:  busy ──(last answer ended)──► idle ──(a byte arrives)──► reading headers
 //!                                            deadline:                  deadline: header_read_
 //!                                            keep_alive_timeout         timeout from that byte
-//!   HTTP/2:    busy ◄──► no stream open: no read deadline (streams share the connection; the
-//!              per-address cap and the keep-alive pings bound it)
+//!   HTTP/2:    after its first request no read deadline (streams share the connection; the
+//!              per-address cap bounds how many one address holds)
 //! ```
 //!
 //! A long-poll is a request in flight, so nothing here cuts it. The deadline is enforced where
@@ -22,13 +22,14 @@
 //! the clients' own idle timeouts, so that a client, not the server, closes an idle connection
 //! and no request is ever sent on a connection the server is closing).
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 /// "Not set", for the instants kept as nanoseconds since the connection's start.
@@ -164,8 +165,6 @@ impl<S> Phased<S> {
     }
 }
 
-use std::future::Future as _;
-
 impl<S: AsyncRead + Unpin> AsyncRead for Phased<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -192,31 +191,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Phased<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Phased<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
+super::write_through!(Phased);
 
 #[cfg(test)]
 mod tests {
