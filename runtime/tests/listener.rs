@@ -26,6 +26,8 @@ struct Served {
     refused: Counter,
     /// Releases the requests waiting in `GET /wait`.
     release: Arc<tokio::sync::Notify>,
+    /// Told when `POST /slow` begins to wait for its body.
+    reading: Arc<tokio::sync::Notify>,
     handle: axum_server::Handle<SocketAddr>,
 }
 
@@ -72,9 +74,35 @@ async fn serve(cap: usize) -> Served {
     };
     let release = Arc::new(tokio::sync::Notify::new());
     let r = release.clone();
+    let reading = Arc::new(tokio::sync::Notify::new());
+    let told = reading.clone();
     let app = Router::new()
         .route("/ok", get(|| async { "ok" }))
         .route("/echo", post(|b: Bytes| async move { b }))
+        // Says when it waits for its body, reads it, then works longer than the body timeout.
+        .route(
+            "/slow",
+            post(move |body: axum::body::Body| {
+                let told = told.clone();
+                async move {
+                    told.notify_one();
+                    let b = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+                    tokio::time::sleep(BODY * 2).await;
+                    b
+                }
+            }),
+        )
+        // Reads its body within its own deadline (the body timeout, as the edge's forwarder
+        // does) and answers 418 when it passes.
+        .route(
+            "/own",
+            post(|body: axum::body::Body| async move {
+                match tokio::time::timeout(BODY, axum::body::to_bytes(body, 1 << 20)).await {
+                    Ok(Ok(b)) => (http::StatusCode::OK, b),
+                    _ => (http::StatusCode::IM_A_TEAPOT, Bytes::from_static(b"own")),
+                }
+            }),
+        )
         .route(
             "/wait",
             get(move || {
@@ -98,6 +126,7 @@ async fn serve(cap: usize) -> Served {
         gate: protection.gate,
         refused,
         release,
+        reading,
         handle,
     }
 }
@@ -331,6 +360,42 @@ async fn a_body_that_never_arrives_is_answered_408_and_the_connection_closed() {
         text.starts_with("HTTP/1.1 200") && text.ends_with("ok"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_clock_stops_with_the_body_and_a_handlers_own_deadline_answers_first() {
+    let s = serve(8).await;
+    // The body arrives after the handler began to wait for it (its clock runs), then the
+    // handler takes longer than the body timeout: the clock stopped with the body.
+    let mut c = tls(&s, "127.0.0.13", b"http/1.1").await.unwrap();
+    c.write_all(b"POST /slow HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n")
+        .await
+        .unwrap();
+    s.reading.notified().await;
+    c.write_all(b"ok").await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("ok"),
+        "{text}"
+    );
+    // A handler with its own body deadline gives its own answer, not the listener's 408.
+    let mut c = tls(&s, "127.0.0.13", b"http/1.1").await.unwrap();
+    c.write_all(b"POST /own HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\npart")
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    let n = tokio::time::timeout(BODY + MARGIN, c.read(&mut buf))
+        .await
+        .expect("answered within the body timeout")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 418"), "{text}");
+    assert!(sent.elapsed() >= BODY - Duration::from_millis(50));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,9 +78,7 @@ pub use accept::Protected;
 pub use config::{ListenerConfig, ListenerKind};
 pub use gate::{AdmitFuture, Gate, Gated, PeerGate, Slot, no_delay, too_many};
 pub use phase::Phased;
-pub use requests::{
-    BODY_TIMEOUT_MESSAGE, BodyTimedOut, RequestBody, ResponseBody, Tracked, TrackedFuture,
-};
+pub use requests::{BODY_TIMEOUT_MESSAGE, RequestBody, ResponseBody, Tracked, TrackedFuture};
 
 /// The timeouts of a listener (see the module doc and [`ListenerConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,32 +5,28 @@
 //!
 //! The body's clock starts when the server first waits for body bytes (a handler that reads
 //! the body at once: right after the headers), so a request without a body, a long-poll
-//! included, never has one. When it runs out, the body read fails and the request is answered
-//! `408 INVALID_REQUEST` ("the request body did not arrive in time"), whatever the handler made
-//! of the failed read; an HTTP/1.1 connection is closed after that answer.
+//! included, never has one, and it stops when the body has ended (or was dropped). When it runs
+//! out, the handler (still waiting for the body) is dropped and the request is answered `408
+//! INVALID_REQUEST` ("the request body did not arrive in time"); an HTTP/1.1 connection is
+//! closed after that answer. A handler with its own, earlier body deadline (the edge's
+//! forwarder) answers first: it is polled before the listener's clock is looked at.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use http_body::{Body, Frame, SizeHint};
 use protocol::{ErrorBody, ErrorCode};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use super::phase::Phase;
 
 /// A boxed error, what bodies fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// What a body that missed the body read timeout fails with.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("the request body did not arrive within the body read timeout")]
-pub struct BodyTimedOut;
 
 /// The message of the `408` answered when a body misses its timeout.
 pub const BODY_TIMEOUT_MESSAGE: &str = "the request body did not arrive in time";
@@ -87,11 +83,12 @@ where
         let busy = Busy::new(self.phase.clone());
         let http1 = req.version() < Version::HTTP_2;
         let (parts, body) = req.into_parts();
-        let (body, timed_out) = RequestBody::new(body, self.body_timeout);
+        let (body, watch) = RequestBody::new(body, self.body_timeout);
         TrackedFuture {
             inner: self.inner.call(Request::from_parts(parts, body)),
             busy: Some(busy),
-            timed_out,
+            watch,
+            timer: None,
             http1,
         }
     }
@@ -104,7 +101,10 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         busy: Option<Busy>,
-        timed_out: Option<Arc<AtomicBool>>,
+        // The request body's clock (none without a body).
+        watch: Option<Arc<BodyWatch>>,
+        // Armed at the body's deadline once its clock runs.
+        timer: Option<Pin<Box<Sleep>>>,
         http1: bool,
     }
 }
@@ -117,24 +117,26 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let resp = match this.inner.poll(cx) {
-            Poll::Pending => return Poll::Pending,
+        match this.inner.poll(cx) {
+            Poll::Ready(Ok(resp)) => {
+                let busy = this.busy.take();
+                return Poll::Ready(Ok(resp.map(|inner| ResponseBody {
+                    kind: Kind::Inner { inner },
+                    _busy: busy,
+                })));
+            }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            Poll::Ready(Ok(resp)) => resp,
+            Poll::Pending => {}
+        }
+        let Some(deadline) = this.watch.as_ref().and_then(|w| w.deadline()) else {
+            return Poll::Pending;
         };
-        let busy = this.busy.take();
-        let late = this
-            .timed_out
-            .as_ref()
-            .is_some_and(|t| t.load(Ordering::Acquire));
-        Poll::Ready(Ok(if late {
-            body_timeout_answer(*this.http1, busy)
-        } else {
-            resp.map(|inner| ResponseBody {
-                kind: Kind::Inner { inner },
-                _busy: busy,
-            })
-        }))
+        // A started clock's deadline never moves.
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Ok(body_timeout_answer(*this.http1, this.busy.take())))
     }
 }
 
@@ -216,44 +218,82 @@ where
 }
 
 pin_project_lite::pin_project! {
-    /// A request body that must arrive within the body read timeout (see the module doc).
+    /// A request body whose reads start and stop its clock (see the module doc).
     #[derive(Debug)]
     pub struct RequestBody<B> {
         #[pin]
         inner: B,
-        clock: Option<BodyClock>,
+        watch: Option<WatchGuard>,
+        timeout: Duration,
     }
 }
 
-/// The body read timeout of one body that is still to come.
+/// The clock of one request body, shared by the body and its request's future.
+#[derive(Debug, Default)]
+struct BodyWatch(Mutex<Watch>);
+
+#[derive(Debug, Default)]
+struct Watch {
+    /// Set at the first wait for body bytes.
+    deadline: Option<Instant>,
+    /// The body ended, failed or was dropped: no deadline any more.
+    done: bool,
+}
+
+impl BodyWatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        // One field set at a time under the lock: a poisoned lock is whole.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The server waits for body bytes: the clock starts, unless it already runs or stopped.
+    fn waiting(&self, timeout: Duration) {
+        let mut w = self.lock();
+        if !w.done && w.deadline.is_none() {
+            w.deadline = Some(Instant::now() + timeout);
+        }
+    }
+
+    fn done(&self) {
+        self.lock().done = true;
+    }
+
+    /// The deadline of a clock that runs.
+    fn deadline(&self) -> Option<Instant> {
+        let w = self.lock();
+        if w.done { None } else { w.deadline }
+    }
+}
+
+/// Stops the clock when the body is dropped.
 #[derive(Debug)]
-struct BodyClock {
-    timeout: Duration,
-    /// Started at the first wait for body bytes.
-    timer: Option<Pin<Box<Sleep>>>,
-    timed_out: Arc<AtomicBool>,
+struct WatchGuard(Arc<BodyWatch>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.done();
+    }
 }
 
 impl<B: Body> RequestBody<B> {
-    /// `inner` with the body read timeout `timeout`, and the flag set when it runs out (`None`
-    /// for a body that has already ended: nothing to wait for).
-    fn new(inner: B, timeout: Duration) -> (Self, Option<Arc<AtomicBool>>) {
+    /// `inner` with the body read timeout `timeout`, and its clock (`None` for a body that
+    /// has already ended: nothing to wait for).
+    fn new(inner: B, timeout: Duration) -> (Self, Option<Arc<BodyWatch>>) {
         if inner.is_end_stream() {
-            return (Self { inner, clock: None }, None);
-        }
-        let timed_out = Arc::new(AtomicBool::new(false));
-        let clock = BodyClock {
-            timeout,
-            timer: None,
-            timed_out: timed_out.clone(),
-        };
-        (
-            Self {
+            let body = Self {
                 inner,
-                clock: Some(clock),
-            },
-            Some(timed_out),
-        )
+                watch: None,
+                timeout,
+            };
+            return (body, None);
+        }
+        let watch = Arc::new(BodyWatch::default());
+        let body = Self {
+            inner,
+            watch: Some(WatchGuard(watch.clone())),
+            timeout,
+        };
+        (body, Some(watch))
     }
 }
 
@@ -269,30 +309,18 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        if let Some(clock) = this.clock.as_ref()
-            && clock.timed_out.load(Ordering::Acquire)
-        {
-            return Poll::Ready(Some(Err(BodyTimedOut.into())));
-        }
-        match this.inner.poll_frame(cx) {
-            Poll::Ready(frame) => return Poll::Ready(frame.map(|f| f.map_err(Into::into))),
-            Poll::Pending => {}
-        }
-        let Some(clock) = this.clock.as_mut() else {
-            return Poll::Pending;
-        };
-        let timeout = clock.timeout;
-        let timer = clock
-            .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                clock.timed_out.store(true, Ordering::Release);
-                Poll::Ready(Some(Err(BodyTimedOut.into())))
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Some(WatchGuard(watch)) = this.watch.as_ref() {
+            match &polled {
+                Poll::Pending => watch.waiting(*this.timeout),
+                Poll::Ready(None | Some(Err(_))) => watch.done(),
+                // The last frame of a body of known length: the reader need not poll again.
+                Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => watch.done(),
+                Poll::Ready(Some(Ok(_))) => {}
             }
-            Poll::Pending => Poll::Pending,
         }
+        polled.map(|frame| frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
