@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64};
+use runtime::listener::ListenerConfig;
+use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -166,6 +169,9 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the three listeners (timeouts, per-address connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP>,
 }
 
 impl runtime::server::ServerConfig for Config {
@@ -177,6 +183,20 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        let mut files = vec![
+            SecretFile::new("kek_file", &self.kek_file),
+            SecretFile::new("admin_token_file", &self.admin_token_file),
+            SecretFile::new("feed_token_file", &self.feed_token_file),
+            SecretFile::new("edge_token_file", &self.edge_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ];
+        if let Some(url) = &self.database_url_file {
+            files.push(SecretFile::new("database_url_file", url));
+        }
+        files
     }
 }
 
@@ -229,6 +249,7 @@ impl Config {
             ("management_listen", self.management_listen),
         ])
         .map_err(Error::Config)?;
+        self.listeners.validate().map_err(Error::Config)?;
         if self.control_plane_url.is_some()
             && (self.map_public_key.is_none() || self.ca_cert.is_none())
         {

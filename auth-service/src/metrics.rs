@@ -104,6 +104,7 @@ pub(crate) struct Metrics {
     migration_durations: Family<Labels, Histogram>,
     reapply_refused: Family<Labels, Counter>,
     feed_refused: Counter,
+    connections_refused: runtime::listener::RefusedConnections,
 }
 
 impl Metrics {
@@ -164,6 +165,10 @@ impl Metrics {
             "Time this cell took to perform each migration step",
             migration_durations.clone(),
         );
+        let connections_refused = runtime::listener::RefusedConnections::register(
+            &mut registry,
+            &["public", "internal", "management"],
+        );
         for o in SIGNIN_OUTCOMES {
             let _ = signins.get_or_create(&vec![("outcome", o)]);
         }
@@ -188,6 +193,7 @@ impl Metrics {
             migration_durations,
             reapply_refused,
             feed_refused,
+            connections_refused,
         }
     }
 }
@@ -197,6 +203,13 @@ fn gauge_value(v: u64) -> i64 {
 }
 
 impl Metrics {
+    /// The refused-connections counter of `listener` (`public`, `internal`, `management`).
+    pub(crate) fn connections_refused(
+        &self,
+        listener: &'static str,
+    ) -> prometheus_client::metrics::counter::Counter {
+        self.connections_refused.of(listener)
+    }
     pub(crate) fn signin(&self, outcome: &'static str) {
         self.signins
             .get_or_create(&vec![("outcome", outcome)])

@@ -10,6 +10,7 @@ use protocol::Password;
 use protocol::jwks::PublicKey;
 use runtime::IoContext as _;
 use runtime::access::Listener;
+use runtime::listener::ListenerKind;
 use runtime::management::ManagementListener;
 
 use crate::config::{Config, DB_FILE, StoreKind};
@@ -188,7 +189,8 @@ async fn follow(state: AppState) {
 
 /// Serves [`public_router`] on `public`, [`internal_router`] on `internal` and the management
 /// routes (`runtime::management`: health, readiness, metrics) on `management`, all over the
-/// TLS certificate and key of the config, until one fails. They stop together: when one
+/// TLS certificate and key of the config and each with the listener protections of the config
+/// (`runtime::listener`: timeouts, its own per-address connection cap), until one fails. They stop together: when one
 /// listener fails, the others are shut down and the first error is returned.
 pub async fn serve(
     state: AppState,
@@ -211,16 +213,20 @@ pub async fn serve_until(
     runtime::install_crypto_provider();
     let tls = tls::server_config(&state.config.tls_cert, &state.config.tls_key).await?;
     let control = axum_server::Control::new();
+    let protection = |kind: ListenerKind, name: &'static str| {
+        state
+            .config
+            .listeners
+            .protection(kind, state.metrics.connections_refused(name))
+    };
     let one = |listener: std::net::TcpListener, which: Listener| {
         let tls = tls.clone();
         let state = state.clone();
         let handle = axum_server::Handle::<SocketAddr>::with_control(control.clone());
+        let protection = protection(ListenerKind::Service, which.as_str());
         async move {
-            listener
-                .set_nonblocking(true)
-                .context("configure the listener")?;
             let addr = listener.local_addr().context("listener address")?;
-            let server = runtime::tls::https_server(listener, tls)
+            let server = runtime::listener::https_server(listener, tls, &protection)
                 .context("listen")?
                 .handle(handle);
             tracing::info!(
@@ -255,7 +261,8 @@ pub async fn serve_until(
         let handle = axum_server::Handle::<SocketAddr>::with_control(control.clone());
         let probe = Arc::new(Management(state.clone()));
         let tls = tls.clone();
-        async move { Ok::<_, Error>(listener.serve(tls, handle, probe).await?) }
+        let protection = protection(ListenerKind::Management, "management");
+        async move { Ok::<_, Error>(listener.serve(tls, handle, probe, &protection).await?) }
     };
     // Dropped (every listener's task aborted) however this function ends.
     let mut servers = tokio::task::JoinSet::new();

@@ -13,6 +13,11 @@
 //!
 //! Reading from the right matters: a client may put anything in the leftmost entries; only the
 //! entries appended by trusted hops are believed.
+//!
+//! With `proxy_protocol` on, no forwarding header is read at all: the connection layer
+//! (`conn::AddProxiedPeer`) removes them from every request, so the client is the PROXY
+//! header's source, or the socket peer after a `LOCAL` header (a balancer's health check),
+//! never an address the client wrote.
 
 use std::net::IpAddr;
 

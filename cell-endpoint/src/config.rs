@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64, default_usize};
+use runtime::listener::ListenerConfig;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
@@ -45,14 +47,10 @@ pub const DEFAULT_APP_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default interval of the certificate-file watcher, in milliseconds.
 pub const DEFAULT_CERT_WATCH_MS: u64 = 2_000;
-/// Default time a client has to send its request headers (and, on a kept-alive connection, the
-/// next request's), in milliseconds (ATTACKS A29: slowloris).
-pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
-/// Default time a client has to send a whole request body, in milliseconds (ATTACKS A29: a
-/// declared body that never arrives).
-pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 10_000;
-/// Default most open connections from one client address (ATTACKS A29: connection hoarding).
-/// Trusted proxies are not counted, the clients behind them are when PROXY protocol names them.
+/// Default most open connections from one client address (an IPv6 client: its /64) to the
+/// public listener (ATTACKS A29: connection hoarding; `max_connections_per_ip`). Trusted proxies
+/// are not counted, the clients behind them are when PROXY protocol names them. The other
+/// listener timeouts and caps are the ones every server shares (`runtime::listener`).
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
 
 /// The edge's configuration. Unknown keys in the file are refused, naming the nearest valid
@@ -158,15 +156,6 @@ pub struct Config {
     /// the client (default false).
     #[serde(default)]
     pub proxy_protocol: bool,
-    /// Time a client has to send its request headers, in milliseconds.
-    #[serde(default = "default_u64::<DEFAULT_HEADER_READ_TIMEOUT_MS>")]
-    pub header_read_timeout_ms: u64,
-    /// Time a client has to send a whole request body, in milliseconds.
-    #[serde(default = "default_u64::<DEFAULT_BODY_READ_TIMEOUT_MS>")]
-    pub body_read_timeout_ms: u64,
-    /// Most open connections from one client address.
-    #[serde(default = "default_usize::<DEFAULT_MAX_CONNECTIONS_PER_IP>")]
-    pub max_connections_per_ip: usize,
     /// Most verified tokens the edge caches (a repeat token skips the signature check). The
     /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
     /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
@@ -194,6 +183,10 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the public and management listeners (timeouts, per-address
+    /// connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_MAX_CONNECTIONS_PER_IP>,
 }
 
 /// How the serving threads share the public port (`io_listener`).
@@ -233,6 +226,15 @@ impl runtime::server::ServerConfig for Config {
     fn log_format(&self) -> LogFormat {
         self.log_format
     }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        vec![
+            SecretFile::new("feed_token_file", &self.feed_token_file),
+            SecretFile::new("app_token_file", &self.app_token_file),
+            SecretFile::new("edge_token_file", &self.edge_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ]
+    }
 }
 
 fn default_management_listen() -> SocketAddr {
@@ -249,19 +251,22 @@ impl Config {
         Ok(config)
     }
 
-    /// Refuses a management listener on the public listener's address.
+    /// Refuses a management listener on the public listener's address, and a zero listener
+    /// timeout or cap.
     pub fn validate(&self) -> Result<(), EdgeError> {
         runtime::config::distinct_listeners(&[
             ("listen", self.listen),
             ("management_listen", self.management_listen),
         ])
-        .map_err(EdgeError::Config)
+        .map_err(EdgeError::Config)?;
+        self.listeners.validate().map_err(EdgeError::Config)
     }
 
     /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
     /// `trusted_proxies` entry that is not a CIDR or an address.
     pub fn settings(&self) -> Result<Settings, EdgeError> {
         let trusted_proxies = crate::client_ip::TrustedProxies::parse(&self.trusted_proxies)?;
+        let timeouts = self.listeners.timeouts();
         Ok(Settings {
             cell_id: self.cell_id.clone(),
             instance_id: self.instance_id.clone(),
@@ -279,9 +284,11 @@ impl Config {
             trusted_proxies,
             client_ip_header: self.client_ip_header,
             proxy_protocol: self.proxy_protocol,
-            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
-            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
-            max_connections_per_ip: self.max_connections_per_ip,
+            header_read_timeout: timeouts.header_read,
+            body_read_timeout: timeouts.body_read,
+            tls_handshake_timeout: timeouts.tls_handshake,
+            keep_alive_timeout: timeouts.keep_alive,
+            max_connections_per_ip: self.listeners.max_connections_per_ip,
             token_cache_capacity: self.token_cache_capacity,
         })
     }
@@ -386,19 +393,35 @@ pub struct Settings {
     pub client_ip_header: crate::client_ip::ClientIpHeader,
     /// Whether trusted proxies speak PROXY protocol v2.
     pub proxy_protocol: bool,
-    /// Time a client has to send its request headers.
+    /// Time a client has to send a request's headers, from its first byte (the first
+    /// request's: from the end of the TLS handshake), and a trusted proxy its PROXY header.
     pub header_read_timeout: Duration,
     /// Time a client has to send a whole request body.
     pub body_read_timeout: Duration,
-    /// Most open connections from one client address.
+    /// Time a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
+    /// Time an HTTP/1.1 connection with no request in flight stays open.
+    pub keep_alive_timeout: Duration,
+    /// Most open connections from one client address (an IPv6 client: its /64).
     pub max_connections_per_ip: usize,
     /// Most verified tokens cached (`token_cache::TokenCache::with_capacity`).
     pub token_cache_capacity: usize,
 }
 
 impl Settings {
+    /// The timeouts of the public listener.
+    pub fn listener_timeouts(&self) -> runtime::listener::Timeouts {
+        runtime::listener::Timeouts {
+            header_read: self.header_read_timeout,
+            body_read: self.body_read_timeout,
+            tls_handshake: self.tls_handshake_timeout,
+            keep_alive: self.keep_alive_timeout,
+        }
+    }
+
     /// Defaults for a cell at `public_url`.
     pub fn new(cell_id: CellId, public_url: impl Into<String>) -> Self {
+        let listener = runtime::listener::Timeouts::default();
         Self {
             cell_id,
             instance_id: "edge-1".into(),
@@ -418,8 +441,10 @@ impl Settings {
             trusted_proxies: crate::client_ip::TrustedProxies::default(),
             client_ip_header: crate::client_ip::ClientIpHeader::default(),
             proxy_protocol: false,
-            header_read_timeout: Duration::from_millis(DEFAULT_HEADER_READ_TIMEOUT_MS),
-            body_read_timeout: Duration::from_millis(DEFAULT_BODY_READ_TIMEOUT_MS),
+            header_read_timeout: listener.header_read,
+            body_read_timeout: listener.body_read,
+            tls_handshake_timeout: listener.tls_handshake,
+            keep_alive_timeout: listener.keep_alive,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             token_cache_capacity: crate::token_cache::TOKEN_CACHE_CAPACITY,
         }

@@ -1,29 +1,34 @@
-//! Per-connection admission, before TLS (ATTACKS A27, A29):
+//! Per-connection admission of the public listener, before TLS (ATTACKS A27, A29, A33): the
+//! edge's PROXY-protocol step, ending in the per-address cap every listener of every server
+//! has (`runtime::listener`, which also gives the connection its TLS handshake, header, body
+//! and keep-alive timeouts):
 //!
 //! 1. From a trusted proxy with `proxy_protocol` on, the connection must start with a PROXY
 //!    protocol v2 header (read within the header timeout, exactly its declared length, so the
 //!    TLS ClientHello behind it is untouched); its source address becomes the client
-//!    ([`ProxiedPeer`] in the request extensions). A `LOCAL` header (health checks) names none.
-//! 2. The per-client-address cap on open connections: the client is the PROXY source, else the
-//!    socket peer; a trusted proxy without PROXY protocol is not counted (everyone behind it
-//!    shares its address; the per-IP request rate limit still sees the forwarded client).
-//!    Over the cap the connection is closed at once, before any TLS work.
+//!    ([`ProxiedPeer`] in the request extensions). A `LOCAL` header (health checks) names none:
+//!    the client is then the socket peer.
+//! 2. With `proxy_protocol` on, no forwarding header is ever read: [`AddProxiedPeer`] removes
+//!    `X-Forwarded-For` and `Forwarded` from every request before any layer sees it, so a
+//!    `LOCAL` connection cannot fall back to a client-supplied forwarding header.
+//! 3. The per-address cap on open connections (`runtime::listener::Gate`, keyed by
+//!    `protocol::http::client_key`: an IPv6 client by its /64): the client is the PROXY source,
+//!    else the socket peer; a trusted proxy without PROXY protocol is not counted (everyone
+//!    behind it shares its address; the per-IP request rate limit still sees the forwarded
+//!    client). Over the cap the connection is closed at once, before any TLS work.
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum_server::accept::Accept;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
+use prometheus_client::metrics::counter::Counter;
+use runtime::listener::{AdmitFuture, Gate, Gated, Timeouts};
+use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
 use crate::client_ip::TrustedProxies;
-use prometheus_client::metrics::counter::Counter;
 
 /// Largest PROXY v2 header accepted (16 fixed bytes + addresses + TLVs), in bytes.
 pub const MAX_PROXY_HEADER_BYTES: usize = 16 + 512;
@@ -32,118 +37,39 @@ pub const MAX_PROXY_HEADER_BYTES: usize = 16 + 512;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProxiedPeer(pub SocketAddr);
 
-/// Open connections per client address.
+/// The admission of the public listener: PROXY protocol from trusted proxies, then the
+/// per-address [`Gate`]; and the listener's timeouts.
 #[derive(Debug)]
 pub struct ConnectionGate {
-    open: Mutex<HashMap<IpAddr, usize>>,
-    max_per_ip: usize,
+    gate: Arc<Gate>,
     trusted: TrustedProxies,
     proxy_protocol: bool,
-    header_timeout: Duration,
-    refused: Counter,
+    timeouts: Timeouts,
 }
 
 impl ConnectionGate {
+    /// The admission `settings` describe; each refused connection increments `refused`.
     pub fn new(settings: &crate::config::Settings, refused: Counter) -> Self {
         Self {
-            open: Mutex::new(HashMap::new()),
-            max_per_ip: settings.max_connections_per_ip.max(1),
+            gate: Gate::new(settings.max_connections_per_ip, refused),
             trusted: settings.trusted_proxies.clone(),
             proxy_protocol: settings.proxy_protocol,
-            header_timeout: settings.header_read_timeout,
-            refused,
+            timeouts: settings.listener_timeouts(),
         }
     }
 
-    /// Counts a connection from `ip`; `None` when `ip` already has the most allowed.
-    fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(ip).or_insert(0);
-        if *n >= self.max_per_ip {
-            return None;
-        }
-        *n += 1;
-        Some(Slot {
-            gate: self.clone(),
-            ip,
-        })
+    /// The public listener's timeouts (the header timeout also bounds a PROXY header).
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
-    /// The time a client has to send its request headers (and a trusted proxy its PROXY header).
-    pub fn header_timeout(&self) -> Duration {
-        self.header_timeout
-    }
-
-    /// Open connections counted for `ip` (tests, metrics).
+    /// Open connections counted for `ip`'s key (tests, metrics).
     pub fn open_from(&self, ip: IpAddr) -> usize {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.get(&ip).copied().unwrap_or(0)
+        self.gate.open_from(ip)
     }
 }
 
-/// One counted connection; uncounted when dropped (the connection closed).
-#[derive(Debug)]
-struct Slot {
-    gate: Arc<ConnectionGate>,
-    ip: IpAddr,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.gate.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
-/// A TCP stream that holds its connection slot.
-#[derive(Debug)]
-pub struct GatedStream {
-    inner: TcpStream,
-    _slot: Option<Slot>,
-}
-
-impl AsyncRead for GatedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for GatedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
-/// The TCP-level acceptor (inside the TLS acceptor).
+/// The TCP-level acceptor of the public listener (before TLS).
 #[derive(Debug, Clone)]
 pub struct GateAcceptor {
     gate: Arc<ConnectionGate>,
@@ -156,23 +82,18 @@ impl GateAcceptor {
 }
 
 impl<S: Send + 'static> Accept<TcpStream, S> for GateAcceptor {
-    type Stream = GatedStream;
+    type Stream = Gated<TcpStream>;
     type Service = AddProxiedPeer<S>;
-    type Future =
-        Pin<Box<dyn Future<Output = io::Result<(GatedStream, AddProxiedPeer<S>)>> + Send>>;
+    type Future = AdmitFuture<Gated<TcpStream>, AddProxiedPeer<S>>;
 
     fn accept(&self, mut stream: TcpStream, service: S) -> Self::Future {
         let gate = self.gate.clone();
         Box::pin(async move {
-            // Answers leave at once (see `runtime::tls::https_server`); a socket that refuses
-            // the option still serves.
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set");
-            }
+            runtime::listener::no_delay(&stream);
             let peer = stream.peer_addr()?;
             let trusted = gate.trusted.contains(peer.ip());
             let proxied = if trusted && gate.proxy_protocol {
-                tokio::time::timeout(gate.header_timeout, read_proxy_v2(&mut stream))
+                tokio::time::timeout(gate.timeouts.header_read, read_proxy_v2(&mut stream))
                     .await
                     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no PROXY header"))??
             } else {
@@ -184,23 +105,19 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GateAcceptor {
                 None => Some(peer.ip()),
             };
             let slot = match counted {
-                Some(ip) => match gate.enter(ip) {
-                    Some(slot) => Some(slot),
-                    None => {
-                        gate.refused.inc();
-                        return Err(io::Error::other("too many connections from one address"));
-                    }
-                },
+                Some(ip) => Some(
+                    gate.gate
+                        .admit(ip)
+                        .ok_or_else(runtime::listener::too_many)?,
+                ),
                 None => None,
             };
             Ok((
-                GatedStream {
-                    inner: stream,
-                    _slot: slot,
-                },
+                Gated::new(stream, slot),
                 AddProxiedPeer {
                     inner: service,
                     peer: proxied.map(ProxiedPeer),
+                    drop_forwarding: gate.proxy_protocol,
                 },
             ))
         })
@@ -236,11 +153,13 @@ pub async fn read_proxy_v2(stream: &mut TcpStream) -> io::Result<Option<SocketAd
     })
 }
 
-/// Puts the [`ProxiedPeer`] of the connection into every request's extensions.
+/// Puts the [`ProxiedPeer`] of the connection into every request's extensions; with
+/// `proxy_protocol` on, removes every forwarding header first (see the module doc).
 #[derive(Debug, Clone)]
 pub struct AddProxiedPeer<S> {
     inner: S,
     peer: Option<ProxiedPeer>,
+    drop_forwarding: bool,
 }
 
 impl<S, B> tower::Service<http::Request<B>> for AddProxiedPeer<S>
@@ -256,12 +175,19 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if self.drop_forwarding {
+            let h = req.headers_mut();
+            h.remove(http::header::FORWARDED);
+            h.remove(X_FORWARDED_FOR);
+        }
         if let Some(p) = self.peer {
             req.extensions_mut().insert(p);
         }
         self.inner.call(req)
     }
 }
+
+const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 
 #[cfg(test)]
 mod tests {
@@ -284,7 +210,7 @@ mod tests {
         let (gated, _) = GateAcceptor::new(gate).accept(accepted, ()).await.unwrap();
         // Nagle's algorithm off: a small write (an answer's last piece) leaves at once
         // instead of waiting for the client's delayed acknowledgement.
-        assert!(gated.inner.nodelay().unwrap());
+        assert!(gated.get_ref().nodelay().unwrap());
         drop(client);
     }
 }

@@ -1,5 +1,7 @@
 //! Rate limits (governor): per client IP for every request, per subject for validated ones.
-//! Both answer `429 RATE_LIMITED` with `Retry-After`. Also where a request's client address
+//! Both answer `429 RATE_LIMITED` with `Retry-After`. A client IP is counted under its
+//! `protocol::http::client_key` (ATTACKS A36): an IPv6 client by its /64, so rotating through
+//! the addresses of one prefix does not buy a fresh bucket. Also where a request's client address
 //! is recorded once established ([`ClientIp`], [`client_ip`]).
 //!
 //! A subject's limiter is one shared object ([`SubjectLimiter`]) that every cached session of
@@ -27,7 +29,8 @@ use crate::subject_limit::retry_after;
 /// How often idle limiter entries are dropped, in seconds.
 pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
 
-/// The limiters: per IP (keyed) and per subject (one shared [`SubjectLimiter`] each).
+/// The limiters: per client key (an IPv4 address, an IPv6 /64) and per subject (one shared
+/// [`SubjectLimiter`] each).
 #[derive(Debug)]
 pub struct Limits {
     per_ip: DefaultKeyedRateLimiter<IpAddr>,
@@ -54,9 +57,10 @@ impl Limits {
         }
     }
 
+    /// Takes one request from the bucket of `ip`'s client key.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), EdgeError> {
         self.per_ip
-            .check_key(&ip)
+            .check_key(&protocol::http::client_key(ip))
             .map_err(|n| EdgeError::RateLimited {
                 retry_after_s: retry_after(&self.clock, &n),
             })
@@ -133,6 +137,30 @@ mod tests {
         s.rate_per_subject_per_s = 1;
         s.burst_per_subject = burst;
         Limits::new(&s)
+    }
+
+    #[test]
+    fn the_addresses_of_one_ipv6_slash_64_share_one_rate_limit_bucket() {
+        let mut s = Settings::new(CellId::new("cell-03").unwrap(), "https://127.0.0.3:8443");
+        s.rate_per_ip_per_s = 1;
+        s.burst_per_ip = 3;
+        let l = Limits::new(&s);
+        let ip = |v: &str| v.parse::<IpAddr>().unwrap();
+        // A client rotating through its /64: one bucket of three.
+        for a in [
+            "2001:db8:7:1::1",
+            "2001:db8:7:1::2",
+            "2001:db8:7:1:ffff:1:2:3",
+        ] {
+            l.check_ip(ip(a)).unwrap();
+        }
+        assert!(matches!(
+            l.check_ip(ip("2001:db8:7:1:abcd::42")),
+            Err(EdgeError::RateLimited { .. })
+        ));
+        // The next /64 is another client; an IPv4 address is its own.
+        l.check_ip(ip("2001:db8:7:2::1")).unwrap();
+        l.check_ip(ip("192.0.2.1")).unwrap();
     }
 
     #[test]

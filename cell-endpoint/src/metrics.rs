@@ -209,7 +209,7 @@ pub struct Metrics {
     feed_syncs: Counter,
     feed_epoch_changes: Counter,
     key_refetches: Counter<u64, AtomicU64>,
-    connections_refused: Counter,
+    connections_refused: runtime::listener::RefusedConnections,
 }
 
 /// Registers `metric` under `name` and hands it back (the registry keeps a clone).
@@ -318,11 +318,9 @@ impl Metrics {
             "Key refetches caused by an unknown kid (single-flight, rate-limited)",
             Counter::default(),
         );
-        let connections_refused = registered(
+        let connections_refused = runtime::listener::RefusedConnections::register(
             &mut registry,
-            "connections_refused",
-            "Connections closed at once because their address already had the most allowed open",
-            Counter::default(),
+            &["public", "management"],
         );
         let per_instance = registry
             .sub_registry_with_label((Cow::Borrowed("instance"), Cow::Owned(instance.to_owned())));
@@ -356,9 +354,14 @@ impl Metrics {
         }
     }
 
-    /// The refused-connections counter (shared with the connection gate).
+    /// The public listener's refused-connections counter (shared with its connection gate).
     pub fn connections_refused(&self) -> Counter {
-        self.connections_refused.clone()
+        self.connections_refused.of("public")
+    }
+
+    /// The management listener's refused-connections counter.
+    pub fn management_connections_refused(&self) -> Counter {
+        self.connections_refused.of("management")
     }
 
     /// The pre-created counter of `outcome`, if it has one (every outcome the edge answers).

@@ -1,7 +1,7 @@
 //! The edge binary's life ([`run`]): load the disk copy, start the feed sync, the limiter
 //! housekeeping, the certificate watcher, the HTTPS server and the management listener
-//! (health, readiness, metrics; same certificate, reloaded with it); stop when told, after
-//! draining.
+//! (health, readiness, metrics; same certificate, reloaded with it), both with the listener
+//! protections of `runtime::listener`; stop when told, after draining.
 
 use std::time::Duration;
 
@@ -81,10 +81,15 @@ pub async fn run(
         gate,
         app(edge.clone()),
     );
+    let management_protection = config.listeners.protection(
+        runtime::listener::ListenerKind::Management,
+        edge.metrics().management_connections_refused(),
+    );
     let managed = management.serve(
         tls,
         axum_server::Handle::with_control(control.clone()),
         std::sync::Arc::new(Management(edge)),
+        &management_protection,
     );
     // The two listeners stop together: a failure of either shuts the other down; a graceful
     // shutdown lets the public one drain.

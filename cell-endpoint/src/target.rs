@@ -12,20 +12,27 @@
 //! | `//` anywhere in the path                        | empty segments collapse differently in every parser |
 //! | not starting with `/`, `*`                       | only origin-form is routed                       |
 //! | HTTP/1 absolute-form naming another authority    | the target would name a host the edge is not     |
+//! | two `Host` headers                               | components pick different ones (first, last, joined) |
+//! | `Host` ≠ the HTTP/2 `:authority`, or ≠ the authority of an HTTP/1 absolute-form target | one component routes by one, the next by the other |
 //!
 //! The query is not inspected (it is never used for routing); it is forwarded byte for byte.
 //! HTTP/2's `:path` is the same check (hyper gives it as the URI's path), and its `:authority`
 //! is treated like `Host`.
 
 use axum::body::Body;
-use axum::http::{Request, Uri, Version};
+use axum::http::{Request, Uri, Version, header};
 
 /// Why a target was refused (the message of the 400).
 pub const NOT_CANONICAL: &str = "the request target is not in canonical form";
+/// Why a request naming its host twice, or two different hosts, was refused (the message of
+/// the 400).
+pub const CONFLICTING_HOST: &str = "the request names its host more than once or differently";
 
-/// Checks a request's target; `authority` is this cell's public authority (`host[:port]`,
-/// lower case, default port dropped), which an HTTP/1 absolute-form target must name.
+/// Checks a request's target and host; `authority` is this cell's public authority
+/// (`host[:port]`, lower case, default port dropped), which an HTTP/1 absolute-form target must
+/// name.
 pub fn check(req: &Request<Body>, authority: &str) -> Result<(), &'static str> {
+    check_host(req)?;
     let uri = req.uri();
     if matches!(
         req.version(),
@@ -38,19 +45,40 @@ pub fn check(req: &Request<Body>, authority: &str) -> Result<(), &'static str> {
     check_path(uri.path())
 }
 
+/// At most one `Host` header, and, when the request also carries an authority (HTTP/2's
+/// `:authority`, an HTTP/1 absolute-form target), the same one.
+fn check_host(req: &Request<Body>) -> Result<(), &'static str> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(CONFLICTING_HOST);
+    }
+    if let (Some(host), Some(authority)) = (host, req.uri().authority()) {
+        let host = host.to_str().map_err(|_| CONFLICTING_HOST)?;
+        let ours = normalised(authority.as_str(), req.uri());
+        if normalised(host, req.uri()) != ours {
+            return Err(CONFLICTING_HOST);
+        }
+    }
+    Ok(())
+}
+
 fn same_authority(a: &str, uri: &Uri, ours: &str) -> bool {
-    let a = a.to_ascii_lowercase();
+    normalised(a, uri) == ours
+}
+
+/// An authority in lower case, without the default port of `uri`'s scheme.
+fn normalised(a: &str, uri: &Uri) -> String {
+    let mut a = a.to_ascii_lowercase();
     let default = match uri.scheme_str() {
         Some("https") => ":443",
         Some("http") => ":80",
         _ => "",
     };
-    let a = if !default.is_empty() && a.ends_with(default) {
-        &a[..a.len() - default.len()]
-    } else {
-        &a
-    };
-    a == ours
+    if !default.is_empty() && a.ends_with(default) {
+        a.truncate(a.len() - default.len());
+    }
+    a
 }
 
 /// The path rules of the module doc, in one pass over the bytes (every request is checked
@@ -234,5 +262,80 @@ mod tests {
             );
         }
         assert_eq!(authority_of("https://Cell.Example:443/"), "cell.example");
+    }
+
+    #[test]
+    fn a_second_host_or_a_host_other_than_the_authority_is_refused() {
+        let me = authority_of("https://127.0.0.4:8443");
+        let req = |uri: &str, v: Version, hosts: &[&str]| {
+            let mut b = Request::builder().uri(uri).version(v);
+            for h in hosts {
+                b = b.header("host", *h);
+            }
+            b.body(Body::empty()).unwrap()
+        };
+        let h1 = Version::HTTP_11;
+        let h2 = Version::HTTP_2;
+        for (uri, version, hosts, verdict) in [
+            ("/api/x", h1, &["127.0.0.4:8443"][..], Ok(())),
+            ("/api/x", h1, &[][..], Ok(())),
+            (
+                "/api/x",
+                h1,
+                &["127.0.0.4:8443", "127.0.0.4:8443"][..],
+                Err(CONFLICTING_HOST),
+            ),
+            (
+                "/api/x",
+                h1,
+                &["127.0.0.4:8443", "evil.example"][..],
+                Err(CONFLICTING_HOST),
+            ),
+            // HTTP/2: `host` must agree with `:authority` (case and default port aside).
+            ("https://127.0.0.4:8443/api/x", h2, &[][..], Ok(())),
+            (
+                "https://127.0.0.4:8443/api/x",
+                h2,
+                &["127.0.0.4:8443"][..],
+                Ok(()),
+            ),
+            (
+                "https://Cell.Example/api/x",
+                h2,
+                &["cell.example:443"][..],
+                Ok(()),
+            ),
+            (
+                "https://127.0.0.4:8443/api/x",
+                h2,
+                &["evil.example"][..],
+                Err(CONFLICTING_HOST),
+            ),
+            (
+                "https://127.0.0.4:8443/api/x",
+                h2,
+                &["127.0.0.4:9999"][..],
+                Err(CONFLICTING_HOST),
+            ),
+            // HTTP/1.1 absolute-form: `Host` must name the target's authority.
+            (
+                "https://127.0.0.4:8443/api/x",
+                h1,
+                &["127.0.0.4:8443"][..],
+                Ok(()),
+            ),
+            (
+                "https://127.0.0.4:8443/api/x",
+                h1,
+                &["evil.example"][..],
+                Err(CONFLICTING_HOST),
+            ),
+        ] {
+            assert_eq!(
+                check(&req(uri, version, hosts), &me),
+                verdict,
+                "{uri} {version:?} {hosts:?}"
+            );
+        }
     }
 }

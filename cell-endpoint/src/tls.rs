@@ -1,5 +1,7 @@
 //! HTTPS: rustls via axum-server, HTTP/1.1 and HTTP/2, header limits, certificate reload on
-//! file change without dropping connections, graceful shutdown.
+//! file change without dropping connections, graceful shutdown. The connection protections
+//! (admission, the TLS handshake, header, body and keep-alive timeouts) are every listener's
+//! (`runtime::listener`), with the edge's PROXY-protocol admission (`conn`) in front.
 //!
 //! Clients resume TLS sessions: TLS 1.3 tickets (stateless; rustls's ring ticketer rotates
 //! their keys every six hours, and a reloaded certificate starts new keys) and a server-side
@@ -30,8 +32,6 @@ pub const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 100;
 /// Largest HTTP/2 header list, in bytes.
 pub const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;
-/// Time allowed for a TLS handshake.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most concurrent HTTP/2 streams per connection.
 pub const MAX_H2_STREAMS: u32 = 128;
 /// Interval of HTTP/2 keep-alive pings (a dead peer's connection is closed).
@@ -199,8 +199,9 @@ fn bind(listen: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpLi
 pub const LISTEN_BACKLOG: i32 = 1024;
 
 /// Serves on an already bound listener (tests bind port 0). Each connection passes the
-/// [`ConnectionGate`] (PROXY v2 from trusted proxies, the per-address cap) before TLS; the
-/// header read timeout bounds the wait for every request's headers, first one included.
+/// [`ConnectionGate`] (PROXY v2 from trusted proxies, the per-address cap) before TLS, then
+/// has the listener timeouts of `runtime::listener` (the TLS handshake, every request's
+/// headers, a body, an idle HTTP/1.1 connection).
 pub async fn serve_listener(
     listener: std::net::TcpListener,
     tls: RustlsConfig,
@@ -208,19 +209,12 @@ pub async fn serve_listener(
     gate: Arc<ConnectionGate>,
     app: Router,
 ) -> Result<(), EdgeError> {
-    let header_timeout = gate.header_timeout();
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
-        .handshake_timeout(TLS_HANDSHAKE_TIMEOUT)
-        .acceptor(GateAcceptor::new(gate));
-    let mut server = axum_server::from_tcp(listener)?
-        .acceptor(acceptor)
-        .handle(handle)
-        .first_request_timeout(header_timeout);
+    let timeouts = gate.timeouts();
+    let mut server =
+        runtime::listener::https_server_with(listener, tls, timeouts, GateAcceptor::new(gate))?
+            .handle(handle);
     let builder = server.http_builder();
-    builder
-        .http1()
-        .max_buf_size(MAX_HTTP1_BUF_BYTES)
-        .header_read_timeout(header_timeout);
+    builder.http1().max_buf_size(MAX_HTTP1_BUF_BYTES);
     builder
         .http2()
         .max_header_list_size(MAX_H2_HEADER_LIST_BYTES)

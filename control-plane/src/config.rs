@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use protocol::CellId;
 use runtime::config::{default_u64, default_usize};
+use runtime::listener::ListenerConfig;
+use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +83,9 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the two listeners (timeouts, per-address connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP>,
 }
 
 impl runtime::server::ServerConfig for Config {
@@ -91,6 +97,14 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        vec![
+            SecretFile::new("map_key_file", &self.map_key_file),
+            SecretFile::new("admin_token_file", &self.admin_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ]
     }
 }
 
@@ -104,13 +118,15 @@ impl Config {
     }
 
     /// Refuses a configuration without cells, with a bucket count out of range, a zero
-    /// publication interval or the management listener on the listener's address.
+    /// publication interval, the management listener on the listener's address or a zero
+    /// listener timeout or cap.
     pub fn validate(&self) -> Result<()> {
         runtime::config::distinct_listeners(&[
             ("listen", self.listen),
             ("management_listen", self.management_listen),
         ])
         .map_err(CpError::Config)?;
+        self.listeners.validate().map_err(CpError::Config)?;
         if self.cells.is_empty() {
             return Err(CpError::Config("at least one cell is required".into()));
         }

@@ -48,6 +48,7 @@ pub struct Metrics {
     publications: [Counter; 3],
     map_version: Gauge,
     placement_changes: Family<Labels, Counter>,
+    connections_refused: runtime::listener::RefusedConnections,
 }
 
 impl Metrics {
@@ -72,6 +73,10 @@ impl Metrics {
             "Placements changed through the admin API, by the cell the contractor now belongs to",
             placement_changes.clone(),
         );
+        let connections_refused = runtime::listener::RefusedConnections::register(
+            &mut registry,
+            &["public", "management"],
+        );
         let publications = Publication::ALL
             .map(|p| publications_family.get_or_create_owned(&[("result", p.as_str())]));
         for c in cells {
@@ -82,7 +87,13 @@ impl Metrics {
             publications,
             map_version,
             placement_changes,
+            connections_refused,
         }
+    }
+
+    /// The refused-connections counter of `listener` (`public`, `management`).
+    pub fn connections_refused(&self, listener: &'static str) -> Counter {
+        self.connections_refused.of(listener)
     }
 
     /// One publication, ended as `how`.

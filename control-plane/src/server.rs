@@ -21,6 +21,7 @@ use protocol::admin::placement::{
     PlacementAnswer, Published,
 };
 use protocol::{ErrorBody, ErrorCode};
+use runtime::listener::ListenerKind;
 use runtime::management::ManagementListener;
 use runtime::{IoContext as _, IoError, Secret, install_crypto_provider, shutdown_signal};
 
@@ -344,7 +345,8 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
 }
 
 /// Runs the control plane until [`shutdown_signal`]: serves HTTPS (and the management
-/// listener) and republishes the map every `publish_interval_ms` (and on every change).
+/// listener), each listener with the protections of the config (`runtime::listener`), and
+/// republishes the map every `publish_interval_ms` (and on every change).
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
     config.validate()?;
@@ -375,13 +377,22 @@ pub async fn run(config: Config) -> Result<()> {
         h.graceful_shutdown(Some(Duration::from_millis(SHUTDOWN_GRACE_MS)));
     });
     tracing::info!(listen = %config.listen, "control plane serving");
+    let metrics = state.publisher.metrics();
+    let public_p = config
+        .listeners
+        .protection(ListenerKind::Service, metrics.connections_refused("public"));
+    let management_p = config.listeners.protection(
+        ListenerKind::Management,
+        metrics.connections_refused("management"),
+    );
     let managed = management.serve(
         tls.clone(),
         Handle::with_control(control.clone()),
         Arc::new(Management(state.clone())),
+        &management_p,
     );
     let served = async {
-        runtime::tls::https_server(listener, tls)
+        runtime::listener::https_server(listener, tls, &public_p)
             .context("starting the server")?
             .handle(handle)
             .serve(router(state).into_make_service())

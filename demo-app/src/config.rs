@@ -4,7 +4,10 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use runtime::listener::ListenerConfig;
+use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
+use runtime::server::SecretFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +58,9 @@ pub struct Config {
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The protections of the three listeners (timeouts, per-address connection caps).
+    #[serde(flatten)]
+    pub listeners: ListenerConfig<DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP>,
 }
 
 impl runtime::server::ServerConfig for Config {
@@ -66,6 +72,14 @@ impl runtime::server::ServerConfig for Config {
 
     fn log_format(&self) -> LogFormat {
         self.log_format
+    }
+
+    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+        vec![
+            SecretFile::new("app_token_file", &self.app_token_file),
+            SecretFile::new("internal_token_file", &self.internal_token_file),
+            SecretFile::new("tls_key", &self.tls_key),
+        ]
     }
 }
 
@@ -79,7 +93,7 @@ impl Config {
     }
 
     /// Refuses settings that would serve the internal routes (or the management ones) where
-    /// public traffic arrives, and the cell's admin token ([`Config::admin_token_file`]).
+    /// public traffic arrives, and a zero listener timeout or cap.
     pub fn validate(&self) -> Result<()> {
         if self.admin_token_file.is_some() {
             return Err(AppError::Config(
@@ -94,6 +108,7 @@ impl Config {
             ("internal_listen", self.internal_listen),
             ("management_listen", self.management_listen),
         ])
-        .map_err(AppError::Config)
+        .map_err(AppError::Config)?;
+        self.listeners.validate().map_err(AppError::Config)
     }
 }

@@ -26,6 +26,7 @@ pub const UNMATCHED: &str = "unmatched";
 pub struct Metrics {
     registry: Registry,
     requests: Family<Labels, Counter>,
+    connections_refused: runtime::listener::RefusedConnections,
 }
 
 /// The class of a status: `2xx` … `5xx`.
@@ -51,7 +52,20 @@ impl Metrics {
             "Requests by listener, route (the matched route's template) and status class",
             requests.clone(),
         );
-        Metrics { registry, requests }
+        let connections_refused = runtime::listener::RefusedConnections::register(
+            &mut registry,
+            &["public", "internal", "management"],
+        );
+        Metrics {
+            registry,
+            requests,
+            connections_refused,
+        }
+    }
+
+    /// The refused-connections counter of `listener` (`public`, `internal`, `management`).
+    pub fn connections_refused(&self, listener: &'static str) -> Counter {
+        self.connections_refused.of(listener)
     }
 
     /// Creates the series of `routes` on `listener` (at zero), so a dashboard sees zeros, not

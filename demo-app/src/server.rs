@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
+use runtime::listener::{ListenerKind, Protection};
 use runtime::management::ManagementListener;
 use runtime::{IoContext as _, IoError};
 
@@ -35,15 +36,16 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// Serves `router` on `listener` over `tls` until `handle` is shut down.
+/// Serves `router` on `listener` over `tls` with `protection` until `handle` is shut down.
 async fn serve(
     listener: std::net::TcpListener,
     tls: RustlsConfig,
+    protection: &Protection,
     handle: Handle<SocketAddr>,
     router: axum::Router,
     what: &str,
 ) -> Result<()> {
-    runtime::tls::https_server(listener, tls)
+    runtime::listener::https_server(listener, tls, protection)
         .with_context(|| format!("starting the {what} listener"))?
         .handle(handle)
         .serve(router.into_make_service())
@@ -53,8 +55,9 @@ async fn serve(
 }
 
 /// Runs the app over TLS, on its public (`listen`), internal (`internal_listen`) and
-/// management (`management_listen`) listeners, until [`shutdown_signal`]; they stop together,
-/// and if one fails the others are stopped too.
+/// management (`management_listen`) listeners, each with the listener protections of the
+/// config (`runtime::listener`), until [`shutdown_signal`]; they stop together, and if one
+/// fails the others are stopped too.
 pub async fn run(config: Config) -> Result<()> {
     install_crypto_provider();
     config.validate()?;
@@ -65,6 +68,16 @@ pub async fn run(config: Config) -> Result<()> {
     let public = bind(config.listen)?;
     let internal = bind(config.internal_listen)?;
     let management = ManagementListener::bind(config.management_listen)?;
+    let protection = |kind: ListenerKind, name: &'static str| {
+        config
+            .listeners
+            .protection(kind, state.metrics().connections_refused(name))
+    };
+    let (public_p, internal_p, management_p) = (
+        protection(ListenerKind::Service, "public"),
+        protection(ListenerKind::Service, "internal"),
+        protection(ListenerKind::Management, "management"),
+    );
     let public_handle: Handle<SocketAddr> = Handle::new();
     let internal_handle: Handle<SocketAddr> = Handle::new();
     let management_handle: Handle<SocketAddr> = Handle::new();
@@ -90,6 +103,7 @@ pub async fn run(config: Config) -> Result<()> {
         serve(
             public,
             tls.clone(),
+            &public_p,
             public_handle.clone(),
             public_router(state.clone()),
             "public",
@@ -97,13 +111,19 @@ pub async fn run(config: Config) -> Result<()> {
         serve(
             internal,
             tls.clone(),
+            &internal_p,
             internal_handle.clone(),
             internal_router(state.clone()),
             "internal",
         ),
         async {
             Ok(management
-                .serve(tls, management_handle.clone(), Arc::new(Management(state)))
+                .serve(
+                    tls,
+                    management_handle.clone(),
+                    Arc::new(Management(state)),
+                    &management_p,
+                )
                 .await?)
         },
     );

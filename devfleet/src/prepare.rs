@@ -185,6 +185,7 @@ pub(crate) fn write_files(
         bucket_count: opts.bucket_count,
         publish_interval_ms: control_plane::config::DEFAULT_PUBLISH_INTERVAL_MS,
         log_format: Default::default(),
+        listeners: Default::default(),
     };
     write_toml(&layout.config(CONTROL_PLANE_ID), &cp_cfg)?;
     for c in &cells {

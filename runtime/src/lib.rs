@@ -5,7 +5,8 @@
 //! SQLite files and checking their schema ([`sqlite`]), an edge instance's feed credential
 //! ([`feed_credential`]), the HTTPS client that trusts one CA
 //! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
-//! two listeners ([`access`]), the HTTP answer of an error ([`answer`]) and the management
+//! two listeners ([`access`]), the HTTP answer of an error ([`answer`]), the protections of
+//! every listener (timeouts, the per-address connection cap: [`listener`]) and the management
 //! listener every server runs for health, readiness and metrics ([`management`]).
 
 pub mod access;
@@ -14,6 +15,7 @@ pub mod config;
 pub mod feed_credential;
 pub mod files;
 pub mod io;
+pub mod listener;
 pub mod logging;
 pub mod management;
 pub mod refetch;

@@ -5,7 +5,10 @@
 //!
 //! It serves HTTPS with the server's own certificate and key, on the server's
 //! `management_listen` address, loopback by default: metrics and probes never share a listener
-//! with client traffic, and a public listener never serves `/metrics`. What is ready and what
+//! with client traffic, and a public listener never serves `/metrics`. Like every listener it
+//! has the protections of [`crate::listener`] (its own per-address cap,
+//! `management_max_connections_per_ip`), so one address holding connections to it cannot keep
+//! a liveness probe out (ATTACKS A33). What is ready and what
 //! is measured is the server's own business: it hands both in as a [`Probe`].
 
 use std::net::SocketAddr;
@@ -164,17 +167,18 @@ impl ManagementListener {
         self.addr
     }
 
-    /// Serves [`router`] over `probe` with `tls` until `handle` (or the control it shares with
-    /// the server's other listeners) shuts it down.
+    /// Serves [`router`] over `probe` with `tls` and `protection` until `handle` (or the
+    /// control it shares with the server's other listeners) shuts it down.
     pub async fn serve(
         self,
         tls: RustlsConfig,
         handle: Handle<SocketAddr>,
         probe: Arc<dyn Probe>,
+        protection: &crate::listener::Protection,
     ) -> Result<(), IoError> {
         let addr = self.addr;
         tracing::info!(%addr, "management listener serving /healthz, /readyz and /metrics");
-        crate::tls::https_server(self.listener, tls)
+        crate::listener::https_server(self.listener, tls, protection)
             .with_context(|| format!("management listener {addr}"))?
             .handle(handle)
             .serve(router(probe).into_make_service())

@@ -1,5 +1,7 @@
 //! Secrets held by the servers and the operator tools: bearer tokens read from 0600 files,
-//! compared in constant time, zeroized on drop and never printed.
+//! compared in constant time, zeroized on drop and never printed; and the check that refuses a
+//! secret file others may read ([`refuse_readable_by_others`], run on every file a server's
+//! configuration names when it starts and by `--check-config`).
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
@@ -87,6 +89,39 @@ pub enum SecretError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{} is readable by others (mode {mode:04o}): a secret file grants no permission to others \
+         (chmod 0600, or 0640/0440 to share it with a group)",
+        path.display()
+    )]
+    ReadableByOthers { path: PathBuf, mode: u32 },
+}
+
+/// The permission bits of "others" (neither the owner nor the group).
+pub const OTHERS_BITS: u32 = 0o007;
+
+/// Refuses a secret file (a token, a key, a database URL) whose mode grants any permission to
+/// others (ATTACKS A30). The owner's and the group's bits are free: Kubernetes mounts secrets
+/// 0440 with an `fsGroup`. Follows symbolic links (a mounted secret is one). `Ok(false)` when
+/// there is no such file (a start reports that when it reads it, or creates the file 0600).
+pub fn refuse_readable_by_others(path: &Path) -> Result<bool, SecretError> {
+    match std::fs::metadata(path) {
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & OTHERS_BITS != 0 {
+                return Err(SecretError::ReadableByOthers {
+                    path: path.to_owned(),
+                    mode,
+                });
+            }
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SecretError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
 }
 
 /// Writes `bytes` to `path` with mode 0600, replacing any previous file atomically (a
@@ -175,6 +210,31 @@ mod tests {
             Secret::from_file(&dir.path().join("missing")),
             Err(SecretError::Read { .. })
         ));
+    }
+
+    #[test]
+    fn a_secret_file_others_may_read_is_refused_and_a_group_readable_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("feed.token");
+        write_private(&p, b"t").unwrap();
+        assert!(refuse_readable_by_others(&p).unwrap());
+        for mode in [0o640, 0o440, 0o400, 0o660] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(refuse_readable_by_others(&p).is_ok(), "{mode:o}");
+        }
+        for mode in [0o644, 0o604, 0o602, 0o601, 0o777] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = refuse_readable_by_others(&p).unwrap_err().to_string();
+            assert!(
+                e.contains(&p.display().to_string()) && e.contains(&format!("{mode:04o}")),
+                "{e}"
+            );
+        }
+        // Through a symbolic link (how Kubernetes mounts a secret): the target's mode.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(refuse_readable_by_others(&link).is_err());
+        assert!(!refuse_readable_by_others(&dir.path().join("missing")).unwrap());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! strictly, see [`crate::config`]), logging to stderr in the configured format, run until
 //! stopped, and one line on stderr (plus a log line) when it fails. `--check-config` validates
 //! the file exactly as a start would, prints the effective configuration (secrets redacted) as
-//! TOML on stdout and exits.
+//! TOML on stdout and exits. Both refuse a configuration naming a secret file that others may
+//! read ([`ServerConfig::secret_files`], ATTACKS A30), naming the key and the file.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -14,7 +15,8 @@ use crate::logging::LogFormat;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 
 /// What [`main`] needs of a server's configuration type: how to load (and validate) it from
-/// its file, and the log format it asks for. It is printed by `--check-config`.
+/// its file, the log format it asks for, and the secret files it names. It is printed by
+/// `--check-config`.
 pub trait ServerConfig: serde::Serialize + Sized {
     /// Why a configuration could not be loaded.
     type Error: Display;
@@ -22,6 +24,33 @@ pub trait ServerConfig: serde::Serialize + Sized {
     fn load(path: &Path) -> Result<Self, Self::Error>;
     /// The `log_format` key.
     fn log_format(&self) -> LogFormat;
+    /// Every file holding a secret the configuration names (tokens, keys, the TLS private key,
+    /// a database URL), by its key: a start and `--check-config` refuse one that others may
+    /// read.
+    fn secret_files(&self) -> Vec<SecretFile<'_>>;
+}
+
+/// A secret file a configuration names, and the key that names it.
+#[derive(Debug, Clone, Copy)]
+pub struct SecretFile<'a> {
+    pub key: &'static str,
+    pub path: &'a Path,
+}
+
+impl<'a> SecretFile<'a> {
+    pub fn new(key: &'static str, path: &'a Path) -> Self {
+        Self { key, path }
+    }
+}
+
+/// Refuses the first secret file of `config` that others may read (the key and the file in the
+/// message). A file that does not exist is left to the start, which reads it (or creates it
+/// 0600).
+pub fn check_secret_files<C: ServerConfig>(config: &C) -> Result<(), String> {
+    for f in config.secret_files() {
+        crate::secret::refuse_readable_by_others(f.path).map_err(|e| format!("{}: {e}", f.key))?;
+    }
+    Ok(())
 }
 
 /// The command line of a server binary.
@@ -138,7 +167,10 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    let config = match C::load(path) {
+    let config = match C::load(path)
+        .map_err(|e| e.to_string())
+        .and_then(|c| check_secret_files(&c).map(|()| c))
+    {
         Ok(config) => config,
         Err(e) if check_config => {
             eprintln!("{}: {e}", binary.name);
@@ -146,7 +178,7 @@ where
         }
         Err(e) => {
             crate::logging::init("info");
-            return failed(binary, &e.to_string());
+            return failed(binary, &e);
         }
     };
     if check_config {

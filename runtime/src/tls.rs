@@ -1,23 +1,6 @@
-//! HTTPS for the servers: the listener every server (and management listener) serves on,
-//! and a reqwest client that trusts exactly the CA bundle it is given (the cell's or the
-//! fleet's CA), never the system's roots.
-
-use std::net::SocketAddr;
-
-use axum_server::accept::NoDelayAcceptor;
-use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-
-/// An HTTPS server on an already bound `listener`: rustls with `tls`, and `TCP_NODELAY` on
-/// every accepted connection. Without it a response written in two pieces (head, then body)
-/// waits for the client's delayed acknowledgement, about 40 ms on Linux, before its second
-/// piece leaves.
-pub fn https_server(
-    listener: std::net::TcpListener,
-    tls: RustlsConfig,
-) -> std::io::Result<axum_server::Server<SocketAddr, RustlsAcceptor<NoDelayAcceptor>>> {
-    Ok(axum_server::from_tcp(listener)?
-        .acceptor(RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new())))
-}
+//! The HTTPS client of the servers and tools: a reqwest client that trusts exactly the CA
+//! bundle it is given (the cell's or the fleet's CA), never the system's roots. The servers'
+//! listeners are [`crate::listener`]'s.
 
 /// Why a CA bundle cannot back a client.
 #[derive(Debug, thiserror::Error)]

@@ -67,7 +67,7 @@ pub fn make_tls(dir: &Path) -> Tls {
         ca: dir.join("ca.pem"),
     };
     std::fs::write(&tls.cert, leaf.pem()).unwrap();
-    std::fs::write(&tls.key, leaf_key.serialize_pem()).unwrap();
+    runtime::secret::write_private(&tls.key, leaf_key.serialize_pem().as_bytes()).unwrap();
     std::fs::write(&tls.ca, &tls.ca_pem).unwrap();
     tls
 }
@@ -133,11 +133,15 @@ pub struct Fixture {
     pub state: AppState,
 }
 
-/// Writes the admin, feed and edge token files into `dir`.
+/// Writes the admin, feed and edge token files into `dir` (0600: a server refuses a secret
+/// file others can read).
 pub fn write_tokens(dir: &Path) {
-    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
-    std::fs::write(dir.join("feed.token"), FEED_SECRET).unwrap();
-    std::fs::write(dir.join("edge.token"), EDGE).unwrap();
+    let write = |name: &str, text: &str| {
+        runtime::secret::write_private(&dir.join(name), text.as_bytes()).unwrap();
+    };
+    write("admin.token", &format!("{ADMIN}\n"));
+    write("feed.token", FEED_SECRET);
+    write("edge.token", EDGE);
 }
 
 /// The suite's store: SQLite, or with `CELLBIND_TEST_STORE=postgres` a fresh database per
@@ -160,7 +164,7 @@ pub fn store_toml(dir: &Path) -> String {
             );
             server.create_database(&db).unwrap();
             let url_file = dir.join(format!("postgres-{db}.url"));
-            std::fs::write(&url_file, server.url(&db)).unwrap();
+            runtime::secret::write_private(&url_file, server.url(&db).as_bytes()).unwrap();
             format!(
                 "store = \"postgres\"\ndatabase_url_file = \"{}\"\ndatabase_max_connections = 4\n",
                 url_file.display()

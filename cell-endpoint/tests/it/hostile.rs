@@ -1,5 +1,6 @@
 //! What a hostile client can reach through the edge (ATTACKS A23–A27, A29), in process with a
-//! recording auth-service and app, then over real sockets for the connection-level rules.
+//! recording auth-service and app, then over real sockets for the connection-level rules
+//! (slow bodies and headers, the per-address cap, PROXY protocol, conflicting hosts).
 //! Each table row is one probe; every refused probe must reach neither upstream.
 
 use std::net::SocketAddr;
@@ -614,4 +615,138 @@ async fn a_request_with_more_headers_than_the_limit_is_refused() {
             extra + 1
         );
     }
+}
+
+/// One HTTP/1.1 request written byte for byte on a fresh connection (`head` without its final
+/// empty line); the answer's text.
+async fn h1_raw(served: &Served, head: &str, token: &str) -> String {
+    let mut c = connect(served, b"").await.unwrap();
+    c.write_all(
+        format!("{head}authorization: Bearer {token}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    read_until_closed(&mut c, Duration::from_secs(10)).await.0
+}
+
+/// ATTACKS A23: a request that names its host twice, or a `host` other than its HTTP/2
+/// `:authority` or its HTTP/1.1 absolute-form target's authority, is refused `400
+/// INVALID_REQUEST` before routing: one component would route by one name, the next by the
+/// other. Nothing reaches an upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_hosts_are_refused_before_routing_over_http1_and_http2() {
+    let r = rig();
+    let served = serve(r.edge.clone()).await;
+    let token = session();
+    let me = ISSUER.trim_start_matches("https://");
+    for head in [
+        format!("GET /api/routes/today HTTP/1.1\r\nhost: {me}\r\nhost: evil.example\r\n"),
+        format!("GET /api/routes/today HTTP/1.1\r\nhost: {me}\r\nhost: {me}\r\n"),
+        format!("GET https://{me}/api/routes/today HTTP/1.1\r\nhost: evil.example\r\n"),
+    ] {
+        let text = h1_raw(&served, &head, &token).await;
+        assert!(
+            text.starts_with("HTTP/1.1 400") && text.contains("INVALID_REQUEST"),
+            "{head:?}: {text}"
+        );
+    }
+    assert_eq!(r.app.count(), 0, "a conflicting host reached the app");
+    // One host, or an absolute-form target with its own host: served.
+    for head in [
+        format!("GET /api/routes/today HTTP/1.1\r\nhost: {me}\r\n"),
+        format!("GET https://{me}/api/routes/today HTTP/1.1\r\nhost: {me}\r\n"),
+    ] {
+        let text = h1_raw(&served, &head, &token).await;
+        assert!(text.starts_with("HTTP/1.1 200"), "{head:?}: {text}");
+    }
+    assert_eq!(r.app.count(), 2);
+
+    // HTTP/2: `host` beside a different `:authority`.
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(&std::fs::read(&served.ca).unwrap())
+    {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+    let io = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(io),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for (host, expected) in [(Some("evil.example"), 400), (Some(me), 200), (None, 200)] {
+        let mut req = http::Request::get(format!("https://{me}/api/routes/today"))
+            .header("authorization", format!("Bearer {token}"));
+        if let Some(h) = host {
+            req = req.header("host", h);
+        }
+        let resp = send
+            .send_request(
+                req.body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), expected, "host {host:?}");
+    }
+    assert_eq!(r.app.count(), 4);
+}
+
+/// ATTACKS A27: with `proxy_protocol` on, no forwarding header is read. A `LOCAL` PROXY header
+/// (a balancer's health check) names no client, so the client is the socket peer, never the
+/// `X-Forwarded-For` the connection carries; the per-IP limit counts the peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_proxy_header_never_falls_back_to_the_clients_forwarding_header() {
+    let mut s = settings();
+    s.trusted_proxies =
+        cellbind_cell_endpoint::client_ip::TrustedProxies::parse(&["127.0.0.1/32".into()]).unwrap();
+    s.proxy_protocol = true;
+    s.header_read_timeout = Duration::from_millis(1000);
+    s.burst_per_ip = 2;
+    s.rate_per_ip_per_s = 1;
+    let r = rig_with(s);
+    let served = serve(r.edge.clone()).await;
+    let token = session();
+    let local = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Local,
+        ppp::v2::Protocol::Stream,
+        (
+            "203.0.113.50:4000".parse::<SocketAddr>().unwrap(),
+            served.addr,
+        ),
+    )
+    .build()
+    .unwrap();
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let mut c = connect(&served, &local).await.unwrap();
+        c.write_all(
+            format!(
+                "GET /api/routes/today HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {token}\r\nx-forwarded-for: 198.51.100.{i}\r\nforwarded: for=198.51.100.{i}\r\nconnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let (text, _) = read_until_closed(&mut c, Duration::from_secs(5)).await;
+        statuses.push(text.split(' ').nth(1).unwrap_or("").to_owned());
+        if i == 0 {
+            assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+            assert_eq!(r.app.last().1["x-forwarded-for"], "127.0.0.1");
+        }
+    }
+    // Three "clients" by their forwarding headers, one by the socket: its burst of two, then 429.
+    assert_eq!(statuses, ["200", "200", "429"]);
 }

@@ -43,6 +43,7 @@ fn config(dir: &std::path::Path, port: u16) -> Config {
         bucket_count: 64,
         publish_interval_ms: 30_000,
         log_format: Default::default(),
+        listeners: Default::default(),
     }
 }
 

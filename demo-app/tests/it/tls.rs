@@ -71,6 +71,7 @@ async fn serve() -> Served {
         internal_token_file: p("app-internal-token"),
         admin_token_file: None,
         log_format: Default::default(),
+        listeners: Default::default(),
     };
     let server = tokio::spawn(cellbind_demo_app::server::run(cfg));
     Served {

@@ -352,3 +352,110 @@ fn a_json_format_server_writes_json_log_lines() {
     let error: serde_json::Value = serde_json::from_str(logs[logs.len() - 1]).unwrap();
     assert_eq!(error["level"], "ERROR", "{stderr}");
 }
+
+/// Runs `bin --config server.toml [args]` in `dir` (its working directory), stdin closed.
+fn run_in(dir: &Path, bin: &str, config: &str, args: &[&str]) -> Output {
+    let path = dir.join("server.toml");
+    std::fs::write(&path, config).unwrap();
+    Command::new(devfleet::test_bin_dir().unwrap().join(bin))
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .current_dir(dir)
+        .env("CELLBIND_EXIT_ON_STDIN_EOF", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// ATTACKS A30: for each secret file `server`'s configuration names, made readable by others
+/// (the rest 0600): `--check-config` and a start exit 1 naming the key and the file; made
+/// group-readable (0640, how Kubernetes mounts a secret with an `fsGroup`) it passes.
+fn a_secret_file_others_can_read_is_refused(server: &Server, secrets: &[(&str, &str)]) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for (key, file) in secrets {
+        let dir = tempfile::tempdir().unwrap();
+        for (_, f) in secrets {
+            let p = dir.path().join(f);
+            std::fs::write(&p, "secret\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let exposed = dir.path().join(file);
+        std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for args in [&["--check-config"][..], &[][..]] {
+            let out = run_in(dir.path(), server.bin, server.valid, args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{} {key} {args:?}: {stderr}",
+                server.bin
+            );
+            assert!(
+                stderr.contains(&format!("{key}: {file} is readable by others (mode 0644)")),
+                "{} {key} {args:?}: {stderr}",
+                server.bin
+            );
+        }
+        std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} {key} 0640: {}",
+            server.bin,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_auth_service_refuses_a_secret_file_others_can_read() {
+    a_secret_file_others_can_read_is_refused(
+        &SERVERS[0],
+        &[
+            ("kek_file", "kek"),
+            ("admin_token_file", "admin.token"),
+            ("feed_token_file", "feed.token"),
+            ("edge_token_file", "edge.token"),
+            ("tls_key", "key.pem"),
+        ],
+    );
+}
+
+#[test]
+fn the_edge_refuses_a_secret_file_others_can_read() {
+    a_secret_file_others_can_read_is_refused(
+        &SERVERS[1],
+        &[
+            ("feed_token_file", "feed.token"),
+            ("app_token_file", "app.token"),
+            ("edge_token_file", "edge.token"),
+            ("tls_key", "key.pem"),
+        ],
+    );
+}
+
+#[test]
+fn the_control_plane_refuses_a_secret_file_others_can_read() {
+    a_secret_file_others_can_read_is_refused(
+        &SERVERS[2],
+        &[
+            ("map_key_file", "map.key"),
+            ("admin_token_file", "admin.token"),
+            ("tls_key", "key.pem"),
+        ],
+    );
+}
+
+#[test]
+fn the_demo_app_refuses_a_secret_file_others_can_read() {
+    a_secret_file_others_can_read_is_refused(
+        &SERVERS[3],
+        &[
+            ("app_token_file", "app.token"),
+            ("admin_token_file", "admin.token"),
+            ("tls_key", "key.pem"),
+        ],
+    );
+}

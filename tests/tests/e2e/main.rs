@@ -28,4 +28,5 @@ mod revocation_migration;
 mod revocation_propagation;
 mod revocation_support;
 mod sign_in_logs;
+mod stalled_connections;
 mod transfer_sign_out;
