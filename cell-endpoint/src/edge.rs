@@ -283,6 +283,20 @@ impl Edge {
         })
     }
 
+    /// Writes an installed view as the last-known-good copy (when this edge keeps one), on
+    /// the blocking pool; a failure is logged (the view in memory stays what is served).
+    pub async fn persist(&self, view: Arc<CellState>) {
+        let Some(dir) = self.state_dir().cloned() else {
+            return;
+        };
+        let res = tokio::task::spawn_blocking(move || crate::state::persist(&dir, &view)).await;
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not persist the cell state"),
+            Err(e) => tracing::warn!(error = %e, "state persistence task failed"),
+        }
+    }
+
     /// Stops enforcing the held revocations of `kinds`: ones this instance carried over a
     /// restore and handed back, which the auth-service says an operator withdrew. Answers the
     /// new view when it changed.

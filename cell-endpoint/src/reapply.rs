@@ -95,7 +95,7 @@ pub async fn hand_back(edge: &Edge, restored: &Restored) {
                     .map(|r| r.kind.clone())
                     .collect();
                 if let Some(view) = edge.drop_withdrawn(&withdrawn) {
-                    crate::sync::persist(edge, view).await;
+                    edge.persist(view).await;
                 }
             }
             Err(e) => {

@@ -5,7 +5,6 @@
 //! [`REFUSED_RETRY_MAX`], so an auth-service restarted (after a restore, say) is seen within
 //! seconds. After a restore the revocations carried over are handed back (`reapply`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
@@ -112,20 +111,7 @@ async fn settle(edge: &Edge, applied: Applied) {
     }
     let Some(next) = applied.changed else { return };
     tracing::debug!(seq = next.seq, "applied the cell state feed");
-    persist(edge, next).await;
-}
-
-/// Writes an installed view as the last-known-good copy (when the edge keeps one).
-pub(crate) async fn persist(edge: &Edge, view: Arc<CellState>) {
-    let Some(dir) = edge.state_dir().cloned() else {
-        return;
-    };
-    let res = tokio::task::spawn_blocking(move || crate::state::persist(&dir, &view)).await;
-    match res {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "could not persist the cell state"),
-        Err(e) => tracing::warn!(error = %e, "state persistence task failed"),
-    }
+    edge.persist(next).await;
 }
 
 fn backoff() -> impl Iterator<Item = Duration> {

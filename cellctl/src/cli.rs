@@ -9,6 +9,8 @@ use protocol::CellId;
 use crate::client::ClientCommand;
 use crate::dev::DevArgs;
 use crate::error::Result;
+use crate::revoke::RevokeCommand;
+use protocol::admin::cell::WithdrawRequest;
 
 /// Default `--fleet`.
 pub const DEFAULT_FLEET_FILE: &str = "dev-fleet/fleet.json";
@@ -87,6 +89,25 @@ pub async fn run(cli: Cli) -> Result<()> {
             command,
         } => crate::client::run(&cli.fleet, session_file, command, cli.json).await,
         Command::Migrate(args) => crate::migrate::run_cli(&cli.fleet, args, cli.json).await,
+        Command::Revoke {
+            command: RevokeCommand::List { cell },
+        } => crate::withdraw::run_list(&cli.fleet, &cell, cli.json).await,
+        Command::Revoke {
+            command:
+                RevokeCommand::Withdraw {
+                    seq,
+                    cell,
+                    reason,
+                    by,
+                    wait_edges,
+                },
+        } => {
+            let req = WithdrawRequest {
+                reason,
+                by: crate::edges::operator(by.as_ref()),
+            };
+            crate::withdraw::run_withdraw(&cli.fleet, &cell, seq, &req, wait_edges, cli.json).await
+        }
         Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
         Command::EdgeCredential(args) => crate::edge_credential::run(&args, cli.json),
     }

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod dev;
 pub mod edge_credential;
+pub mod edges;
 pub mod error;
 pub mod inventory;
 pub mod migrate;

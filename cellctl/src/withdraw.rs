@@ -14,8 +14,8 @@ use protocol::admin::cell::{HeldRevocations, WithdrawAnswer, WithdrawRequest};
 use serde::Serialize;
 
 use crate::admin::{AdminClient, Api};
+use crate::edges::{EdgesApplied, wait_edges};
 use crate::error::{CtlError, Result};
-use crate::revoke::{EdgesApplied, wait_edges};
 
 /// What `cellctl revoke withdraw` reports.
 #[derive(Debug, Clone, Serialize)]

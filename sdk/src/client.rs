@@ -131,10 +131,6 @@ fn random_idempotency_key() -> String {
 }
 
 impl Client {
-    pub fn builder(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> ClientBuilder {
-        ClientBuilder::new(map_bytes, map_key)
-    }
-
     /// One call to `path` at cell `cell` (endpoint `at`) without an idempotency key (the
     /// session API and the map; app requests go through [`Client::send`]).
     #[allow(clippy::too_many_arguments)]
@@ -564,12 +560,10 @@ fn session_from(
     })
 }
 
-mod builder;
+pub(crate) mod builder;
 mod outbox;
 mod sign_in;
 mod transfer;
-
-pub use builder::ClientBuilder;
 
 #[cfg(test)]
 mod tests;

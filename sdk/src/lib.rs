@@ -63,9 +63,9 @@ pub mod transport;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use client::builder::ClientBuilder;
 pub use client::{
-    Client, ClientBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut,
-    SignOutResult,
+    Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MapUpdate, SignOut, SignOutResult,
 };
 pub use error::{Error, NetworkErrorKind};
 pub use observer::{RequestEvent, RequestObserver, RequestOutcome};

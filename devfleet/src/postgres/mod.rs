@@ -57,16 +57,15 @@ use runtime::secret::write_private;
 
 use crate::error::{FleetError, Result};
 use crate::layout::mkdir;
-use tools::{Tools, find_tool, give_to_system_user, private_temp_dir, run, running_as_root};
+pub use tools::{PG_LIB_DIR, PG_SYSTEM_USER};
+use tools::{
+    TEMP_PREFIX, Tools, find_tool, give_to_system_user, private_temp_dir, run, running_as_root,
+};
 
 /// The superuser `initdb` creates (roles and databases, [`PgServer::psql`]; never in a URL).
 pub const PG_USER: &str = "cellbind";
 /// File name of the superuser's password in the server's directory (0600).
 pub const SUPERUSER_PASSWORD_FILE: &str = "superuser.password";
-/// The unprivileged system user the server runs as when this process is root.
-pub const PG_SYSTEM_USER: &str = "postgres";
-/// Where Debian's packages install the server's tools, one folder per major version.
-pub const PG_LIB_DIR: &str = "/usr/lib/postgresql";
 /// PostgreSQL's own default connection limit.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 100;
 /// Longest socket directory used as is: `<dir>/.s.PGSQL.5432` must fit a unix socket address
@@ -74,8 +73,6 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 100;
 pub const MAX_SOCKET_DIR_LEN: usize = 90;
 /// File name of the server's log in its directory.
 pub const PG_LOG_FILE: &str = "postgres.log";
-/// Prefix of the private temporary directories (root's server, or a short socket path).
-const TEMP_PREFIX: &str = "cellbind-pg-";
 
 /// How long a server may take to accept connections, in seconds.
 pub const START_TIMEOUT_S: u64 = 60;

@@ -8,9 +8,15 @@ use std::process::{Command, Stdio};
 
 use runtime::IoContext as _;
 
-use super::{PG_LIB_DIR, PG_SYSTEM_USER, TEMP_PREFIX};
 use crate::error::{FleetError, Result};
 use crate::layout::mkdir;
+
+/// The unprivileged system user the server runs as when this process is root.
+pub const PG_SYSTEM_USER: &str = "postgres";
+/// Where Debian's packages install the server's tools, one folder per major version.
+pub const PG_LIB_DIR: &str = "/usr/lib/postgresql";
+/// Prefix of the private temporary directories (root's server, or a short socket path).
+pub(super) const TEMP_PREFIX: &str = "cellbind-pg-";
 
 /// The PostgreSQL tools this module runs.
 #[derive(Debug, Clone)]

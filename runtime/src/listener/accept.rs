@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use super::Timeouts;
 use super::phase::{Phase, Phased};
+use super::protection::Timeouts;
 use super::requests::Tracked;
 
 /// Admission `A` (on the TCP stream, before any TLS work), TLS with the listener's certificate

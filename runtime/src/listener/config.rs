@@ -6,7 +6,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Gate, Protection, Timeouts};
+use super::gate::Gate;
+use super::protection::{Protection, Timeouts};
 use crate::config::{default_u64, default_usize};
 
 /// Default time a client has to send a request's headers, from the first byte of the request
@@ -154,6 +155,13 @@ impl<const N: usize> ListenerConfig<N> {
             timeouts: self.timeouts(),
             gate: Gate::new(self.max_per_ip(kind), refused),
         }
+    }
+}
+
+/// The timeouts of the default listener configuration.
+impl Default for Timeouts {
+    fn default() -> Self {
+        ListenerConfig::<1>::default().timeouts()
     }
 }
 

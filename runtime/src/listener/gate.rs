@@ -120,7 +120,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Gated<S> {
     }
 }
 
-super::write_through!(Gated);
+super::write_through::write_through!(Gated);
 
 /// Why a connection was closed at admission.
 pub fn too_many() -> io::Error {

@@ -20,54 +20,15 @@
 //! with [`https_server`] (the edge's public listener: [`https_server_with`] and its own
 //! admission, which ends in the same [`Gate`]).
 
-/// `AsyncWrite` for a stream wrapper `$t<S>` whose field `inner: S` does the writing: the
-/// listener's wrappers only watch reads.
-macro_rules! write_through {
-    ($t:ident) => {
-        impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $t<S> {
-            fn poll_write(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                buf: &[u8],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-            }
-            fn poll_flush(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-            }
-            fn poll_shutdown(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<std::io::Result<()>> {
-                std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-            }
-            fn poll_write_vectored(
-                mut self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-                bufs: &[std::io::IoSlice<'_>],
-            ) -> std::task::Poll<std::io::Result<usize>> {
-                std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-            }
-            fn is_write_vectored(&self) -> bool {
-                self.inner.is_write_vectored()
-            }
-        }
-    };
-}
-use write_through;
-
 mod accept;
 pub mod config;
 mod gate;
 mod phase;
+mod protection;
 mod requests;
+mod write_through;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
 use prometheus_client::metrics::counter::Counter;
@@ -78,33 +39,8 @@ pub use accept::Protected;
 pub use config::{ListenerConfig, ListenerKind};
 pub use gate::{AdmitFuture, Gate, Gated, PeerGate, Slot, no_delay, too_many};
 pub use phase::Phased;
+pub use protection::{Protection, Timeouts};
 pub use requests::{BODY_TIMEOUT_MESSAGE, RequestBody, ResponseBody, Tracked, TrackedFuture};
-
-/// The timeouts of a listener (see the module doc and [`ListenerConfig`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// A request's headers, from its first byte (the first request's: from the handshake).
-    pub header_read: Duration,
-    /// A request's body, from the first wait for it.
-    pub body_read: Duration,
-    /// The TLS handshake.
-    pub tls_handshake: Duration,
-    /// An HTTP/1.1 connection with no request in flight.
-    pub keep_alive: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        ListenerConfig::<1>::default().timeouts()
-    }
-}
-
-/// What protects one listener: its timeouts and its own per-address [`Gate`].
-#[derive(Debug, Clone)]
-pub struct Protection {
-    pub timeouts: Timeouts,
-    pub gate: Arc<Gate>,
-}
 
 /// An HTTPS server whose connections pass admission `A`, then the TLS handshake, then the
 /// protections of the module doc.

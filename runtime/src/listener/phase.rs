@@ -191,7 +191,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Phased<S> {
     }
 }
 
-super::write_through!(Phased);
+super::write_through::write_through!(Phased);
 
 #[cfg(test)]
 mod tests {

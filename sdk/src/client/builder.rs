@@ -18,6 +18,14 @@ use crate::session::State;
 use crate::store::{MemoryStore, SessionStore};
 use crate::transport::{RetryPolicy, Transport};
 
+impl Client {
+    /// A builder of a client that resolves first sign-ins with the map `map_bytes`, verified
+    /// against `map_key`.
+    pub fn builder(map_bytes: impl Into<Vec<u8>>, map_key: PublicKey) -> ClientBuilder {
+        ClientBuilder::new(map_bytes, map_key)
+    }
+}
+
 /// Builds a [`Client`].
 #[derive(Debug)]
 pub struct ClientBuilder {

@@ -454,7 +454,7 @@ fn the_demo_app_refuses_a_secret_file_others_can_read() {
         &SERVERS[3],
         &[
             ("app_token_file", "app.token"),
-            ("admin_token_file", "admin.token"),
+            ("internal_token_file", "app-internal.token"),
             ("tls_key", "key.pem"),
         ],
     );

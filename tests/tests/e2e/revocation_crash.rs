@@ -49,7 +49,15 @@ fn revocation(i: usize, now: u64) -> Value {
 fn kind_of(v: &Value) -> Value {
     let mut k = v.clone();
     if let Some(o) = k.as_object_mut() {
-        for f in ["seq", "at", "by", "reason"] {
+        for f in [
+            "seq",
+            "at",
+            "by",
+            "reason",
+            "seal",
+            "handed_back",
+            "withdrawn",
+        ] {
             o.remove(f);
         }
     }

@@ -93,10 +93,21 @@ pub fn start_extra_edges(fleet_dir: &Path, cell: &str, ip: &str, extra: usize) -
                     .create(&state)
                     .expect("state dir");
             }
+            // Its own feed credential: the fleet edge's names the fleet edge.
+            let credential = devfleet::write_edge_feed_credential(
+                fleet_dir,
+                &protocol::CellId::new(cell).expect("cell id"),
+                &protocol::InstanceId::new(id.as_str()).expect("instance id"),
+            )
+            .expect("feed credential");
             let text = rewrite_toml(
                 &base,
                 &[
                     ("instance_id", format!("\"{id}\"")),
+                    (
+                        "feed_token_file",
+                        format!("{:?}", credential.display().to_string()),
+                    ),
                     ("listen", format!("\"{ip}:{port}\"")),
                     // Its own management listener (the copied one is the fleet edge's).
                     ("management_listen", format!("\"{ip}:{}\"", free_port(ip))),
