@@ -333,6 +333,25 @@ pub async fn route_load(client: &reqwest::Client, endpoint: &str, token: &str) -
     }
 }
 
+/// Waits until `GET {endpoint}/api/routes/today` with `token` answers `want`; answers how long
+/// that took (panics after `limit`).
+pub async fn route_status_within(
+    client: &reqwest::Client,
+    endpoint: &str,
+    token: &str,
+    want: u16,
+    limit: Duration,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if route_load(client, endpoint, token).await == want {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "not {want} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// `POST {endpoint}/api/jobs/{job}/complete` with a session and an idempotency key.
 pub async fn complete(
     client: &reqwest::Client,

@@ -239,11 +239,12 @@ pub struct Rotation {
     pub retired: Vec<Kid>,
 }
 
-/// Body of `POST /admin/v1/keys/{kid}/revoke`: the audit fields.
+/// The audit fields of an operator's change: why and who (the body of `POST
+/// /admin/v1/keys/{kid}/revoke` and of `POST /admin/v1/revocations/{seq}/withdraw`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-pub struct KeyRevokeRequest {
+pub struct AuditFields {
     /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
     #[cfg_attr(
         feature = "openapi",
@@ -257,6 +258,9 @@ pub struct KeyRevokeRequest {
     )]
     pub by: String,
 }
+
+/// Body of `POST /admin/v1/keys/{kid}/revoke`.
+pub type KeyRevokeRequest = AuditFields;
 
 /// Answer of `POST /admin/v1/keys/{kid}/revoke`: `{seq, revoked}` (`revoked` is `false` when
 /// the key was revoked already).
@@ -326,24 +330,8 @@ pub struct HeldRevocations {
     pub revocations: Vec<Revocation>,
 }
 
-/// Body of `POST /admin/v1/revocations/{seq}/withdraw`: the audit fields of the withdrawal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct WithdrawRequest {
-    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
-    #[cfg_attr(
-        feature = "openapi",
-        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
-    )]
-    pub reason: String,
-    /// 1 to 512 bytes of printable text (the schema: printable ASCII, not blank).
-    #[cfg_attr(
-        feature = "openapi",
-        schema(min_length = 1, max_length = 512, pattern = "^[ -~]*[!-~][ -~]*$")
-    )]
-    pub by: String,
-}
+/// Body of `POST /admin/v1/revocations/{seq}/withdraw`.
+pub type WithdrawRequest = AuditFields;
 
 /// Answer of `POST /admin/v1/revocations/{seq}/withdraw`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -63,18 +63,8 @@ async fn held(t: &TestFleet, cell: &devfleet::FleetCell) -> Value {
 
 /// Waits until `token` gets `want` at `endpoint`; answers how long that took.
 async fn until_status(t: &TestFleet, endpoint: &str, token: &str, want: u16) -> Duration {
-    let start = Instant::now();
-    loop {
-        if route_load(&t.client, endpoint, token).await == want {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < 4 * PROPAGATION_BOUND,
-            "not {want} within {:?}",
-            4 * PROPAGATION_BOUND
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    cellbind_tests::route_status_within(&t.client, endpoint, token, want, 4 * PROPAGATION_BOUND)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,14 +38,7 @@ async fn revoke_session(t: &TestFleet, cell: &devfleet::FleetCell, s: &cellbind_
 
 /// Waits until `s` is refused (401) at its edge; answers how long that took.
 async fn refused_within(t: &TestFleet, s: &cellbind_tests::Session, limit: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        if route_load(&t.client, &s.endpoint, &s.token).await == 401 {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < limit, "not refused within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    cellbind_tests::route_status_within(&t.client, &s.endpoint, &s.token, 401, limit).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
