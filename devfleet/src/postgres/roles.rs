@@ -17,6 +17,13 @@ impl PgServer {
     /// the same name, which owns it and may log in there only (see the module doc).
     pub fn create_database(&self, name: &str) -> Result<()> {
         check_db_name(name)?;
+        // One at a time in this process: the `REVOKE` on the shared `postgres` and `template1`
+        // rows fails ("tuple concurrently updated") when two fixtures of one test binary
+        // create their databases at the same moment on its one server.
+        static CREATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = CREATING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Through stdin, so that the role's password is on no command line.
         let script = format!(
             "CREATE ROLE {name} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION \
