@@ -143,7 +143,7 @@ pub struct Config {
     pub revocation_max_age_ms: u64,
     /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
     #[serde(default)]
-    pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
+    pub revocation_fail_closed: crate::held::revocation_freshness::FailClosed,
     /// Peers (CIDRs, e.g. `"10.0.0.0/8"`, `"192.0.2.7/32"`) whose forwarding header or PROXY
     /// protocol header names the client. Empty (the default): the socket peer is the client.
     #[serde(default)]
@@ -151,7 +151,7 @@ pub struct Config {
     /// The forwarding header trusted proxies set: `"x-forwarded-for"` (default) or
     /// `"forwarded"` (RFC 7239). Only this one is read; a client's copy of the other is dropped.
     #[serde(default)]
-    pub client_ip_header: crate::client_ip::ClientIpHeader,
+    pub client_ip_header: crate::net::client_ip::ClientIpHeader,
     /// Whether connections from trusted proxies start with a PROXY protocol v2 header naming
     /// the client (default false).
     #[serde(default)]
@@ -159,9 +159,9 @@ pub struct Config {
     /// Most verified tokens the edge caches (a repeat token skips the signature check). The
     /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
     /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
-    /// [`crate::token_cache::CACHED_SESSION_BYTES`] a session); a session beyond the bound
+    /// [`crate::held::token_cache::CACHED_SESSION_BYTES`] a session); a session beyond the bound
     /// costs a signature check, never a wrong verdict.
-    #[serde(default = "default_usize::<{crate::token_cache::TOKEN_CACHE_CAPACITY}>")]
+    #[serde(default = "default_usize::<{crate::held::token_cache::TOKEN_CACHE_CAPACITY}>")]
     pub token_cache_capacity: usize,
     /// Threads serving the public listener, each a single-threaded runtime accepting from the
     /// port (`io_listener`) with its own upstream connections; 0 (the default) is one per CPU
@@ -265,7 +265,7 @@ impl Config {
     /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
     /// `trusted_proxies` entry that is not a CIDR or an address.
     pub fn settings(&self) -> Result<Settings, EdgeError> {
-        let trusted_proxies = crate::client_ip::TrustedProxies::parse(&self.trusted_proxies)?;
+        let trusted_proxies = crate::net::client_ip::TrustedProxies::parse(&self.trusted_proxies)?;
         let timeouts = self.listeners.timeouts();
         Ok(Settings {
             cell_id: self.cell_id.clone(),
@@ -279,7 +279,9 @@ impl Config {
             burst_per_subject: self.burst_per_subject,
             max_body_bytes: self.max_body_bytes,
             kid_refetch_cooldown: Duration::from_millis(self.kid_refetch_cooldown_ms),
-            revocation_max_age: crate::revocation_freshness::max_age(self.revocation_max_age_ms),
+            revocation_max_age: crate::held::revocation_freshness::max_age(
+                self.revocation_max_age_ms,
+            ),
             revocation_fail_closed: self.revocation_fail_closed,
             trusted_proxies,
             client_ip_header: self.client_ip_header,
@@ -386,11 +388,11 @@ pub struct Settings {
     pub kid_refetch_cooldown: Duration,
     /// `None` turns the revocation freshness check off.
     pub revocation_max_age: Option<Duration>,
-    pub revocation_fail_closed: crate::revocation_freshness::FailClosed,
+    pub revocation_fail_closed: crate::held::revocation_freshness::FailClosed,
     /// Peers whose forwarding header (or PROXY header) names the client.
-    pub trusted_proxies: crate::client_ip::TrustedProxies,
+    pub trusted_proxies: crate::net::client_ip::TrustedProxies,
     /// Which forwarding header trusted proxies set.
-    pub client_ip_header: crate::client_ip::ClientIpHeader,
+    pub client_ip_header: crate::net::client_ip::ClientIpHeader,
     /// Whether trusted proxies speak PROXY protocol v2.
     pub proxy_protocol: bool,
     /// Time a client has to send a request's headers, from its first byte (the first
@@ -434,19 +436,19 @@ impl Settings {
             burst_per_subject: DEFAULT_BURST_PER_SUBJECT,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             kid_refetch_cooldown: Duration::from_millis(DEFAULT_KID_REFETCH_COOLDOWN_MS),
-            revocation_max_age: crate::revocation_freshness::max_age(
-                crate::revocation_freshness::DEFAULT_REVOCATION_MAX_AGE_MS,
+            revocation_max_age: crate::held::revocation_freshness::max_age(
+                crate::held::revocation_freshness::DEFAULT_REVOCATION_MAX_AGE_MS,
             ),
-            revocation_fail_closed: crate::revocation_freshness::FailClosed::Writes,
-            trusted_proxies: crate::client_ip::TrustedProxies::default(),
-            client_ip_header: crate::client_ip::ClientIpHeader::default(),
+            revocation_fail_closed: crate::held::revocation_freshness::FailClosed::Writes,
+            trusted_proxies: crate::net::client_ip::TrustedProxies::default(),
+            client_ip_header: crate::net::client_ip::ClientIpHeader::default(),
             proxy_protocol: false,
             header_read_timeout: listener.header_read,
             body_read_timeout: listener.body_read,
             tls_handshake_timeout: listener.tls_handshake,
             keep_alive_timeout: listener.keep_alive,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
-            token_cache_capacity: crate::token_cache::TOKEN_CACHE_CAPACITY,
+            token_cache_capacity: crate::held::token_cache::TOKEN_CACHE_CAPACITY,
         }
     }
 }
@@ -487,7 +489,7 @@ ca_cert = "ca.pem"
         assert_eq!(c.rate_per_ip_per_s, DEFAULT_RATE_PER_IP_PER_S);
         assert_eq!(
             c.token_cache_capacity,
-            crate::token_cache::TOKEN_CACHE_CAPACITY
+            crate::held::token_cache::TOKEN_CACHE_CAPACITY
         );
         let figment =
             Figment::new()

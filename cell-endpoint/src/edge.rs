@@ -17,15 +17,16 @@ use protocol::time::SharedClock;
 use runtime::refetch::RefetchGate;
 
 use crate::config::Settings;
-use crate::conn::ConnectionGate;
-use crate::drain::InFlight;
 use crate::error::EdgeError;
-use crate::limits::Limits;
+use crate::held::drain::InFlight;
+use crate::held::state::CellState;
+use crate::held::token_cache::TokenCache;
+use crate::held::{revocation_compaction, revocation_freshness};
 use crate::metrics::Metrics;
-use crate::state::CellState;
-use crate::token_cache::TokenCache;
-use crate::upstream::Upstreams;
-use crate::{revocation_compaction, revocation_freshness, target};
+use crate::net::conn::ConnectionGate;
+use crate::net::limits::Limits;
+use crate::net::target;
+use crate::net::upstream::Upstreams;
 
 /// What applying a feed answer did ([`Edge::apply_feed`]).
 #[derive(Debug, Default)]
@@ -135,7 +136,7 @@ impl Edge {
         &self.upstreams
     }
 
-    /// The admission of this edge's connections (give it to [`crate::tls::serve_per_core`]).
+    /// The admission of this edge's connections (give it to [`crate::net::tls::serve_per_core`]).
     pub fn connection_gate(&self) -> Arc<ConnectionGate> {
         self.gate.clone()
     }
@@ -289,7 +290,8 @@ impl Edge {
         let Some(dir) = self.state_dir().cloned() else {
             return;
         };
-        let res = tokio::task::spawn_blocking(move || crate::state::persist(&dir, &view)).await;
+        let res =
+            tokio::task::spawn_blocking(move || crate::held::state::persist(&dir, &view)).await;
         match res {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not persist the cell state"),

@@ -17,39 +17,21 @@
 //! - the wiring: [`counted`] (the outermost layer, counting every request by outcome),
 //!   [`service`] (routes and guards, composed once) and [`server`] (the binary's life).
 
-pub mod browser;
-pub mod client_ip;
 pub mod config;
-pub mod conn;
-pub mod counted;
-pub mod desk;
-pub mod drain;
 pub mod edge;
 pub mod error;
-pub mod forward;
-pub mod guard;
-pub mod limits;
+pub mod feed;
+pub mod held;
 pub mod metrics;
+pub mod net;
 pub mod openapi;
-pub mod origin;
-pub mod pool;
-pub mod reapply;
-pub mod revocation_compaction;
-pub mod revocation_freshness;
+pub mod request;
 pub mod server;
 pub mod service;
-pub mod state;
-pub mod subject_limit;
-pub mod sync;
-pub mod target;
-pub mod tls;
-pub mod token_cache;
-pub mod upstream;
-pub mod validate;
 
 pub use config::{Config, Settings};
 pub use edge::Edge;
 pub use error::{EdgeError, answer, rescue};
+pub use held::state::CellState;
 pub use server::run;
 pub use service::app;
-pub use state::CellState;

@@ -9,7 +9,8 @@ use protocol::openapi::SecuritySchemes;
 use protocol::openapi::{BEARER_SESSION, SESSION_COOKIE_SCHEME, add_errors};
 use serde_json::{Value, json};
 
-use crate::{desk, service};
+use crate::request::desk;
+use crate::service;
 
 /// The routes the edge answers itself.
 #[derive(utoipa::OpenApi)]

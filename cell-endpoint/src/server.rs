@@ -10,10 +10,12 @@ use runtime::management::ManagementListener;
 use crate::config::Config;
 use crate::edge::Edge;
 use crate::error::EdgeError;
-use crate::limits::LIMITER_HOUSEKEEPING_S;
+use crate::feed::sync;
+use crate::held::state;
+use crate::net::limits::LIMITER_HOUSEKEEPING_S;
+use crate::net::tls;
+use crate::net::upstream::Upstreams;
 use crate::service::{Management, app};
-use crate::upstream::Upstreams;
-use crate::{state, sync, tls};
 
 /// Runs the edge binary: loads the disk copy, starts the feed sync, the certificate watcher
 /// and the HTTPS server; returns after `shutdown` resolves and connections drained.

@@ -12,17 +12,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
-use crate::browser::BrowserGuard;
-use crate::counted::CountLayer;
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
-use crate::forward::{self, SessionRoute};
-use crate::guard::{Check, Guard, GuardLayer};
-use crate::limits::{ClientIp, peer_of};
+use crate::held::state::CellState;
 use crate::metrics::Outcome;
-use crate::state::CellState;
-use crate::validate::ValidateGuard;
-use crate::{desk, target};
+use crate::net::limits::{ClientIp, peer_of};
+use crate::net::target;
+use crate::request::browser::BrowserGuard;
+use crate::request::counted::CountLayer;
+use crate::request::desk;
+use crate::request::forward::{self, SessionRoute};
+use crate::request::guard::{Check, Guard, GuardLayer};
+use crate::request::validate::ValidateGuard;
 
 /// The whole edge service. Layers, outermost first, each with why it sits there.
 pub fn app(edge: Edge) -> Router {
@@ -98,7 +99,7 @@ impl Guard for PerIp {
         let edge = &self.0;
         if let Some(peer) = peer_of(&req) {
             let s = edge.settings();
-            let ip = crate::client_ip::resolve(
+            let ip = crate::net::client_ip::resolve(
                 peer,
                 req.headers(),
                 &s.trusted_proxies,

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
-use cellbind_cell_endpoint::browser::{Verdict, decide, uses_session_cookie};
+use cellbind_cell_endpoint::request::browser::{Verdict, decide, uses_session_cookie};
 use cellbind_cell_endpoint::{Config, EdgeError, rescue};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

@@ -12,9 +12,10 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Query};
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, get as get_route};
+use cellbind_cell_endpoint::held::state;
 use cellbind_cell_endpoint::metrics::{Outcome, StatusClass, Upstream};
-use cellbind_cell_endpoint::upstream::Upstreams;
-use cellbind_cell_endpoint::{CellState, Edge, state};
+use cellbind_cell_endpoint::net::upstream::Upstreams;
+use cellbind_cell_endpoint::{CellState, Edge};
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::{Revocation, RevocationKind};
@@ -424,7 +425,7 @@ async fn sign_in_is_forwarded_with_the_edges_client_address_and_no_credentials()
     assert!(h.get("authorization").is_none());
     assert_eq!(
         h["x-cellbind-edge-key"],
-        cellbind_cell_endpoint::upstream::LOCAL_EDGE_TOKEN
+        cellbind_cell_endpoint::net::upstream::LOCAL_EDGE_TOKEN
     );
     assert_eq!(h["x-forwarded-for"], "192.0.2.7");
 }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use axum::http::StatusCode;
+use cellbind_cell_endpoint::held::revocation_freshness::FailClosed;
 use cellbind_cell_endpoint::metrics::Outcome;
-use cellbind_cell_endpoint::revocation_freshness::FailClosed;
-use cellbind_cell_endpoint::upstream::Upstreams;
+use cellbind_cell_endpoint::net::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge};
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::revocation::{Revocation, RevocationKind};

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::common::*;
 use crate::support::*;
 use axum::http::{StatusCode, Version};
-use cellbind_cell_endpoint::tls;
+use cellbind_cell_endpoint::net::tls;
 
 fn https(ca: &std::path::Path, h1: bool) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();

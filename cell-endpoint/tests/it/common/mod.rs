@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, Request, Response, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::upstream::Upstreams;
+use cellbind_cell_endpoint::net::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::map::{CellEntry, PlacementMap, SignedMap};

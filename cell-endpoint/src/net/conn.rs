@@ -28,7 +28,7 @@ use runtime::listener::{AdmitFuture, Gate, Gated, Timeouts};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
-use crate::client_ip::TrustedProxies;
+use crate::net::client_ip::TrustedProxies;
 
 /// Largest PROXY v2 header accepted (16 fixed bytes + addresses + TLVs), in bytes.
 pub const MAX_PROXY_HEADER_BYTES: usize = 16 + 512;

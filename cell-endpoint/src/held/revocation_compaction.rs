@@ -13,7 +13,7 @@
 use protocol::revocation::RevocationSet;
 use protocol::time::UnixSeconds;
 
-use crate::state::CellState;
+use crate::held::state::CellState;
 
 /// Drops the revocations of `state` that can no longer match anything and rebuilds its
 /// matcher when it did. Answers how many were dropped.

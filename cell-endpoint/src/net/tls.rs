@@ -19,8 +19,8 @@ use axum_server::tls_rustls::RustlsConfig;
 use std::sync::Arc;
 
 pub use crate::config::IoListener;
-use crate::conn::{ConnectionGate, GateAcceptor};
 use crate::error::EdgeError;
+use crate::net::conn::{ConnectionGate, GateAcceptor};
 
 /// How long in-flight requests may finish after shutdown is asked for.
 pub const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(10);

@@ -24,16 +24,16 @@ use serde::Deserialize;
 
 use crate::edge::Edge;
 use crate::error::EdgeError;
+use crate::held::origin::{fleet_origins, origin_allowed};
+use crate::held::state::CellState;
 use crate::metrics::Upstream;
-use crate::origin::{fleet_origins, origin_allowed};
-use crate::state::CellState;
 
 /// The desk page.
-pub const INDEX_HTML: &str = include_str!("../../desk/index.html");
+pub const INDEX_HTML: &str = include_str!("../../../desk/index.html");
 /// The desk script.
-pub const APP_JS: &str = include_str!("../../desk/app.js");
+pub const APP_JS: &str = include_str!("../../../desk/app.js");
 /// The desk style sheet.
-pub const APP_CSS: &str = include_str!("../../desk/app.css");
+pub const APP_CSS: &str = include_str!("../../../desk/app.css");
 /// Where the desk lives.
 pub const DESK_PATH: &str = "/desk/";
 /// The desk's referrer policy.
@@ -187,8 +187,8 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
             "the desk sign-in form must come from a cell of the fleet",
         ));
     }
-    let client = crate::limits::client_ip(&req);
-    let body = crate::forward::read_body(edge, req.into_body()).await;
+    let client = crate::net::limits::client_ip(&req);
+    let body = crate::request::forward::read_body(edge, req.into_body()).await;
     let body = match body {
         Ok(b) if b.len() <= MAX_SIGN_IN_FORM_BYTES => b,
         Ok(_) => return Err(EdgeError::PayloadTooLarge),
@@ -209,7 +209,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let answer = crate::forward::send_to_auth(
+    let answer = crate::request::forward::send_to_auth(
         edge,
         Method::POST,
         "/v1/sessions",
@@ -221,7 +221,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
     let status = answer.status();
     let (parts, body) = answer.into_parts();
     // Whatever page the browser lands on, the request was the auth-service's to answer.
-    let forwarded = |resp| crate::forward::forwarded(Upstream::Auth, status, resp);
+    let forwarded = |resp| crate::request::forward::forwarded(Upstream::Auth, status, resp);
     if status == StatusCode::CREATED {
         let mut resp = see_other(edge, DESK_PATH);
         for c in parts.headers.get_all(header::SET_COOKIE) {

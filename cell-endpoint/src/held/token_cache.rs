@@ -18,8 +18,8 @@ use siphasher::sip128::{Hash128, Hasher128 as _, SipHasher13};
 use subtle::ConstantTimeEq as _;
 
 use crate::error::EdgeError;
-use crate::state::CellState;
-use crate::subject_limit::SubjectLimiter;
+use crate::held::state::CellState;
+use crate::held::subject_limit::SubjectLimiter;
 
 /// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
 /// active sessions than this per instance only cost signature checks, never a wrong verdict.

@@ -17,10 +17,10 @@ use protocol::ownership::Access;
 
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
-use crate::limits::client_ip;
+use crate::held::token_cache::Validated;
 use crate::metrics::{Outcome, StatusClass, Upstream};
-use crate::token_cache::Validated;
-use crate::upstream::SendError;
+use crate::net::limits::client_ip;
+use crate::net::upstream::SendError;
 
 /// Whether a client's request header is never forwarded (ATTACKS A25, A26): hop-by-hop
 /// headers (RFC 9110 §7.6.1), `Host` and `Content-Length` (the upstream request has its own),
@@ -230,7 +230,7 @@ pub(crate) async fn send_to_auth(
         .send(out, up.auth_timeout)
         .await
         .map_err(|e| match e {
-            SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
+            SendError::BadTarget => EdgeError::BadRequest(crate::net::target::NOT_CANONICAL),
             SendError::Refused | SendError::Unreachable | SendError::Timeout => {
                 EdgeError::AuthUnavailable
             }
@@ -317,7 +317,7 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     // since validation refuses it, or the drain report that follows counts it.
     let _in_flight = if Access::of_method(req.method().as_str()) == Access::Write {
         let guard = edge.in_flight().begin(&v.claims.ctr);
-        crate::drain::recheck(edge.current().as_deref(), &v.claims)?;
+        crate::held::drain::recheck(edge.current().as_deref(), &v.claims)?;
         Some(guard)
     } else {
         None
@@ -340,7 +340,7 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     up.app.send(out, up.app_timeout).await.map_err(|e| match e {
         SendError::Timeout => EdgeError::AppTimeout,
         SendError::Refused | SendError::Unreachable => EdgeError::AppUnavailable,
-        SendError::BadTarget => EdgeError::BadRequest(crate::target::NOT_CANONICAL),
+        SendError::BadTarget => EdgeError::BadRequest(crate::net::target::NOT_CANONICAL),
     })
 }
 

@@ -21,7 +21,7 @@ use protocol::ownership::{Access, Decision, OwnershipRecord, decide};
 use protocol::token::SessionClaims;
 
 use crate::error::EdgeError;
-use crate::state::CellState;
+use crate::held::state::CellState;
 
 /// Most contractors reported busy in one feed request (the rest on the next one).
 pub const MAX_BUSY_REPORTED: usize = 64;

@@ -2,7 +2,7 @@
 //! placement map this edge holds. The browser rules, the CSRF proof, the desk's CSP and the
 //! absolute-form target check all compare origins this one way.
 
-use crate::state::CellState;
+use crate::held::state::CellState;
 
 /// The scheme and authority of an endpoint URL, default port dropped, case kept.
 fn origin_parts(url: &str) -> Option<(&str, &str)> {

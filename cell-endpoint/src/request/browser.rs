@@ -34,9 +34,9 @@ use rand::Rng as _;
 
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
-use crate::guard::{Check, Guard};
-use crate::origin::{is_fleet_origin, same_origin};
-use crate::state::CellState;
+use crate::held::origin::{is_fleet_origin, same_origin};
+use crate::held::state::CellState;
+use crate::request::guard::{Check, Guard};
 
 /// Random bytes in a CSRF token (base64url, 22 characters).
 pub const CSRF_TOKEN_BYTES: usize = 16;

@@ -23,8 +23,8 @@ use protocol::SubjectId;
 
 use crate::config::Settings;
 use crate::error::EdgeError;
-pub use crate::subject_limit::SubjectLimiter;
-use crate::subject_limit::retry_after;
+pub use crate::held::subject_limit::SubjectLimiter;
+use crate::held::subject_limit::retry_after;
 
 /// How often idle limiter entries are dropped, in seconds.
 pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
@@ -109,7 +109,7 @@ pub struct ClientIp(pub IpAddr);
 /// The connection's peer: the PROXY v2 source a trusted proxy named, else the socket peer.
 pub fn peer_of(req: &Request) -> Option<IpAddr> {
     req.extensions()
-        .get::<crate::conn::ProxiedPeer>()
+        .get::<crate::net::conn::ProxiedPeer>()
         .map(|p| p.0.ip())
         .or_else(|| {
             req.extensions()

@@ -1,7 +1,7 @@
 //! The edge's upstreams: the cell's auth-service (public listener for `/v1/sessions*`,
 //! internal listener for the feed) and the cell's app. Real ones over HTTPS (hyper's HTTP/2 or
 //! HTTP/1.1 client connections on rustls, trusting only the configured CA, kept per thread by
-//! [`crate::pool`]) with timeouts, so an upstream that is down is a fast error, never a hang;
+//! [`crate::net::pool`]) with timeouts, so an upstream that is down is a fast error, never a hang;
 //! or in-process routers (tests, benchmarks). The auth-service may be several replicas sharing
 //! one database: a target then holds every replica's base and fails over between them
 //! ([`Target::send`]).
@@ -38,7 +38,7 @@ use tower::ServiceExt as _;
 pub use crate::config::UpstreamHttp;
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
-use crate::pool::{PoolError, PooledBody};
+use crate::net::pool::{PoolError, PooledBody};
 
 /// The edge's client towards its upstreams (see the module doc): its connections are kept per
 /// thread (`pool`). The public listener is served by one single-threaded runtime per core
@@ -157,7 +157,7 @@ fn upstream_target(base: &Base, path_and_query: &str) -> Option<PathAndQuery> {
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    crate::target::check_path(path).ok()?;
+    crate::net::target::check_path(path).ok()?;
     let pq = if base.prefix.is_empty() {
         PathAndQuery::try_from(path_and_query).ok()?
     } else {
@@ -305,7 +305,7 @@ async fn exchange(
     parts.headers.insert(header::HOST, base.host.clone());
     let req = http::Request::from_parts(parts, Full::new(body));
     let deadline = tokio::time::Instant::now() + timeout;
-    let sent = crate::pool::send(client.id, &client.connector, &base.authority, req);
+    let sent = crate::net::pool::send(client.id, &client.connector, &base.authority, req);
     match tokio::time::timeout_at(deadline, sent).await {
         Err(_) => Err(SendError::Timeout),
         Ok(Err(PoolError::Connect)) => Err(SendError::Refused),
@@ -497,7 +497,7 @@ fn sensitive(s: &str) -> Result<HeaderValue, EdgeError> {
 
 /// The upstream client (see the module doc): trusts only the PEM CA bundle at `ca`, gives a
 /// TCP connection `connect` to be made, offers the versions `http`, keeps idle connections
-/// [`crate::pool::UPSTREAM_IDLE_TIMEOUT`].
+/// [`crate::net::pool::UPSTREAM_IDLE_TIMEOUT`].
 pub fn https_client(
     ca: &std::path::Path,
     connect: Duration,

@@ -134,7 +134,7 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
 /// This cell's public authority from its public URL (`https://Cell.Example:443/` →
 /// `cell.example`).
 pub fn authority_of(public_url: &str) -> String {
-    crate::origin::origin_of(public_url)
+    crate::held::origin::origin_of(public_url)
         .and_then(|o| o.split_once("://").map(|(_, a)| a.to_owned()))
         .unwrap_or_default()
 }

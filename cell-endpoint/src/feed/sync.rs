@@ -13,8 +13,8 @@ use protocol::feed::{FEED_PATH, FeedResponse};
 
 use crate::edge::{Applied, Edge};
 use crate::error::EdgeError;
-use crate::state::CellState;
-use crate::upstream::SendError;
+use crate::held::state::CellState;
+use crate::net::upstream::SendError;
 
 /// First retry delay after a failed sync.
 pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -58,7 +58,7 @@ pub async fn fetch(edge: &Edge, since: u64, wait_ms: u64) -> Result<FeedResponse
         "{FEED_PATH}?since={since}&instance={}&wait_ms={wait_ms}{}{}",
         query_escape(&edge.settings().instance_id),
         epoch_param(held.as_deref()),
-        crate::drain::busy_param(&edge.in_flight().busy_in_handoff(held.as_deref()))
+        crate::held::drain::busy_param(&edge.in_flight().busy_in_handoff(held.as_deref()))
     );
     let auth = edge.upstreams().feed_authorization()?;
     let req = http::Request::builder()
@@ -107,7 +107,7 @@ pub async fn fetch_once(edge: &Edge) -> Result<(), EdgeError> {
 /// Hands carried revocations back (in the background) and persists the new view, if any.
 async fn settle(edge: &Edge, applied: Applied) {
     if let Some(restored) = applied.restored {
-        crate::reapply::spawn(edge, restored);
+        crate::feed::reapply::spawn(edge, restored);
     }
     let Some(next) = applied.changed else { return };
     tracing::debug!(seq = next.seq, "applied the cell state feed");
@@ -143,7 +143,7 @@ pub fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
 
 /// The sync loop. Never returns.
 pub async fn run(edge: Edge, wait_ms: u64) {
-    let wait_ms = crate::revocation_freshness::effective_wait_ms(
+    let wait_ms = crate::held::revocation_freshness::effective_wait_ms(
         effective_wait_ms(wait_ms, edge.settings().write_lease),
         edge.settings().revocation_max_age,
     );

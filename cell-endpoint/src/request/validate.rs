@@ -41,10 +41,10 @@ use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenE
 
 use crate::edge::Edge;
 use crate::error::{EdgeError, rescue};
-use crate::guard::{Check, Guard};
-use crate::state::CellState;
-use crate::subject_limit::SubjectLimiter;
-use crate::token_cache::{Validated, VerifiedSession};
+use crate::held::state::CellState;
+use crate::held::subject_limit::SubjectLimiter;
+use crate::held::token_cache::{Validated, VerifiedSession};
+use crate::request::guard::{Check, Guard};
 
 /// Longest a request waits for an unknown-kid key refetch, in milliseconds.
 pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
@@ -69,7 +69,7 @@ impl Edge {
         let fetch = async {
             self.metrics().key_refetched();
             let timeout = Duration::from_millis(KID_REFETCH_TIMEOUT_MS);
-            match tokio::time::timeout(timeout, crate::sync::fetch_once(self)).await {
+            match tokio::time::timeout(timeout, crate::feed::sync::fetch_once(self)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "key refetch after an unknown kid failed"),
                 Err(_) => tracing::warn!("key refetch after an unknown kid timed out"),
@@ -137,7 +137,7 @@ impl Edge {
             })?;
         if source == Source::Cookie && access == Access::Write {
             protocol::http::check_csrf_proof(headers, |o| {
-                crate::origin::origin_allowed(o, &self.settings().public_url, Some(state))
+                crate::held::origin::origin_allowed(o, &self.settings().public_url, Some(state))
             })
             .map_err(EdgeError::CsrfProof)?;
         }
