@@ -4,6 +4,9 @@
 //! whose strongly connected components are single files. Test modules (`tests.rs`, a trailing
 //! `#[cfg(test)] mod tests`) are left out: a test may import anything it tests.
 //!
+//! The edge (`cell-endpoint`) is also built in floors ([`EDGE_FLOORS`]): a file imports files of
+//! its own floor or of a lower one, never of a higher one.
+//!
 //! Run just this check with `cargo test -p cellbind-tests layering`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -295,7 +298,18 @@ fn circles(graph: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
     t.out
 }
 
+/// Every file's imports of other files of the crate: imported file → the paths that name it
+/// (`crate::a::b`, absolute, the first few).
+type Imports = BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>;
+
 fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    crate_imports(src)
+        .into_iter()
+        .map(|(f, targets)| (f, targets.into_keys().collect()))
+        .collect()
+}
+
+fn crate_imports(src: &Path) -> Imports {
     let mut list = Vec::new();
     rust_files(src, &mut list);
     let files = CrateFiles {
@@ -324,7 +338,7 @@ fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
         .map(|t| code_of(&t))
         .unwrap_or_default();
     let reexports = root_reexports(&root_code, &children_of(&[]));
-    let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    let mut graph: Imports = BTreeMap::new();
     for (m, f) in &files.modules {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
@@ -336,11 +350,90 @@ fn crate_graph(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
             if let Some(target) = resolve(&files, &reexports, &p)
                 && target != *f
             {
-                edges.insert(target);
+                let named = edges.entry(target).or_default();
+                let path = format!("crate::{}", p.join("::"));
+                if named.len() < 3 && !named.contains(&path) {
+                    named.push(path);
+                }
             }
         }
     }
     graph
+}
+
+/// The edge's floors, lowest first: paths under `cell-endpoint/src/`, a folder ending in `/`.
+/// A file may import files of its own floor and of lower ones, never of a higher one. The
+/// crate root (`lib.rs`: the front door, which re-exports) and the binary (`main.rs`) stand
+/// outside the floors.
+const EDGE_FLOORS: &[&[&str]] = &[
+    // What a request counts as; every error of the crate and its one answer table.
+    &["metrics.rs"],
+    &["error.rs"],
+    // The keys of the configuration file and their value types.
+    &["config.rs"],
+    // What the edge holds: state, token cache, revocation rules, writes in flight, origins.
+    &["held/"],
+    // Client address, connections, targets, upstreams, TLS, rate limits.
+    &["net/"],
+    // What the request path reads (the configuration, parsed) and shares (`Edge`).
+    &["settings.rs"],
+    &["edge.rs"],
+    // Keeping the held state current: the feed, the revocation handback.
+    &["feed/"],
+    // The guards, validation, forwarding, the browser rules, the desk, the counter.
+    &["request/"],
+    // The routes and guards composed once; the binary's life; the API document.
+    &["service.rs"],
+    &["server.rs", "openapi.rs"],
+];
+
+/// The floor of `rel` (a path under `src/`, `/`-separated) among `floors`.
+fn floor_of(rel: &str, floors: &[&[&str]]) -> Option<usize> {
+    floors.iter().position(|floor| {
+        floor.iter().any(|place| {
+            place
+                .strip_suffix('/')
+                .map_or(rel == *place, |dir| rel.starts_with(&format!("{dir}/")))
+        })
+    })
+}
+
+/// Every import of `src` from a lower floor to a higher one, and every file on no floor, as
+/// messages naming the file and the import.
+fn floor_violations(src: &Path, floors: &[&[&str]]) -> Vec<String> {
+    let rel = |p: &Path| {
+        p.strip_prefix(src)
+            .unwrap_or(p)
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let outside = |r: &str| r == "lib.rs" || r == "main.rs";
+    let mut found = Vec::new();
+    for (file, targets) in crate_imports(src) {
+        let from = rel(&file);
+        if outside(&from) {
+            continue;
+        }
+        let Some(low) = floor_of(&from, floors) else {
+            found.push(format!("{from} is on no floor: add it to the floors"));
+            continue;
+        };
+        for (target, paths) in targets {
+            let to = rel(&target);
+            match floor_of(&to, floors) {
+                Some(high) if high > low => found.push(format!(
+                    "{from} (floor {low}: {}) imports {to} (floor {high}: {}), a higher floor: {}",
+                    floors[low].join(" "),
+                    floors[high].join(" "),
+                    paths.join(", ")
+                )),
+                _ => {}
+            }
+        }
+    }
+    found
 }
 
 fn workspace_root() -> PathBuf {
@@ -404,4 +497,65 @@ fn the_checker_sees_a_circle() {
     let c = circles(&crate_graph(&src));
     assert_eq!(c.len(), 1, "{c:?}");
     assert!(c[0].iter().any(|p| p.ends_with("a.rs")) && c[0].iter().any(|p| p.ends_with("b.rs")));
+}
+
+#[test]
+fn the_edge_imports_only_from_its_own_floor_or_below() {
+    let src = workspace_root().join("cell-endpoint").join("src");
+    let imports = crate_imports(&src);
+    for (i, floor) in EDGE_FLOORS.iter().enumerate() {
+        let files = imports
+            .keys()
+            .filter(|f| {
+                let r = f
+                    .strip_prefix(&src)
+                    .unwrap_or(f)
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                floor_of(&r, EDGE_FLOORS) == Some(i)
+            })
+            .count();
+        println!(
+            "layering: cell-endpoint floor {i} ({}): {files} files",
+            floor.join(" ")
+        );
+    }
+    let found = floor_violations(&src, EDGE_FLOORS);
+    assert!(
+        found.is_empty(),
+        "cell-endpoint imports across its floors:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_an_upward_import() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("low")).unwrap_or_else(|e| panic!("{e}"));
+    let write = |p: &str, t: &str| std::fs::write(src.join(p), t).unwrap_or_else(|e| panic!("{e}"));
+    write(
+        "lib.rs",
+        "mod high;\nmod low;\nmod stray;\npub use high::Top;\n",
+    );
+    write("low/mod.rs", "pub mod a;\npub mod b;\n");
+    write(
+        "low/a.rs",
+        "use super::b::Base;\nfn f() -> crate::Top { crate::Top }\n",
+    );
+    write(
+        "low/b.rs",
+        "pub struct Base;\n#[cfg(test)]\nmod tests {\n use crate::high::Top;\n}\n",
+    );
+    write("high.rs", "use crate::low::b::Base;\npub struct Top;\n");
+    write("stray.rs", "pub struct Stray;\n");
+    let floors: &[&[&str]] = &[&["low/"], &["high.rs"]];
+    let found = floor_violations(&src, floors);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].starts_with("low/a.rs (floor 0: low/) imports high.rs (floor 1: high.rs)")
+            && found[0].ends_with("crate::Top"),
+        "{found:?}"
+    );
+    assert_eq!(found[1], "stray.rs is on no floor: add it to the floors");
 }
