@@ -122,8 +122,8 @@ fn main() {
         map: None,
     };
     let mut settings = Settings::new(cell.clone(), ISSUER);
-    settings.rate_per_subject_per_s = u32::MAX;
-    settings.burst_per_subject = u32::MAX;
+    settings.serving.rate_per_subject_per_s = u32::MAX;
+    settings.serving.burst_per_subject = u32::MAX;
     let upstream = Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") }));
     let edge = Edge::new(
         settings,
@@ -283,9 +283,11 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
         listener.set_nonblocking(true).unwrap();
         let url = format!("https://{}", listener.local_addr().unwrap());
         let tls = tls.clone();
-        let mut open = Settings::new(CellId::new("cell-03").unwrap(), ISSUER);
+        let mut open = cellbind_cell_endpoint::config::EdgeListeners::default();
         open.max_connections_per_ip = usize::MAX;
         let gate = Arc::new(cellbind_cell_endpoint::net::conn::ConnectionGate::new(
+            Default::default(),
+            false,
             &open,
             Default::default(),
         ));
@@ -313,10 +315,10 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     up.app = Target::http(client.clone(), vec![base]).unwrap();
     let cell = CellId::new("cell-03").unwrap();
     let mut settings = Settings::new(cell.clone(), ISSUER);
-    settings.rate_per_subject_per_s = u32::MAX;
-    settings.burst_per_subject = u32::MAX;
-    settings.rate_per_ip_per_s = u32::MAX;
-    settings.burst_per_ip = u32::MAX;
+    settings.serving.rate_per_subject_per_s = u32::MAX;
+    settings.serving.burst_per_subject = u32::MAX;
+    settings.serving.rate_per_ip_per_s = u32::MAX;
+    settings.serving.burst_per_ip = u32::MAX;
     let edge = Edge::new(settings, Arc::new(FakeClock::at(NOW)), up);
     let snapshot = Snapshot {
         keys: vec![FeedKey {

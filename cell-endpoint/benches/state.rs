@@ -321,11 +321,11 @@ fn measure(pages: &str) {
     let key = SigningKey::from_seed(Kid::new("k-bench").unwrap(), &[7; 32]).unwrap();
     let cell = CellId::new("cell-03").unwrap();
     let mut settings = Settings::new(cell.clone(), ISSUER);
-    settings.rate_per_subject_per_s = u32::MAX;
-    settings.burst_per_subject = u32::MAX;
+    settings.serving.rate_per_subject_per_s = u32::MAX;
+    settings.serving.burst_per_subject = u32::MAX;
     // Headroom: a token may live in 8 slots of one page only, so a table filled to the brim
     // evicts before every slot is used (the bound is rounded up to a power of two slots).
-    settings.token_cache_capacity = largest + largest / 4;
+    settings.serving.token_cache_capacity = largest + largest / 4;
     let upstream = Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") }));
     let edge = Edge::new(
         settings.clone(),
@@ -426,8 +426,8 @@ fn measure(pages: &str) {
         edge.token_cache().slots(),
         cellbind_cell_endpoint::held::token_cache::SLOT_BYTES,
         table_bytes as f64 / (1024.0 * 1024.0),
-        settings.token_cache_capacity,
-        table_bytes as f64 / settings.token_cache_capacity as f64,
+        settings.serving.token_cache_capacity,
+        table_bytes as f64 / settings.serving.token_cache_capacity as f64,
     );
     println!(
         "| row | cached sessions | held revocations | contractors (ownership) | bytes / cached session | bytes / held revocation | total MiB (cache + revocations) | hit path, {HIT_TOKENS} random users: median (mean) | target ≤ 1 µs (median) | hit path, {HOT_TOKENS} busy users: median (mean) | state::load | state file |"

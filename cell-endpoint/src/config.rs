@@ -3,13 +3,19 @@
 //! normalised once: a trailing `/` is accepted and dropped). The auth-service's URLs are
 //! [`Replicas`]: one URL (a single instance, or a load balancer in front of several) or a
 //! non-empty list of its replicas' URLs, tried in order with failover (`upstream`).
+//!
+//! Every key is defined once, here: its name, type, default (a named constant below) and doc
+//! comment (which `docs/CONFIGURATION.md` is generated from). [`Config`] is the file; the keys
+//! the request path reads are the group [`Serving`] (and the listener keys every server shares,
+//! `runtime::listener::ListenerConfig`), which [`Config`] flattens into its top level and the
+//! request path's `Settings` holds as they are.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use protocol::{CellId, Endpoint};
-use runtime::config::{default_u32, default_u64, default_usize};
+use runtime::config::default_u64;
 use runtime::listener::ListenerConfig;
 use runtime::logging::LogFormat;
 use runtime::server::SecretFile;
@@ -18,6 +24,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::EdgeError;
+
+/// The listener keys of the edge (`runtime::listener`), with its public listener's default cap.
+pub type EdgeListeners = ListenerConfig<DEFAULT_MAX_CONNECTIONS_PER_IP>;
 
 /// Default management listener (`/healthz`, `/readyz`, `/metrics`): loopback only.
 pub const DEFAULT_MANAGEMENT_LISTEN: SocketAddr =
@@ -52,6 +61,11 @@ pub const DEFAULT_CERT_WATCH_MS: u64 = 2_000;
 /// are not counted, the clients behind them are when PROXY protocol names them. The other
 /// listener timeouts and caps are the ones every server shares (`runtime::listener`).
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
+/// Default `revocation_max_age_ms`: 0, the fail-closed freshness check is off.
+pub const DEFAULT_REVOCATION_MAX_AGE_MS: u64 = 0;
+/// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
+/// active sessions than this per instance only cost signature checks, never a wrong verdict.
+pub const DEFAULT_TOKEN_CACHE_CAPACITY: usize = 32_768;
 
 /// The edge's configuration. Unknown keys in the file are refused, naming the nearest valid
 /// key (`runtime::config::load`); only `CELLBIND_<KEY>` variables of known keys are read, so
@@ -97,34 +111,9 @@ pub struct Config {
     pub tls_key: PathBuf,
     /// The CA (PEM) the upstreams' certificates must chain to.
     pub ca_cert: PathBuf,
-    /// Writes are refused once the last feed sync is older than this, in milliseconds (0 =
-    /// off).
-    #[serde(default = "default_u64::<DEFAULT_WRITE_LEASE_MS>")]
-    pub write_lease_ms: u64,
     /// Long-poll wait asked of the feed, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_FEED_WAIT_MS>")]
     pub feed_wait_ms: u64,
-    /// Session lifetime in seconds (as the auth-service's).
-    #[serde(default = "default_u64::<{protocol::token::DEFAULT_SESSION_LIFETIME_S}>")]
-    pub session_lifetime_s: u64,
-    /// Per-client-IP request rate, in requests per second.
-    #[serde(default = "default_u32::<DEFAULT_RATE_PER_IP_PER_S>")]
-    pub rate_per_ip_per_s: u32,
-    /// Per-client-IP burst, in requests.
-    #[serde(default = "default_u32::<DEFAULT_BURST_PER_IP>")]
-    pub burst_per_ip: u32,
-    /// Per-subject request rate, in requests per second.
-    #[serde(default = "default_u32::<DEFAULT_RATE_PER_SUBJECT_PER_S>")]
-    pub rate_per_subject_per_s: u32,
-    /// Per-subject burst, in requests.
-    #[serde(default = "default_u32::<DEFAULT_BURST_PER_SUBJECT>")]
-    pub burst_per_subject: u32,
-    /// Largest request body forwarded, in bytes.
-    #[serde(default = "default_usize::<DEFAULT_MAX_BODY_BYTES>")]
-    pub max_body_bytes: usize,
-    /// Cooldown between two key refetches caused by unknown kids, in milliseconds.
-    #[serde(default = "default_u64::<DEFAULT_KID_REFETCH_COOLDOWN_MS>")]
-    pub kid_refetch_cooldown_ms: u64,
     /// Total timeout of a request forwarded to the auth-service, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_AUTH_TIMEOUT_MS>")]
     pub auth_timeout_ms: u64,
@@ -137,32 +126,15 @@ pub struct Config {
     /// Interval of the certificate-file watcher, in milliseconds.
     #[serde(default = "default_u64::<DEFAULT_CERT_WATCH_MS>")]
     pub cert_watch_ms: u64,
-    /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
-    /// the default). See `cell-endpoint/README.md`.
-    #[serde(default)]
-    pub revocation_max_age_ms: u64,
-    /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
-    #[serde(default)]
-    pub revocation_fail_closed: crate::held::revocation_freshness::FailClosed,
+    /// The keys the request path reads (session lifetime, write lease, rate limits, body
+    /// size, key refetch, revocation freshness, the client address header, the token cache).
+    #[serde(flatten)]
+    pub serving: Serving,
     /// Peers (CIDRs, e.g. `"10.0.0.0/8"`, `"192.0.2.7/32"`) whose forwarding header or PROXY
     /// protocol header names the client. Empty (the default): the socket peer is the client.
+    /// An entry that is neither a CIDR nor an address stops the start, naming this key.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
-    /// The forwarding header trusted proxies set: `"x-forwarded-for"` (default) or
-    /// `"forwarded"` (RFC 7239). Only this one is read; a client's copy of the other is dropped.
-    #[serde(default)]
-    pub client_ip_header: crate::net::client_ip::ClientIpHeader,
-    /// Whether connections from trusted proxies start with a PROXY protocol v2 header naming
-    /// the client (default false).
-    #[serde(default)]
-    pub proxy_protocol: bool,
-    /// Most verified tokens the edge caches (a repeat token skips the signature check). The
-    /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
-    /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
-    /// [`crate::held::token_cache::CACHED_SESSION_BYTES`] a session); a session beyond the bound
-    /// costs a signature check, never a wrong verdict.
-    #[serde(default = "default_usize::<{crate::held::token_cache::TOKEN_CACHE_CAPACITY}>")]
-    pub token_cache_capacity: usize,
     /// Threads serving the public listener, each a single-threaded runtime accepting from the
     /// port (`io_listener`) with its own upstream connections; 0 (the default) is one per CPU
     /// the process may use. Feed sync and the management listener run beside them.
@@ -186,7 +158,109 @@ pub struct Config {
     /// The protections of the public and management listeners (timeouts, per-address
     /// connection caps).
     #[serde(flatten)]
-    pub listeners: ListenerConfig<DEFAULT_MAX_CONNECTIONS_PER_IP>,
+    pub listeners: EdgeListeners,
+}
+
+/// The keys the request path reads, each defined once: [`Config`] flattens them into the
+/// file's top level, the request path's `Settings` holds them as they are. A key missing from
+/// the file takes its value from [`Serving::default`] (the named constants above).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Serving {
+    /// Session lifetime in seconds (as the auth-service's).
+    pub session_lifetime_s: u64,
+    /// Writes are refused once the last feed sync is older than this, in milliseconds (0 =
+    /// off).
+    pub write_lease_ms: u64,
+    /// Per-client-IP request rate, in requests per second.
+    pub rate_per_ip_per_s: u32,
+    /// Per-client-IP burst, in requests.
+    pub burst_per_ip: u32,
+    /// Per-subject request rate, in requests per second.
+    pub rate_per_subject_per_s: u32,
+    /// Per-subject burst, in requests.
+    pub burst_per_subject: u32,
+    /// Largest request body forwarded, in bytes.
+    pub max_body_bytes: usize,
+    /// Cooldown between two key refetches caused by unknown kids, in milliseconds.
+    pub kid_refetch_cooldown_ms: u64,
+    /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
+    /// the default). See `cell-endpoint/README.md`.
+    pub revocation_max_age_ms: u64,
+    /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
+    pub revocation_fail_closed: FailClosed,
+    /// The forwarding header trusted proxies set: `"x-forwarded-for"` (default) or
+    /// `"forwarded"` (RFC 7239). Only this one is read; a client's copy of the other is dropped.
+    pub client_ip_header: ClientIpHeader,
+    /// Whether connections from trusted proxies start with a PROXY protocol v2 header naming
+    /// the client (default false).
+    pub proxy_protocol: bool,
+    /// Most verified tokens the edge caches (a repeat token skips the signature check). The
+    /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
+    /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
+    /// `CACHED_SESSION_BYTES` of `held::token_cache` a session); a session beyond the bound
+    /// costs a signature check, never a wrong verdict.
+    pub token_cache_capacity: usize,
+}
+
+impl Default for Serving {
+    fn default() -> Self {
+        Self {
+            session_lifetime_s: protocol::token::DEFAULT_SESSION_LIFETIME_S,
+            write_lease_ms: DEFAULT_WRITE_LEASE_MS,
+            rate_per_ip_per_s: DEFAULT_RATE_PER_IP_PER_S,
+            burst_per_ip: DEFAULT_BURST_PER_IP,
+            rate_per_subject_per_s: DEFAULT_RATE_PER_SUBJECT_PER_S,
+            burst_per_subject: DEFAULT_BURST_PER_SUBJECT,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            kid_refetch_cooldown_ms: DEFAULT_KID_REFETCH_COOLDOWN_MS,
+            revocation_max_age_ms: DEFAULT_REVOCATION_MAX_AGE_MS,
+            revocation_fail_closed: FailClosed::default(),
+            client_ip_header: ClientIpHeader::default(),
+            proxy_protocol: false,
+            token_cache_capacity: DEFAULT_TOKEN_CACHE_CAPACITY,
+        }
+    }
+}
+
+impl Serving {
+    /// `write_lease_ms`; zero turns the write lease off.
+    pub fn write_lease(&self) -> Duration {
+        Duration::from_millis(self.write_lease_ms)
+    }
+
+    /// `kid_refetch_cooldown_ms`.
+    pub fn kid_refetch_cooldown(&self) -> Duration {
+        Duration::from_millis(self.kid_refetch_cooldown_ms)
+    }
+
+    /// `revocation_max_age_ms`; `None` when the check is off (0).
+    pub fn revocation_max_age(&self) -> Option<Duration> {
+        (self.revocation_max_age_ms > 0).then(|| Duration::from_millis(self.revocation_max_age_ms))
+    }
+}
+
+/// What an instance with a stale revocation view refuses (`revocation_fail_closed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FailClosed {
+    /// Writes (unsafe methods) only; reads keep being served.
+    #[default]
+    Writes,
+    /// Every validated request.
+    All,
+}
+
+/// The forwarding header trusted proxies set (`client_ip_header`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`.
+    #[default]
+    #[serde(rename = "x-forwarded-for")]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    #[serde(rename = "forwarded")]
+    Forwarded,
 }
 
 /// How the serving threads share the public port (`io_listener`).
@@ -260,39 +334,6 @@ impl Config {
         ])
         .map_err(EdgeError::Config)?;
         self.listeners.validate().map_err(EdgeError::Config)
-    }
-
-    /// The settings the request path needs (the rest is for the binary's wiring). Fails on a
-    /// `trusted_proxies` entry that is not a CIDR or an address.
-    pub fn settings(&self) -> Result<Settings, EdgeError> {
-        let trusted_proxies = crate::net::client_ip::TrustedProxies::parse(&self.trusted_proxies)?;
-        let timeouts = self.listeners.timeouts();
-        Ok(Settings {
-            cell_id: self.cell_id.clone(),
-            instance_id: self.instance_id.clone(),
-            public_url: self.public_url.to_string(),
-            session_lifetime_s: self.session_lifetime_s,
-            write_lease: Duration::from_millis(self.write_lease_ms),
-            rate_per_ip_per_s: self.rate_per_ip_per_s,
-            burst_per_ip: self.burst_per_ip,
-            rate_per_subject_per_s: self.rate_per_subject_per_s,
-            burst_per_subject: self.burst_per_subject,
-            max_body_bytes: self.max_body_bytes,
-            kid_refetch_cooldown: Duration::from_millis(self.kid_refetch_cooldown_ms),
-            revocation_max_age: crate::held::revocation_freshness::max_age(
-                self.revocation_max_age_ms,
-            ),
-            revocation_fail_closed: self.revocation_fail_closed,
-            trusted_proxies,
-            client_ip_header: self.client_ip_header,
-            proxy_protocol: self.proxy_protocol,
-            header_read_timeout: timeouts.header_read,
-            body_read_timeout: timeouts.body_read,
-            tls_handshake_timeout: timeouts.tls_handshake,
-            keep_alive_timeout: timeouts.keep_alive,
-            max_connections_per_ip: self.listeners.max_connections_per_ip,
-            token_cache_capacity: self.token_cache_capacity,
-        })
     }
 }
 
@@ -370,89 +411,6 @@ impl JsonSchema for Replicas {
     }
 }
 
-/// What the request path needs to know, independent of files and sockets (tests build it
-/// directly with [`Settings::new`]).
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub cell_id: CellId,
-    pub instance_id: String,
-    pub public_url: String,
-    pub session_lifetime_s: u64,
-    /// Zero turns the write lease off.
-    pub write_lease: Duration,
-    pub rate_per_ip_per_s: u32,
-    pub burst_per_ip: u32,
-    pub rate_per_subject_per_s: u32,
-    pub burst_per_subject: u32,
-    pub max_body_bytes: usize,
-    pub kid_refetch_cooldown: Duration,
-    /// `None` turns the revocation freshness check off.
-    pub revocation_max_age: Option<Duration>,
-    pub revocation_fail_closed: crate::held::revocation_freshness::FailClosed,
-    /// Peers whose forwarding header (or PROXY header) names the client.
-    pub trusted_proxies: crate::net::client_ip::TrustedProxies,
-    /// Which forwarding header trusted proxies set.
-    pub client_ip_header: crate::net::client_ip::ClientIpHeader,
-    /// Whether trusted proxies speak PROXY protocol v2.
-    pub proxy_protocol: bool,
-    /// Time a client has to send a request's headers, from its first byte (the first
-    /// request's: from the end of the TLS handshake), and a trusted proxy its PROXY header.
-    pub header_read_timeout: Duration,
-    /// Time a client has to send a whole request body.
-    pub body_read_timeout: Duration,
-    /// Time a TLS handshake may take.
-    pub tls_handshake_timeout: Duration,
-    /// Time an HTTP/1.1 connection with no request in flight stays open.
-    pub keep_alive_timeout: Duration,
-    /// Most open connections from one client address (an IPv6 client: its /64).
-    pub max_connections_per_ip: usize,
-    /// Most verified tokens cached (`token_cache::TokenCache::with_capacity`).
-    pub token_cache_capacity: usize,
-}
-
-impl Settings {
-    /// The timeouts of the public listener.
-    pub fn listener_timeouts(&self) -> runtime::listener::Timeouts {
-        runtime::listener::Timeouts {
-            header_read: self.header_read_timeout,
-            body_read: self.body_read_timeout,
-            tls_handshake: self.tls_handshake_timeout,
-            keep_alive: self.keep_alive_timeout,
-        }
-    }
-
-    /// Defaults for a cell at `public_url`.
-    pub fn new(cell_id: CellId, public_url: impl Into<String>) -> Self {
-        let listener = runtime::listener::Timeouts::default();
-        Self {
-            cell_id,
-            instance_id: "edge-1".into(),
-            public_url: public_url.into(),
-            session_lifetime_s: protocol::token::DEFAULT_SESSION_LIFETIME_S,
-            write_lease: Duration::from_millis(DEFAULT_WRITE_LEASE_MS),
-            rate_per_ip_per_s: DEFAULT_RATE_PER_IP_PER_S,
-            burst_per_ip: DEFAULT_BURST_PER_IP,
-            rate_per_subject_per_s: DEFAULT_RATE_PER_SUBJECT_PER_S,
-            burst_per_subject: DEFAULT_BURST_PER_SUBJECT,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            kid_refetch_cooldown: Duration::from_millis(DEFAULT_KID_REFETCH_COOLDOWN_MS),
-            revocation_max_age: crate::held::revocation_freshness::max_age(
-                crate::held::revocation_freshness::DEFAULT_REVOCATION_MAX_AGE_MS,
-            ),
-            revocation_fail_closed: crate::held::revocation_freshness::FailClosed::Writes,
-            trusted_proxies: crate::net::client_ip::TrustedProxies::default(),
-            client_ip_header: crate::net::client_ip::ClientIpHeader::default(),
-            proxy_protocol: false,
-            header_read_timeout: listener.header_read,
-            body_read_timeout: listener.body_read,
-            tls_handshake_timeout: listener.tls_handshake,
-            keep_alive_timeout: listener.keep_alive,
-            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
-            token_cache_capacity: crate::held::token_cache::TOKEN_CACHE_CAPACITY,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,13 +442,10 @@ ca_cert = "ca.pem"
         .unwrap();
         // SAFETY-free: this test is the only one in the crate touching this variable.
         let c = Config::load(&path).unwrap();
-        assert_eq!(c.write_lease_ms, DEFAULT_WRITE_LEASE_MS);
+        assert_eq!(c.serving.write_lease_ms, DEFAULT_WRITE_LEASE_MS);
         assert_eq!(c.feed_wait_ms, DEFAULT_FEED_WAIT_MS);
-        assert_eq!(c.rate_per_ip_per_s, DEFAULT_RATE_PER_IP_PER_S);
-        assert_eq!(
-            c.token_cache_capacity,
-            crate::held::token_cache::TOKEN_CACHE_CAPACITY
-        );
+        assert_eq!(c.serving.rate_per_ip_per_s, DEFAULT_RATE_PER_IP_PER_S);
+        assert_eq!(c.serving.token_cache_capacity, DEFAULT_TOKEN_CACHE_CAPACITY);
         let figment =
             Figment::new()
                 .merge(Toml::file(&path))
@@ -499,7 +454,7 @@ ca_cert = "ca.pem"
                     7u32,
                 ));
         let c: Config = figment.extract().unwrap();
-        assert_eq!(c.rate_per_ip_per_s, 7);
+        assert_eq!(c.serving.rate_per_ip_per_s, 7);
         assert_eq!(c.feed_url.urls().len(), 1);
         assert_eq!(c.management_listen, DEFAULT_MANAGEMENT_LISTEN);
         std::fs::write(
@@ -509,5 +464,17 @@ ca_cert = "ca.pem"
         .unwrap();
         let e = Config::load(&path).unwrap_err().to_string();
         assert!(e.contains("management_listen and listen"), "{e}");
+    }
+
+    #[test]
+    fn modes_parse_from_the_config_words() {
+        #[derive(serde::Deserialize)]
+        struct C {
+            m: FailClosed,
+        }
+        let w: C = serde_json::from_str(r#"{"m":"writes"}"#).unwrap();
+        let a: C = serde_json::from_str(r#"{"m":"all"}"#).unwrap();
+        assert_eq!((w.m, a.m), (FailClosed::Writes, FailClosed::All));
+        assert!(serde_json::from_str::<C>(r#"{"m":"reads"}"#).is_err());
     }
 }

@@ -16,7 +16,6 @@ use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::SharedClock;
 use runtime::refetch::RefetchGate;
 
-use crate::config::Settings;
 use crate::error::EdgeError;
 use crate::held::drain::InFlight;
 use crate::held::state::CellState;
@@ -27,6 +26,7 @@ use crate::net::conn::ConnectionGate;
 use crate::net::limits::Limits;
 use crate::net::target;
 use crate::net::upstream::Upstreams;
+use crate::settings::Settings;
 
 /// What applying a feed answer did ([`Edge::apply_feed`]).
 #[derive(Debug, Default)]
@@ -82,15 +82,17 @@ impl std::ops::Deref for Edge {
 impl Edge {
     /// An edge with no state yet (every validated request answers `503 NOT_READY`).
     pub fn new(settings: Settings, clock: SharedClock, upstreams: Upstreams) -> Self {
-        let limits = Limits::new(&settings);
-        let refetch = RefetchGate::new(settings.kid_refetch_cooldown);
+        let limits = Limits::new(&settings.serving);
+        let refetch = RefetchGate::new(settings.serving.kid_refetch_cooldown());
         let public_authority = target::authority_of(&settings.public_url);
         let metrics = Metrics::new(&settings.cell_id, &settings.instance_id);
         let gate = Arc::new(ConnectionGate::new(
-            &settings,
+            settings.trusted_proxies.clone(),
+            settings.serving.proxy_protocol,
+            &settings.listeners,
             metrics.connections_refused(),
         ));
-        let cache = TokenCache::with_capacity(settings.token_cache_capacity);
+        let cache = TokenCache::with_capacity(settings.serving.token_cache_capacity);
         Edge(Arc::new(Inner {
             public_authority,
             gate,
@@ -191,7 +193,7 @@ impl Edge {
 
     /// Whether writes may be served: the lease is off, or the last sync is within it.
     pub fn lease_current(&self) -> bool {
-        let lease = self.settings.write_lease;
+        let lease = self.settings.serving.write_lease();
         if lease.is_zero() {
             return true;
         }
@@ -239,7 +241,7 @@ impl Edge {
                 .collect(),
             FeedBody::Snapshot { .. } => Vec::new(),
         };
-        let lifetime_s = self.settings.session_lifetime_s;
+        let lifetime_s = self.settings.serving.session_lifetime_s;
         let mut restored = None;
         let next = match CellState::apply(held.as_deref(), &self.settings.cell_id, resp) {
             Ok(mut n) => {
@@ -357,8 +359,8 @@ impl Edge {
         let s = self.settings();
         revocation_freshness::decide(
             self.revocation_view_age(),
-            s.revocation_max_age,
-            s.revocation_fail_closed,
+            s.serving.revocation_max_age(),
+            s.serving.revocation_fail_closed,
             access,
         )
     }

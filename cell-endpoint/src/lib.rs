@@ -28,10 +28,12 @@ pub mod openapi;
 pub mod request;
 pub mod server;
 pub mod service;
+pub mod settings;
 
-pub use config::{Config, Settings};
+pub use config::Config;
 pub use edge::Edge;
 pub use error::{EdgeError, answer, rescue};
 pub use held::state::CellState;
 pub use server::run;
 pub use service::app;
+pub use settings::Settings;

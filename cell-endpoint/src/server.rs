@@ -27,10 +27,10 @@ pub async fn run(
     tracing::info!(
         cell = %config.cell_id,
         instance = %config.instance_id,
-        write_lease_ms = config.write_lease_ms,
+        write_lease_ms = config.serving.write_lease_ms,
         feed_wait_ms = config.feed_wait_ms,
-        rate_per_ip_per_s = config.rate_per_ip_per_s,
-        rate_per_subject_per_s = config.rate_per_subject_per_s,
+        rate_per_ip_per_s = config.serving.rate_per_ip_per_s,
+        rate_per_subject_per_s = config.serving.rate_per_subject_per_s,
         "cell-endpoint starting"
     );
     // Bound first: a taken management address stops the start at once, naming it.

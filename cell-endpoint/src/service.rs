@@ -103,7 +103,7 @@ impl Guard for PerIp {
                 peer,
                 req.headers(),
                 &s.trusted_proxies,
-                s.client_ip_header,
+                s.serving.client_ip_header,
             );
             req.extensions_mut().insert(ClientIp(ip));
             if let Err(e) = edge.limits().check_ip(ip) {

@@ -11,8 +11,6 @@ mod props_support;
 #[path = "it/common/mod.rs"]
 mod common;
 
-use std::time::Duration;
-
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use cellbind_cell_endpoint::request::browser::{Verdict, decide, uses_session_cookie};
 use cellbind_cell_endpoint::{Config, EdgeError, rescue};
@@ -274,9 +272,9 @@ fn prop_edge_credentials() {
     let mut settings = settings();
     // Every case reuses the same subjects: the per-subject limit and the write lease (real
     // time) are not what this property is about.
-    settings.rate_per_subject_per_s = 1_000_000;
-    settings.burst_per_subject = 1_000_000;
-    settings.write_lease = Duration::ZERO;
+    settings.serving.rate_per_subject_per_s = 1_000_000;
+    settings.serving.burst_per_subject = 1_000_000;
+    settings.serving.write_lease_ms = 0;
     let (edge, _seen, _clock) = edge_with(settings, None);
     let held = edge.current().expect("the fixture edge holds a state");
     let s = sessions();

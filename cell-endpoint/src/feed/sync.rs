@@ -144,8 +144,8 @@ pub fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
 /// The sync loop. Never returns.
 pub async fn run(edge: Edge, wait_ms: u64) {
     let wait_ms = crate::held::revocation_freshness::effective_wait_ms(
-        effective_wait_ms(wait_ms, edge.settings().write_lease),
-        edge.settings().revocation_max_age,
+        effective_wait_ms(wait_ms, edge.settings().serving.write_lease()),
+        edge.settings().serving.revocation_max_age(),
     );
     let mut delays = backoff();
     let mut want_snapshot = false;

@@ -20,30 +20,9 @@
 use std::time::Duration;
 
 use protocol::ownership::Access;
-use serde::Deserialize;
 
+use crate::config::FailClosed;
 use crate::error::EdgeError;
-
-/// Default `revocation_max_age_ms`: 0, the check is off.
-pub const DEFAULT_REVOCATION_MAX_AGE_MS: u64 = 0;
-
-/// What an instance with a stale revocation view refuses.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum FailClosed {
-    /// Writes (unsafe methods) only; reads keep being served.
-    #[default]
-    Writes,
-    /// Every validated request.
-    All,
-}
-
-/// The bound from its configured value in milliseconds (0 = off).
-pub fn max_age(ms: u64) -> Option<Duration> {
-    (ms > 0).then(|| Duration::from_millis(ms))
-}
 
 /// The feed long-poll wait with the freshness bound applied: at most half the bound, so a
 /// quiet feed still confirms the view in time.
@@ -123,17 +102,5 @@ mod tests {
         assert_eq!(effective_wait_ms(20_000, B), 2_500);
         assert_eq!(effective_wait_ms(1_000, B), 1_000);
         assert_eq!(effective_wait_ms(20_000, Some(Duration::from_millis(1))), 1);
-    }
-
-    #[test]
-    fn modes_parse_from_the_config_words() {
-        #[derive(Deserialize)]
-        struct C {
-            m: FailClosed,
-        }
-        let w: C = serde_json::from_str(r#"{"m":"writes"}"#).unwrap();
-        let a: C = serde_json::from_str(r#"{"m":"all"}"#).unwrap();
-        assert_eq!((w.m, a.m), (FailClosed::Writes, FailClosed::All));
-        assert!(serde_json::from_str::<C>(r#"{"m":"reads"}"#).is_err());
     }
 }

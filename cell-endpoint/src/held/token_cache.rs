@@ -17,13 +17,10 @@ use protocol::token::{LEEWAY_S, SessionClaims};
 use siphasher::sip128::{Hash128, Hasher128 as _, SipHasher13};
 use subtle::ConstantTimeEq as _;
 
+use crate::config::DEFAULT_TOKEN_CACHE_CAPACITY;
 use crate::error::EdgeError;
 use crate::held::state::CellState;
 use crate::held::subject_limit::SubjectLimiter;
-
-/// Default most verified tokens kept in the cache (`token_cache_capacity`), in entries. More
-/// active sessions than this per instance only cost signature checks, never a wrong verdict.
-pub const TOKEN_CACHE_CAPACITY: usize = 32_768;
 
 /// Memory one cached session costs at most, in bytes, as measured by `benches/state.rs`: ~700
 /// held (its `Validated`: claims, rendered identity headers, view stamp) and its share of the
@@ -270,9 +267,9 @@ impl Default for TokenCache {
 }
 
 impl TokenCache {
-    /// A cache of [`TOKEN_CACHE_CAPACITY`] entries.
+    /// A cache of [`DEFAULT_TOKEN_CACHE_CAPACITY`] entries.
     pub fn new() -> Self {
-        Self::with_capacity(TOKEN_CACHE_CAPACITY)
+        Self::with_capacity(DEFAULT_TOKEN_CACHE_CAPACITY)
     }
 
     /// A cache of at most about `entries` verified tokens (`token_cache_capacity`): the table

@@ -23,25 +23,11 @@ use std::net::IpAddr;
 
 use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
-use serde::Deserialize;
 
+use crate::config::ClientIpHeader;
 use crate::error::EdgeError;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
-/// The forwarding header trusted proxies set.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-pub enum ClientIpHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2`.
-    #[default]
-    #[serde(rename = "x-forwarded-for")]
-    XForwardedFor,
-    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
-    #[serde(rename = "forwarded")]
-    Forwarded,
-}
 
 /// The peers whose forwarding information is believed.
 #[derive(Debug, Clone, Default)]

@@ -28,6 +28,7 @@ use runtime::listener::{AdmitFuture, Gate, Gated, Timeouts};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
+use crate::config::EdgeListeners;
 use crate::net::client_ip::TrustedProxies;
 
 /// Largest PROXY v2 header accepted (16 fixed bytes + addresses + TLVs), in bytes.
@@ -48,13 +49,20 @@ pub struct ConnectionGate {
 }
 
 impl ConnectionGate {
-    /// The admission `settings` describe; each refused connection increments `refused`.
-    pub fn new(settings: &crate::config::Settings, refused: Counter) -> Self {
+    /// The admission of a public listener with `listeners`' cap and timeouts, believing the
+    /// PROXY header of `trusted` peers when `proxy_protocol` is on; each refused connection
+    /// increments `refused`.
+    pub fn new(
+        trusted: TrustedProxies,
+        proxy_protocol: bool,
+        listeners: &EdgeListeners,
+        refused: Counter,
+    ) -> Self {
         Self {
-            gate: Gate::new(settings.max_connections_per_ip, refused),
-            trusted: settings.trusted_proxies.clone(),
-            proxy_protocol: settings.proxy_protocol,
-            timeouts: settings.listener_timeouts(),
+            gate: Gate::new(listeners.max_connections_per_ip, refused),
+            trusted,
+            proxy_protocol,
+            timeouts: listeners.timeouts(),
         }
     }
 
@@ -196,11 +204,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_accepted_connection_sends_its_answers_without_delay() {
-        let settings = crate::config::Settings::new(
-            protocol::CellId::new("cell-01").unwrap(),
-            "https://127.0.0.1:8443",
-        );
-        let gate = Arc::new(ConnectionGate::new(&settings, Counter::default()));
+        let gate = Arc::new(ConnectionGate::new(
+            TrustedProxies::default(),
+            false,
+            &EdgeListeners::default(),
+            Counter::default(),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await

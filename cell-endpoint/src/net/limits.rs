@@ -21,7 +21,7 @@ use governor::clock::DefaultClock;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::SubjectId;
 
-use crate::config::Settings;
+use crate::config::Serving;
 use crate::error::EdgeError;
 pub use crate::held::subject_limit::SubjectLimiter;
 use crate::held::subject_limit::retry_after;
@@ -48,7 +48,8 @@ fn quota(per_s: u32, burst: u32) -> Quota {
 }
 
 impl Limits {
-    pub fn new(s: &Settings) -> Self {
+    /// The limiters of the rate keys of `s`.
+    pub fn new(s: &Serving) -> Self {
         Self {
             per_ip: RateLimiter::keyed(quota(s.rate_per_ip_per_s, s.burst_per_ip)),
             subject_quota: quota(s.rate_per_subject_per_s, s.burst_per_subject),
@@ -130,10 +131,9 @@ pub fn client_ip(req: &Request) -> Option<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::CellId;
 
     fn limits(burst: u32) -> Limits {
-        let mut s = Settings::new(CellId::new("cell-03").unwrap(), "https://127.0.0.3:8443");
+        let mut s = Serving::default();
         s.rate_per_subject_per_s = 1;
         s.burst_per_subject = burst;
         Limits::new(&s)
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn the_addresses_of_one_ipv6_slash_64_share_one_rate_limit_bucket() {
-        let mut s = Settings::new(CellId::new("cell-03").unwrap(), "https://127.0.0.3:8443");
+        let mut s = Serving::default();
         s.rate_per_ip_per_s = 1;
         s.burst_per_ip = 3;
         let l = Limits::new(&s);

@@ -126,8 +126,8 @@ pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, E
     }
     let s = edge.settings();
     match tokio::time::timeout(
-        s.body_read_timeout,
-        axum::body::to_bytes(body, s.max_body_bytes),
+        s.listeners.timeouts().body_read,
+        axum::body::to_bytes(body, s.serving.max_body_bytes),
     )
     .await
     {
@@ -141,7 +141,7 @@ async fn read_request(
     edge: &Edge,
     req: Request,
 ) -> Result<(http::request::Parts, bytes::Bytes), EdgeError> {
-    let max = edge.settings().max_body_bytes;
+    let max = edge.settings().serving.max_body_bytes;
     let (parts, body) = req.into_parts();
     if let Some(len) = parts
         .headers

@@ -102,7 +102,7 @@ impl Edge {
                 let expect = Expectations {
                     issuer: &settings.public_url,
                     audience: &settings.cell_id,
-                    max_lifetime_s: settings.session_lifetime_s,
+                    max_lifetime_s: settings.serving.session_lifetime_s,
                     leeway_s: LEEWAY_S,
                 };
                 let v = parsed.verify::<SessionClaims>(&key, &expect, now)?;

@@ -317,7 +317,7 @@ async fn writes_need_a_current_lease_reads_do_not() {
 
     // Lease 0 = off: writes are served without any sync.
     let mut s = settings();
-    s.write_lease = Duration::ZERO;
+    s.serving.write_lease_ms = 0;
     let (app, _seen) = recording_app();
     let (shared, _fake) = clock();
     let off = Edge::new(s, shared, Upstreams::local(None, Some(app)));
@@ -331,9 +331,9 @@ async fn writes_need_a_current_lease_reads_do_not() {
 #[tokio::test]
 async fn the_lease_lapses_with_time() {
     let mut s = settings();
-    s.write_lease = Duration::from_millis(50);
-    s.rate_per_subject_per_s = 1_000_000;
-    s.burst_per_subject = 1_000_000;
+    s.serving.write_lease_ms = 50;
+    s.serving.rate_per_subject_per_s = 1_000_000;
+    s.serving.burst_per_subject = 1_000_000;
     let (edge, _seen, _c) = edge_with(s, None);
     let token = session();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -433,10 +433,10 @@ async fn sign_in_is_forwarded_with_the_edges_client_address_and_no_credentials()
 #[tokio::test]
 async fn per_ip_and_per_subject_rate_limits_answer_429_with_retry_after() {
     let mut s = settings();
-    s.rate_per_ip_per_s = 1;
-    s.burst_per_ip = 3;
-    s.rate_per_subject_per_s = 1;
-    s.burst_per_subject = 2;
+    s.serving.rate_per_ip_per_s = 1;
+    s.serving.burst_per_ip = 3;
+    s.serving.rate_per_subject_per_s = 1;
+    s.serving.burst_per_subject = 2;
     let (edge, _seen, _c) = edge_with(s, None);
     let from = |ip: &str, token: &str| {
         let mut r = get("/api/x", Some(token));
@@ -476,7 +476,7 @@ async fn per_ip_and_per_subject_rate_limits_answer_429_with_retry_after() {
 #[tokio::test]
 async fn oversized_bodies_are_413() {
     let mut s = settings();
-    s.max_body_bytes = 1024;
+    s.serving.max_body_bytes = 1024;
     let (edge, seen, _c) = edge_with(s, None);
     let r = Request::builder()
         .method("POST")
@@ -858,9 +858,9 @@ async fn a_view_installed_anew_is_checked_anew_for_cached_sessions() {
 /// bite (many sessions of one subject, each requested a few times).
 fn edge_caching(capacity: usize) -> (Edge, Seen, protocol::time::FakeClock) {
     let mut s = settings();
-    s.token_cache_capacity = capacity;
-    s.rate_per_subject_per_s = u32::MAX;
-    s.burst_per_subject = u32::MAX;
+    s.serving.token_cache_capacity = capacity;
+    s.serving.rate_per_subject_per_s = u32::MAX;
+    s.serving.burst_per_subject = u32::MAX;
     edge_with(s, None)
 }
 

@@ -321,10 +321,10 @@ async fn the_client_address_comes_from_trusted_proxies_only() {
     s.trusted_proxies =
         cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["10.0.0.0/8".into()])
             .unwrap();
-    s.rate_per_ip_per_s = 1;
-    s.burst_per_ip = 3;
-    s.rate_per_subject_per_s = 1000;
-    s.burst_per_subject = 1000;
+    s.serving.rate_per_ip_per_s = 1;
+    s.serving.burst_per_ip = 3;
+    s.serving.rate_per_subject_per_s = 1000;
+    s.serving.burst_per_subject = 1000;
     let r = rig_with(s);
     let token = session();
     // An untrusted peer cannot dodge its bucket with rotating X-Forwarded-For values.
@@ -362,7 +362,7 @@ async fn the_client_address_comes_from_trusted_proxies_only() {
 #[tokio::test]
 async fn a_body_that_never_arrives_is_cut_off_at_the_body_timeout() {
     let mut s = settings();
-    s.body_read_timeout = Duration::from_millis(300);
+    s.listeners.body_read_timeout_ms = 300;
     let r = rig_with(s);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(1);
     tx.send(Ok(bytes::Bytes::from(vec![b'x'; 1024])))
@@ -474,13 +474,13 @@ async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_are_closed_within_the_timeout_and_hoarded_connections_are_capped() {
     let mut s = settings();
-    s.body_read_timeout = Duration::from_millis(1500);
-    s.header_read_timeout = Duration::from_millis(1500);
-    s.max_connections_per_ip = 40;
-    s.burst_per_ip = 10_000;
-    s.rate_per_ip_per_s = 10_000;
-    s.burst_per_subject = 10_000;
-    s.rate_per_subject_per_s = 10_000;
+    s.listeners.body_read_timeout_ms = 1500;
+    s.listeners.header_read_timeout_ms = 1500;
+    s.listeners.max_connections_per_ip = 40;
+    s.serving.burst_per_ip = 10_000;
+    s.serving.rate_per_ip_per_s = 10_000;
+    s.serving.burst_per_subject = 10_000;
+    s.serving.rate_per_subject_per_s = 10_000;
     let r = rig_with(s);
     let gate = r.edge.connection_gate();
     let served = serve(r.edge.clone()).await;
@@ -566,8 +566,8 @@ async fn proxy_protocol_v2_names_the_client_only_for_trusted_proxies() {
     s.trusted_proxies =
         cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["127.0.0.1/32".into()])
             .unwrap();
-    s.proxy_protocol = true;
-    s.header_read_timeout = Duration::from_millis(1000);
+    s.serving.proxy_protocol = true;
+    s.listeners.header_read_timeout_ms = 1000;
     let r = rig_with(s);
     let served = serve(r.edge.clone()).await;
     let token = session();
@@ -715,10 +715,10 @@ async fn a_local_proxy_header_never_falls_back_to_the_clients_forwarding_header(
     s.trusted_proxies =
         cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["127.0.0.1/32".into()])
             .unwrap();
-    s.proxy_protocol = true;
-    s.header_read_timeout = Duration::from_millis(1000);
-    s.burst_per_ip = 2;
-    s.rate_per_ip_per_s = 1;
+    s.serving.proxy_protocol = true;
+    s.listeners.header_read_timeout_ms = 1000;
+    s.serving.burst_per_ip = 2;
+    s.serving.rate_per_ip_per_s = 1;
     let r = rig_with(s);
     let served = serve(r.edge.clone()).await;
     let token = session();

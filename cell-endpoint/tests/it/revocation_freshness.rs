@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use axum::http::StatusCode;
-use cellbind_cell_endpoint::held::revocation_freshness::FailClosed;
+use cellbind_cell_endpoint::config::FailClosed;
 use cellbind_cell_endpoint::metrics::Outcome;
 use cellbind_cell_endpoint::net::upstream::Upstreams;
 use cellbind_cell_endpoint::{CellState, Edge};
@@ -84,11 +84,11 @@ async fn a_revoked_keys_sessions_are_revoked_cached_or_not() {
 
 fn stale_edge(max_age_ms: u64, mode: FailClosed) -> Edge {
     let mut s = settings();
-    s.write_lease = Duration::ZERO;
-    s.revocation_max_age = Some(Duration::from_millis(max_age_ms));
-    s.revocation_fail_closed = mode;
-    s.rate_per_subject_per_s = 1_000_000;
-    s.burst_per_subject = 1_000_000;
+    s.serving.write_lease_ms = 0;
+    s.serving.revocation_max_age_ms = max_age_ms;
+    s.serving.revocation_fail_closed = mode;
+    s.serving.rate_per_subject_per_s = 1_000_000;
+    s.serving.burst_per_subject = 1_000_000;
     let (app, _seen) = recording_app();
     let (shared, _fake) = clock();
     let edge = Edge::new(s, shared, Upstreams::local(None, Some(app)));
@@ -143,12 +143,12 @@ async fn a_stale_revocation_view_refuses_writes_or_everything() {
 #[tokio::test]
 async fn off_by_default() {
     let s = settings();
-    assert_eq!(s.revocation_max_age, None);
-    assert_eq!(s.revocation_fail_closed, FailClosed::Writes);
+    assert_eq!(s.serving.revocation_max_age(), None);
+    assert_eq!(s.serving.revocation_fail_closed, FailClosed::Writes);
     let (app, _seen) = recording_app();
     let (shared, _fake) = clock();
     let mut s = settings();
-    s.write_lease = Duration::ZERO;
+    s.serving.write_lease_ms = 0;
     let edge = Edge::new(s, shared, Upstreams::local(None, Some(app)));
     edge.install(state());
     let token = session();
