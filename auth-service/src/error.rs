@@ -205,7 +205,7 @@ pub(crate) fn rescue(err: &Error) -> Response {
     if let Some(s) = retry_after {
         body = body.retry_after(s);
     }
-    runtime::error_response(code.status(), body)
+    runtime::error_response(code.status().as_u16(), body)
 }
 
 impl IntoResponse for Error {

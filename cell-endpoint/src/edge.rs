@@ -16,7 +16,7 @@ use protocol::revocation::{Revocation, RevocationKind};
 use protocol::time::SharedClock;
 use runtime::refetch::RefetchGate;
 
-use crate::error::EdgeError;
+use crate::error::{EdgeError, Refusal};
 use crate::held::drain::InFlight;
 use crate::held::state::CellState;
 use crate::held::token_cache::TokenCache;
@@ -355,7 +355,7 @@ impl Edge {
     }
 
     /// Refuses a request when the revocation view is too old for it (`revocation_freshness`).
-    pub fn check_revocation_freshness(&self, access: Access) -> Result<(), EdgeError> {
+    pub fn check_revocation_freshness(&self, access: Access) -> Result<(), Refusal> {
         let s = self.settings();
         revocation_freshness::decide(
             self.revocation_view_age(),

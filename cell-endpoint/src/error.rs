@@ -1,6 +1,13 @@
-//! The crate's one error enum and [`rescue`], the one function that turns any of them into
-//! an HTTP answer (`ErrorBody` JSON, the status of DESIGN §4, `Retry-After` where it says).
+//! The edge's two error types, kept apart because they go to different places:
+//! - [`EdgeError`]: what fails outside a request (starting: the configuration, secrets,
+//!   certificates, I/O, the disk copy; keeping the held state: the feed). It is logged, or
+//!   stops the binary; it never becomes an HTTP answer.
+//! - [`Refusal`]: why a request is refused. [`answer`] is the one table that turns each into
+//!   its HTTP answer (`ErrorBody` JSON, `Retry-After` where DESIGN §4 says): the status is the
+//!   code's own (`protocol::ErrorCode::status`, the one mapping table for statuses) except for
+//!   the few named in [`exception`]; [`rescue`] adds the request counter's [`Outcome`].
 
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use protocol::token::TokenError;
 use protocol::{CellId, ErrorBody, ErrorCode};
@@ -14,7 +21,8 @@ pub const STALE_RETRY_AFTER_S: u64 = 2;
 /// `Retry-After` when the auth-service cannot be reached, in seconds.
 pub const UPSTREAM_RETRY_AFTER_S: u64 = 2;
 
-/// Everything that can go wrong in the edge.
+/// What fails outside a request: starting (configuration, secrets, certificates, I/O, the disk
+/// copy) and keeping the held state (a feed request or document, the revocation handback).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EdgeError {
@@ -35,8 +43,12 @@ pub enum EdgeError {
     /// No replica of an upstream accepted a connection (the request never left).
     #[error("upstream: no replica accepted a connection: {0}")]
     UpstreamRefused(String),
+}
 
-    // Request outcomes.
+/// Why a request is refused; [`answer`] says how each is answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
     #[error("this instance has no cell state yet")]
     NotReady,
     #[error("no session presented")]
@@ -79,17 +91,21 @@ pub enum EdgeError {
     BodyTimeout,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    /// The edge's own failure while answering (a verified session's identity that cannot be
+    /// written as a header); the client sees only `INTERNAL`.
+    #[error("internal: {0}")]
+    Internal(&'static str),
 }
 
-impl EdgeError {
-    /// How a request answered with this error counts (`metrics`), given the code its answer
+impl Refusal {
+    /// How a request answered with this refusal counts (`metrics`), given the code its answer
     /// carries: rate limits and unreachable upstreams are outcomes of their own, every other
-    /// error a refusal with its code.
+    /// refusal a refusal with its code.
     pub fn outcome(&self, code: ErrorCode) -> Outcome {
         match self {
-            EdgeError::RateLimited { .. } => Outcome::RateLimited,
-            EdgeError::AuthUnavailable => Outcome::UpstreamUnavailable(Upstream::Auth),
-            EdgeError::AppUnavailable | EdgeError::AppTimeout => {
+            Refusal::RateLimited { .. } => Outcome::RateLimited,
+            Refusal::AuthUnavailable => Outcome::UpstreamUnavailable(Upstream::Auth),
+            Refusal::AppUnavailable | Refusal::AppTimeout => {
                 Outcome::UpstreamUnavailable(Upstream::App)
             }
             _ => Outcome::Refused(code),
@@ -97,139 +113,132 @@ impl EdgeError {
     }
 }
 
-/// Maps every error to its HTTP answer (see [`answer`]), with its [`Outcome`] in the
+/// Maps every refusal to its HTTP answer (see [`answer`]), with its [`Outcome`] in the
 /// answer's extensions for the request counter.
-pub fn rescue(err: &EdgeError) -> Response {
-    let (status, body) = answer(err);
-    let outcome = err.outcome(body.error);
-    let mut resp = runtime::error_response(status, body);
+pub fn rescue(refusal: &Refusal) -> Response {
+    let (status, body) = answer(refusal);
+    let outcome = refusal.outcome(body.error);
+    let mut resp = runtime::error_response(status.as_u16(), body);
     resp.extensions_mut().insert(outcome);
     resp
 }
 
-/// The status and body of every error: the only place statuses and codes are chosen.
-pub fn answer(err: &EdgeError) -> (u16, ErrorBody) {
-    match err {
-        EdgeError::NotReady => (
-            503,
-            ErrorBody::new(ErrorCode::NotReady, "this edge has no cell state yet")
-                .retry_after(STALE_RETRY_AFTER_S),
-        ),
-        EdgeError::SessionMissing => (
-            401,
-            ErrorBody::new(ErrorCode::SessionMissing, "no session presented"),
-        ),
-        EdgeError::Token(e) => {
-            let code = e.code();
-            (code.status(), ErrorBody::new(code, e.to_string()))
-        }
-        EdgeError::Revoked => (
-            401,
-            ErrorBody::new(ErrorCode::SessionRevoked, "this session has been revoked"),
-        ),
-        EdgeError::Handoff => (
-            409,
-            ErrorBody::new(
-                ErrorCode::HandoffInProgress,
-                "this contractor is moving; writes are paused",
-            )
-            .retry_after(HANDOFF_RETRY_AFTER_S),
-        ),
-        EdgeError::WrongCell { owner, endpoint } => {
-            (409, ErrorBody::wrong_cell(owner.clone(), endpoint.clone()))
-        }
-        EdgeError::UnknownContractor => (
-            404,
-            ErrorBody::new(
-                ErrorCode::UnknownContractor,
-                "no cell this cell knows of owns this contractor",
-            ),
-        ),
-        EdgeError::ViewBehind => (
-            503,
-            ErrorBody::new(
-                ErrorCode::CellStateStale,
-                "this edge's ownership view is behind the session",
-            )
-            .retry_after(STALE_RETRY_AFTER_S),
-        ),
-        EdgeError::RevocationsStale => (
-            503,
-            ErrorBody::new(
-                ErrorCode::CellStateStale,
-                "this edge cannot prove its revocation list is fresh",
-            )
-            .retry_after(STALE_RETRY_AFTER_S),
-        ),
-        EdgeError::LeaseLapsed => (
-            503,
-            ErrorBody::new(
-                ErrorCode::CellStateStale,
-                "this edge cannot prove its ownership view is fresh; writes are refused",
-            )
-            .retry_after(STALE_RETRY_AFTER_S),
-        ),
-        EdgeError::RateLimited { retry_after_s } => (
-            429,
-            ErrorBody::new(ErrorCode::RateLimited, "too many requests")
-                .retry_after((*retry_after_s).max(1)),
-        ),
-        EdgeError::PayloadTooLarge => (
-            413,
-            ErrorBody::new(ErrorCode::PayloadTooLarge, "request body too large"),
-        ),
-        // DESIGN §4: the auth-service being down is a 503 (sign-in fails fast, retry later).
-        EdgeError::AuthUnavailable => (
-            503,
-            ErrorBody::new(
-                ErrorCode::UpstreamUnavailable,
-                "the cell's auth-service cannot be reached",
-            )
-            .retry_after(UPSTREAM_RETRY_AFTER_S),
-        ),
-        EdgeError::AppUnavailable => (
-            502,
-            ErrorBody::new(
-                ErrorCode::UpstreamUnavailable,
-                "the cell's app cannot be reached",
-            ),
-        ),
-        EdgeError::AppTimeout => (
-            504,
-            ErrorBody::new(ErrorCode::UpstreamUnavailable, "the cell's app timed out"),
-        ),
-        EdgeError::Csrf(why) => (403, ErrorBody::new(ErrorCode::Forbidden, *why)),
-        EdgeError::CsrfProof(why) => (403, ErrorBody::new(ErrorCode::Forbidden, why.to_string())),
-        EdgeError::BodyTimeout => (
-            408,
-            ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                "the request body was not received in time",
-            ),
-        ),
-        EdgeError::NotFound => (404, ErrorBody::new(ErrorCode::NotFound, "no such route")),
-        EdgeError::MethodNotAllowed => (
-            405,
-            ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                "method not allowed on this route",
-            ),
-        ),
-        EdgeError::BadRequest(why) => (400, ErrorBody::new(ErrorCode::InvalidRequest, *why)),
-        EdgeError::Config(_)
-        | EdgeError::Secret(_)
-        | EdgeError::Io(_)
-        | EdgeError::Tls(_)
-        | EdgeError::StateFile(_)
-        | EdgeError::Feed(_)
-        | EdgeError::Upstream(_)
-        | EdgeError::UpstreamRefused(_) => {
-            (500, ErrorBody::new(ErrorCode::Internal, "internal error"))
-        }
+/// The status and body of every refusal: the only place the edge chooses codes and statuses.
+/// The status is the code's (`ErrorCode::status`) unless [`exception`] names another.
+pub fn answer(refusal: &Refusal) -> (StatusCode, ErrorBody) {
+    let body = body(refusal);
+    let status = exception(refusal).unwrap_or_else(|| body.error.status());
+    (status, body)
+}
+
+/// The refusals the edge answers with another status than their code's, and why.
+pub fn exception(refusal: &Refusal) -> Option<StatusCode> {
+    match refusal {
+        // DESIGN §4: the auth-service being down is a 503 (sign-in fails fast, retry later);
+        // the code's own 502 is for the app.
+        Refusal::AuthUnavailable => Some(StatusCode::SERVICE_UNAVAILABLE),
+        // The app did not answer in time: a gateway timeout, not a bad gateway.
+        Refusal::AppTimeout => Some(StatusCode::GATEWAY_TIMEOUT),
+        // A body that never arrived (ATTACKS A29): the client was too slow, not malformed.
+        Refusal::BodyTimeout => Some(StatusCode::REQUEST_TIMEOUT),
+        // A route that exists, with another method: HTTP's own answer.
+        Refusal::MethodNotAllowed => Some(StatusCode::METHOD_NOT_ALLOWED),
+        Refusal::NotReady
+        | Refusal::SessionMissing
+        | Refusal::Token(_)
+        | Refusal::Revoked
+        | Refusal::Handoff
+        | Refusal::WrongCell { .. }
+        | Refusal::UnknownContractor
+        | Refusal::ViewBehind
+        | Refusal::LeaseLapsed
+        | Refusal::RevocationsStale
+        | Refusal::RateLimited { .. }
+        | Refusal::PayloadTooLarge
+        | Refusal::AppUnavailable
+        | Refusal::NotFound
+        | Refusal::Csrf(_)
+        | Refusal::CsrfProof(_)
+        | Refusal::BadRequest(_)
+        | Refusal::Internal(_) => None,
     }
 }
 
-impl IntoResponse for EdgeError {
+/// The body of every refusal: its code, its message, and `Retry-After` where it has one.
+fn body(refusal: &Refusal) -> ErrorBody {
+    match refusal {
+        Refusal::NotReady => ErrorBody::new(ErrorCode::NotReady, "this edge has no cell state yet")
+            .retry_after(STALE_RETRY_AFTER_S),
+        Refusal::SessionMissing => {
+            ErrorBody::new(ErrorCode::SessionMissing, "no session presented")
+        }
+        Refusal::Token(e) => ErrorBody::new(e.code(), e.to_string()),
+        Refusal::Revoked => {
+            ErrorBody::new(ErrorCode::SessionRevoked, "this session has been revoked")
+        }
+        Refusal::Handoff => ErrorBody::new(
+            ErrorCode::HandoffInProgress,
+            "this contractor is moving; writes are paused",
+        )
+        .retry_after(HANDOFF_RETRY_AFTER_S),
+        Refusal::WrongCell { owner, endpoint } => {
+            ErrorBody::wrong_cell(owner.clone(), endpoint.clone())
+        }
+        Refusal::UnknownContractor => ErrorBody::new(
+            ErrorCode::UnknownContractor,
+            "no cell this cell knows of owns this contractor",
+        ),
+        Refusal::ViewBehind => ErrorBody::new(
+            ErrorCode::CellStateStale,
+            "this edge's ownership view is behind the session",
+        )
+        .retry_after(STALE_RETRY_AFTER_S),
+        Refusal::RevocationsStale => ErrorBody::new(
+            ErrorCode::CellStateStale,
+            "this edge cannot prove its revocation list is fresh",
+        )
+        .retry_after(STALE_RETRY_AFTER_S),
+        Refusal::LeaseLapsed => ErrorBody::new(
+            ErrorCode::CellStateStale,
+            "this edge cannot prove its ownership view is fresh; writes are refused",
+        )
+        .retry_after(STALE_RETRY_AFTER_S),
+        Refusal::RateLimited { retry_after_s } => {
+            ErrorBody::new(ErrorCode::RateLimited, "too many requests")
+                .retry_after((*retry_after_s).max(1))
+        }
+        Refusal::PayloadTooLarge => {
+            ErrorBody::new(ErrorCode::PayloadTooLarge, "request body too large")
+        }
+        Refusal::AuthUnavailable => ErrorBody::new(
+            ErrorCode::UpstreamUnavailable,
+            "the cell's auth-service cannot be reached",
+        )
+        .retry_after(UPSTREAM_RETRY_AFTER_S),
+        Refusal::AppUnavailable => ErrorBody::new(
+            ErrorCode::UpstreamUnavailable,
+            "the cell's app cannot be reached",
+        ),
+        Refusal::AppTimeout => {
+            ErrorBody::new(ErrorCode::UpstreamUnavailable, "the cell's app timed out")
+        }
+        Refusal::Csrf(why) => ErrorBody::new(ErrorCode::Forbidden, *why),
+        Refusal::CsrfProof(why) => ErrorBody::new(ErrorCode::Forbidden, why.to_string()),
+        Refusal::BodyTimeout => ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            "the request body was not received in time",
+        ),
+        Refusal::NotFound => ErrorBody::new(ErrorCode::NotFound, "no such route"),
+        Refusal::MethodNotAllowed => ErrorBody::new(
+            ErrorCode::InvalidRequest,
+            "method not allowed on this route",
+        ),
+        Refusal::BadRequest(why) => ErrorBody::new(ErrorCode::InvalidRequest, *why),
+        Refusal::Internal(_) => ErrorBody::new(ErrorCode::Internal, "internal error"),
+    }
+}
+
+impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         rescue(&self)
     }
@@ -240,64 +249,105 @@ mod tests {
     use super::*;
     use crate::metrics::REFUSAL_CODES;
 
-    #[test]
-    fn every_refusal_counts_under_a_pre_created_code() {
+    /// One of every refusal (a token refusal twice: its status is its code's).
+    fn every_refusal() -> Vec<Refusal> {
         let owner = CellId::new("cell-02").unwrap_or_else(|_| unreachable!());
-        let all = [
-            EdgeError::Config("x".into()),
-            EdgeError::Io(std::io::Error::other("x")),
-            EdgeError::Tls("x".into()),
-            EdgeError::StateFile("x".into()),
-            EdgeError::Feed("x".into()),
-            EdgeError::Upstream("x".into()),
-            EdgeError::UpstreamRefused("x".into()),
-            EdgeError::NotReady,
-            EdgeError::SessionMissing,
-            EdgeError::Token(TokenError::Expired),
-            EdgeError::Token(TokenError::Malformed),
-            EdgeError::Revoked,
-            EdgeError::Handoff,
-            EdgeError::WrongCell {
+        vec![
+            Refusal::NotReady,
+            Refusal::SessionMissing,
+            Refusal::Token(TokenError::Expired),
+            Refusal::Token(TokenError::Malformed),
+            Refusal::Revoked,
+            Refusal::Handoff,
+            Refusal::WrongCell {
                 owner,
                 endpoint: "https://x".into(),
             },
-            EdgeError::UnknownContractor,
-            EdgeError::ViewBehind,
-            EdgeError::LeaseLapsed,
-            EdgeError::RevocationsStale,
-            EdgeError::PayloadTooLarge,
-            EdgeError::NotFound,
-            EdgeError::MethodNotAllowed,
-            EdgeError::Csrf("x"),
-            EdgeError::BodyTimeout,
-            EdgeError::BadRequest("x"),
+            Refusal::UnknownContractor,
+            Refusal::ViewBehind,
+            Refusal::LeaseLapsed,
+            Refusal::RevocationsStale,
+            Refusal::RateLimited { retry_after_s: 0 },
+            Refusal::PayloadTooLarge,
+            Refusal::AuthUnavailable,
+            Refusal::AppUnavailable,
+            Refusal::AppTimeout,
+            Refusal::NotFound,
+            Refusal::MethodNotAllowed,
+            Refusal::Csrf("x"),
+            Refusal::CsrfProof(protocol::http::CsrfError::Missing),
+            Refusal::BodyTimeout,
+            Refusal::BadRequest("x"),
+            Refusal::Internal("x"),
+        ]
+    }
+
+    /// The edge's answers, pinned: each refusal's status, code and `Retry-After`. A status
+    /// differs from its code's only where `exception` names it.
+    #[test]
+    fn every_refusal_has_its_status_code_and_retry_after() {
+        use ErrorCode as C;
+        let expected: [(u16, ErrorCode, Option<u64>); 23] = [
+            (503, C::NotReady, Some(STALE_RETRY_AFTER_S)),
+            (401, C::SessionMissing, None),
+            (401, C::SessionExpired, None),
+            (401, C::SessionInvalid, None),
+            (401, C::SessionRevoked, None),
+            (409, C::HandoffInProgress, Some(HANDOFF_RETRY_AFTER_S)),
+            (409, C::WrongCell, None),
+            (404, C::UnknownContractor, None),
+            (503, C::CellStateStale, Some(STALE_RETRY_AFTER_S)),
+            (503, C::CellStateStale, Some(STALE_RETRY_AFTER_S)),
+            (503, C::CellStateStale, Some(STALE_RETRY_AFTER_S)),
+            (429, C::RateLimited, Some(1)),
+            (413, C::PayloadTooLarge, None),
+            (503, C::UpstreamUnavailable, Some(UPSTREAM_RETRY_AFTER_S)),
+            (502, C::UpstreamUnavailable, None),
+            (504, C::UpstreamUnavailable, None),
+            (404, C::NotFound, None),
+            (405, C::InvalidRequest, None),
+            (403, C::Forbidden, None),
+            (403, C::Forbidden, None),
+            (408, C::InvalidRequest, None),
+            (400, C::InvalidRequest, None),
+            (500, C::Internal, None),
         ];
-        for e in &all {
-            let (status, body) = answer(e);
-            match e.outcome(body.error) {
-                Outcome::Refused(code) => {
-                    assert!(REFUSAL_CODES.contains(&code), "{e:?}: {code}");
-                    assert!(status >= 400, "{e:?}");
-                }
-                other => panic!("{e:?} counts as {other:?}"),
+        let all = every_refusal();
+        assert_eq!(all.len(), expected.len());
+        for (r, (status, code, retry)) in all.iter().zip(expected) {
+            let (s, body) = answer(r);
+            assert_eq!(
+                (s.as_u16(), body.error, body.retry_after_s),
+                (status, code, retry),
+                "{r:?}"
+            );
+            match exception(r) {
+                Some(named) => assert_eq!(s, named, "{r:?}"),
+                None => assert_eq!(s, code.status(), "{r:?}: not its code's status"),
             }
         }
-        let limited = EdgeError::RateLimited { retry_after_s: 1 };
-        assert_eq!(
-            limited.outcome(answer(&limited).1.error),
-            Outcome::RateLimited
-        );
-        for (e, up) in [
-            (EdgeError::AuthUnavailable, Upstream::Auth),
-            (EdgeError::AppUnavailable, Upstream::App),
-            (EdgeError::AppTimeout, Upstream::App),
-        ] {
-            assert_eq!(
-                e.outcome(answer(&e).1.error),
-                Outcome::UpstreamUnavailable(up)
-            );
+    }
+
+    #[test]
+    fn every_refusal_counts_under_a_pre_created_code() {
+        for r in &every_refusal() {
+            let (status, body) = answer(r);
+            match r.outcome(body.error) {
+                Outcome::Refused(code) => {
+                    assert!(REFUSAL_CODES.contains(&code), "{r:?}: {code}");
+                    assert!(status.as_u16() >= 400, "{r:?}");
+                }
+                Outcome::RateLimited => assert!(matches!(r, Refusal::RateLimited { .. })),
+                Outcome::UpstreamUnavailable(Upstream::Auth) => {
+                    assert!(matches!(r, Refusal::AuthUnavailable))
+                }
+                Outcome::UpstreamUnavailable(Upstream::App) => {
+                    assert!(matches!(r, Refusal::AppUnavailable | Refusal::AppTimeout))
+                }
+                other => panic!("{r:?} counts as {other:?}"),
+            }
         }
-        let r = rescue(&EdgeError::Revoked);
+        let r = rescue(&Refusal::Revoked);
         assert_eq!(
             r.extensions().get::<Outcome>(),
             Some(&Outcome::Refused(ErrorCode::SessionRevoked))

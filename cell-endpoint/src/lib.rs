@@ -32,7 +32,7 @@ pub mod settings;
 
 pub use config::Config;
 pub use edge::Edge;
-pub use error::{EdgeError, answer, rescue};
+pub use error::{EdgeError, Refusal, answer, rescue};
 pub use held::state::CellState;
 pub use server::run;
 pub use service::app;

@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use tower::ServiceBuilder;
 
 use crate::edge::Edge;
-use crate::error::{EdgeError, rescue};
+use crate::error::{Refusal, rescue};
 use crate::held::state::CellState;
 use crate::metrics::Outcome;
 use crate::net::limits::{ClientIp, peer_of};
@@ -125,13 +125,13 @@ impl Guard for CanonicalTarget {
         let edge = &self.0;
         match target::check(&req, edge.public_authority()) {
             Ok(()) => Check::Pass(req),
-            Err(why) => Check::Answer(rescue(&EdgeError::BadRequest(why))),
+            Err(why) => Check::Answer(rescue(&Refusal::BadRequest(why))),
         }
     }
 }
 
 async fn method_not_allowed() -> Response {
-    rescue(&EdgeError::MethodNotAllowed)
+    rescue(&Refusal::MethodNotAllowed)
 }
 
 /// Liveness: the edge answers.
@@ -169,10 +169,10 @@ pub(crate) async fn readyz(State(edge): State<Edge>) -> Response {
 
 /// Ready once keys (and with them ownership) are held: the public `/readyz` and the
 /// management listener's.
-fn readiness(edge: &Edge) -> Result<(), EdgeError> {
+fn readiness(edge: &Edge) -> Result<(), Refusal> {
     match edge.current() {
         Some(s) if !s.keyset.is_empty() => Ok(()),
-        _ => Err(EdgeError::NotReady),
+        _ => Err(Refusal::NotReady),
     }
 }
 
@@ -212,7 +212,7 @@ pub(crate) async fn jwks(State(edge): State<Edge>) -> Response {
             axum::Json(s.keyset.to_jwks()),
         )
             .into_response(),
-        _ => rescue(&EdgeError::NotReady),
+        _ => rescue(&Refusal::NotReady),
     }
 }
 
@@ -229,10 +229,10 @@ pub(crate) async fn jwks(State(edge): State<Edge>) -> Response {
 pub(crate) async fn placement_map(State(edge): State<Edge>) -> Response {
     match edge.current().as_deref().and_then(CellState::map) {
         Some(m) => axum::Json(m).into_response(),
-        None => rescue(&EdgeError::NotReady),
+        None => rescue(&Refusal::NotReady),
     }
 }
 
 async fn not_found() -> Response {
-    rescue(&EdgeError::NotFound)
+    rescue(&Refusal::NotFound)
 }

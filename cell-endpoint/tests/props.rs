@@ -13,7 +13,7 @@ mod common;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use cellbind_cell_endpoint::request::browser::{Verdict, decide, uses_session_cookie};
-use cellbind_cell_endpoint::{Config, EdgeError, rescue};
+use cellbind_cell_endpoint::{Config, EdgeError, Refusal, rescue};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use protocol::http::{CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE};
@@ -227,19 +227,19 @@ fn edge_headers(s: &Sessions, input: &EdgeInput) -> HeaderMap {
     h
 }
 
-fn known_edge_error(e: &EdgeError) -> Result<(), TestCaseError> {
+fn known_refusal(e: &Refusal) -> Result<(), TestCaseError> {
     match e {
-        EdgeError::SessionMissing
-        | EdgeError::Revoked
-        | EdgeError::Handoff
-        | EdgeError::WrongCell { .. }
-        | EdgeError::UnknownContractor
-        | EdgeError::ViewBehind
-        | EdgeError::LeaseLapsed
-        | EdgeError::RevocationsStale
-        | EdgeError::RateLimited { .. }
-        | EdgeError::CsrfProof(_) => {}
-        EdgeError::Token(t) => match t {
+        Refusal::SessionMissing
+        | Refusal::Revoked
+        | Refusal::Handoff
+        | Refusal::WrongCell { .. }
+        | Refusal::UnknownContractor
+        | Refusal::ViewBehind
+        | Refusal::LeaseLapsed
+        | Refusal::RevocationsStale
+        | Refusal::RateLimited { .. }
+        | Refusal::CsrfProof(_) => {}
+        Refusal::Token(t) => match t {
             TokenError::TooLarge { .. }
             | TokenError::Malformed
             | TokenError::BadHeader
@@ -256,7 +256,7 @@ fn known_edge_error(e: &EdgeError) -> Result<(), TestCaseError> {
             | TokenError::LifetimeTooLong => {}
             other => return Err(TestCaseError::fail(format!("token error {other:?}"))),
         },
-        other => return Err(TestCaseError::fail(format!("edge error {other:?}"))),
+        other => return Err(TestCaseError::fail(format!("refusal {other:?}"))),
     }
     // Every refusal is a typed 4xx or a 503, never a 500.
     let status = rescue(e).status().as_u16();
@@ -286,7 +286,7 @@ fn prop_edge_credentials() {
                 // Only a session minted with the cell's key, unchanged, is accepted.
                 prop_assert!(s.claims.contains(&v.claims), "accepted {:?}", v.claims);
             }
-            Err(e) => known_edge_error(&e)?,
+            Err(e) => known_refusal(&e)?,
         }
         let verdict = decide(
             &input.method,

@@ -425,7 +425,7 @@ impl From<sdk::Error> for CellbindError {
                 // a code the protocol gained after this table was written
                 other => CellbindError::UnknownErrorCode {
                     code: other.as_str().to_owned(),
-                    status: other.status(),
+                    status: other.status().as_u16(),
                     detail,
                 },
             },
@@ -809,7 +809,7 @@ mod tests {
         let cell = || CellId::new("cell-02").unwrap();
         let rejected = |code| sdk::Error::Rejected {
             code,
-            status: code.status(),
+            status: code.status().as_u16(),
             message: "m".into(),
         };
         let cases: Vec<(sdk::Error, &str)> = vec![

@@ -1,6 +1,7 @@
 //! The public error codes of DESIGN §4 and the JSON error body every Cellbind HTTP service
 //! answers with: `{"error":"CODE","message":"human text", ...}`.
 
+use http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::CellId;
@@ -55,23 +56,25 @@ impl ErrorCode {
         ErrorCode::Internal,
     ];
 
-    /// The HTTP status this code is answered with. The one mapping table for statuses.
-    pub fn status(self) -> u16 {
+    /// The HTTP status this code is answered with. The one mapping table for statuses: a
+    /// server that answers a code with another status names that exception where it chooses
+    /// its answers (the edge's `error::answer`).
+    pub fn status(self) -> StatusCode {
         match self {
-            ErrorCode::InvalidRequest => 400,
+            ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorCode::InvalidCredentials
             | ErrorCode::SessionMissing
             | ErrorCode::SessionInvalid
             | ErrorCode::SessionExpired
-            | ErrorCode::SessionRevoked => 401,
-            ErrorCode::Forbidden => 403,
-            ErrorCode::UnknownContractor | ErrorCode::NotFound => 404,
-            ErrorCode::WrongCell | ErrorCode::HandoffInProgress => 409,
-            ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::RateLimited => 429,
-            ErrorCode::Internal => 500,
-            ErrorCode::UpstreamUnavailable => 502,
-            ErrorCode::CellStateStale | ErrorCode::NotReady => 503,
+            | ErrorCode::SessionRevoked => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::UnknownContractor | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::WrongCell | ErrorCode::HandoffInProgress => StatusCode::CONFLICT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::UpstreamUnavailable => StatusCode::BAD_GATEWAY,
+            ErrorCode::CellStateStale | ErrorCode::NotReady => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -143,7 +146,8 @@ impl ErrorBody {
         self.retry_after_s = Some(secs);
         self
     }
-    pub fn status(&self) -> u16 {
+    /// The status of this body's code ([`ErrorCode::status`]).
+    pub fn status(&self) -> StatusCode {
         self.error.status()
     }
 }
@@ -159,7 +163,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", code.as_str()));
             assert_eq!(serde_json::from_str::<ErrorCode>(&json).unwrap(), code);
         }
-        assert_eq!(ErrorCode::WrongCell.status(), 409);
+        assert_eq!(ErrorCode::WrongCell.status(), StatusCode::CONFLICT);
         assert_eq!(ErrorCode::CellStateStale.status(), 503);
         assert_eq!(ErrorCode::UpstreamUnavailable.status(), 502);
     }

@@ -26,7 +26,7 @@ pub fn failed_request(err: &dyn std::fmt::Display, body: ErrorBody) -> Response 
     if body.error == ErrorCode::Internal {
         tracing::error!(error = %err, "request failed");
     }
-    error_response(body.status(), body)
+    error_response(body.status().as_u16(), body)
 }
 
 #[cfg(test)]

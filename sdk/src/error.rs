@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn every_wire_code_has_a_typed_error() {
         for code in ErrorCode::ALL {
-            let e = Error::from_body(code.status(), ErrorBody::new(code, "m"), None);
+            let e = Error::from_body(code.status().as_u16(), ErrorBody::new(code, "m"), None);
             let ok = match code {
                 ErrorCode::InvalidCredentials => matches!(e, Error::InvalidCredentials),
                 ErrorCode::UnknownContractor => matches!(e, Error::UnknownContractor),

@@ -467,7 +467,7 @@ pub(crate) fn verdict(result: Result<Response, Error>) -> Verdict {
             )
         }
         Err(e @ Error::UnknownContractor) => rejected(
-            ErrorCode::UnknownContractor.status(),
+            ErrorCode::UnknownContractor.status().as_u16(),
             Some(ErrorCode::UnknownContractor.as_str()),
             e,
         ),

@@ -40,7 +40,7 @@ impl Reply {
     }
     pub fn error(code: ErrorCode) -> Self {
         Self::json(
-            code.status(),
+            code.status().as_u16(),
             serde_json::to_value(ErrorBody::new(code, "scripted")).unwrap(),
         )
     }

@@ -20,7 +20,7 @@ use protocol::ContractorId;
 use protocol::ownership::{Access, Decision, OwnershipRecord, decide};
 use protocol::token::SessionClaims;
 
-use crate::error::EdgeError;
+use crate::error::Refusal;
 use crate::held::state::CellState;
 
 /// Most contractors reported busy in one feed request (the rest on the next one).
@@ -120,11 +120,11 @@ impl Drop for WriteGuard {
 
 /// The second look at ownership a registered write takes: the view may have changed since the
 /// request was validated.
-pub fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), EdgeError> {
+pub fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), Refusal> {
     let record = state.and_then(|s| s.ownership(&claims.ctr));
     match decide(record, claims.r#gen, Access::Write) {
         Decision::Serve => Ok(()),
-        _ => Err(EdgeError::Handoff),
+        _ => Err(Refusal::Handoff),
     }
 }
 

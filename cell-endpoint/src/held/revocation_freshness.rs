@@ -22,7 +22,7 @@ use std::time::Duration;
 use protocol::ownership::Access;
 
 use crate::config::FailClosed;
-use crate::error::EdgeError;
+use crate::error::Refusal;
 
 /// The feed long-poll wait with the freshness bound applied: at most half the bound, so a
 /// quiet feed still confirms the view in time.
@@ -39,7 +39,7 @@ pub fn decide(
     bound: Option<Duration>,
     mode: FailClosed,
     access: Access,
-) -> Result<(), EdgeError> {
+) -> Result<(), Refusal> {
     let Some(bound) = bound else {
         return Ok(());
     };
@@ -48,7 +48,7 @@ pub fn decide(
     match (stale, mode, access) {
         (false, _, _) => Ok(()),
         (true, FailClosed::All, _) | (true, FailClosed::Writes, Access::Write) => {
-            Err(EdgeError::RevocationsStale)
+            Err(Refusal::RevocationsStale)
         }
         (true, FailClosed::Writes, Access::Read) => Ok(()),
     }
@@ -86,11 +86,11 @@ mod tests {
         assert!(decide(age, B, FailClosed::Writes, Access::Read).is_ok());
         assert!(matches!(
             decide(age, B, FailClosed::Writes, Access::Write),
-            Err(EdgeError::RevocationsStale)
+            Err(Refusal::RevocationsStale)
         ));
         assert!(matches!(
             decide(age, B, FailClosed::All, Access::Read),
-            Err(EdgeError::RevocationsStale)
+            Err(Refusal::RevocationsStale)
         ));
         // Never synced counts as stale.
         assert!(decide(None, B, FailClosed::All, Access::Read).is_err());

@@ -5,7 +5,7 @@
 use governor::clock::{Clock as _, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use crate::error::EdgeError;
+use crate::error::Refusal;
 
 /// One subject's rate limit, shared by every cached session of the subject.
 #[derive(Debug)]
@@ -22,8 +22,8 @@ impl SubjectLimiter {
     }
 
     /// One request of this subject: allowed, or `429` with the wait.
-    pub fn check(&self) -> Result<(), EdgeError> {
-        self.limiter.check().map_err(|n| EdgeError::RateLimited {
+    pub fn check(&self) -> Result<(), Refusal> {
+        self.limiter.check().map_err(|n| Refusal::RateLimited {
             retry_after_s: retry_after(self.limiter.clock(), &n),
         })
     }

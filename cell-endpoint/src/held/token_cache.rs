@@ -18,7 +18,7 @@ use siphasher::sip128::{Hash128, Hasher128 as _, SipHasher13};
 use subtle::ConstantTimeEq as _;
 
 use crate::config::DEFAULT_TOKEN_CACHE_CAPACITY;
-use crate::error::EdgeError;
+use crate::error::Refusal;
 use crate::held::state::CellState;
 use crate::held::subject_limit::SubjectLimiter;
 
@@ -79,10 +79,9 @@ impl ServedUnder {
 impl Validated {
     /// Builds the forwarded identity headers from verified claims. Every id type is
     /// restricted to header-safe ASCII, so this cannot fail for a verified token.
-    pub fn new(kid: Kid, claims: SessionClaims) -> Result<Self, EdgeError> {
-        let value = |s: &str| {
-            HeaderValue::from_str(s).map_err(|_| EdgeError::Upstream("identity header".into()))
-        };
+    pub fn new(kid: Kid, claims: SessionClaims) -> Result<Self, Refusal> {
+        let value =
+            |s: &str| HeaderValue::from_str(s).map_err(|_| Refusal::Internal("identity header"));
         let identity_headers = [
             (
                 HeaderName::from_static(X_SUBJECT),
@@ -355,7 +354,7 @@ impl TokenCache {
         v: protocol::token::Verified<SessionClaims>,
         limiter: Arc<SubjectLimiter>,
         now: u64,
-    ) -> Result<VerifiedSession, EdgeError> {
+    ) -> Result<VerifiedSession, Refusal> {
         let dead_at = v.claims.exp.saturating_add(LEEWAY_S);
         let session = VerifiedSession {
             validated: Arc::new(Validated::new(v.kid, v.claims)?),

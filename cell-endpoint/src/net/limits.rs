@@ -22,7 +22,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use protocol::SubjectId;
 
 use crate::config::Serving;
-use crate::error::EdgeError;
+use crate::error::Refusal;
 pub use crate::held::subject_limit::SubjectLimiter;
 use crate::held::subject_limit::retry_after;
 
@@ -59,10 +59,10 @@ impl Limits {
     }
 
     /// Takes one request from the bucket of `ip`'s client key.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), EdgeError> {
+    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
         self.per_ip
             .check_key(&protocol::http::client_key(ip))
-            .map_err(|n| EdgeError::RateLimited {
+            .map_err(|n| Refusal::RateLimited {
                 retry_after_s: retry_after(&self.clock, &n),
             })
     }
@@ -156,7 +156,7 @@ mod tests {
         }
         assert!(matches!(
             l.check_ip(ip("2001:db8:7:1:abcd::42")),
-            Err(EdgeError::RateLimited { .. })
+            Err(Refusal::RateLimited { .. })
         ));
         // The next /64 is another client; an IPv4 address is its own.
         l.check_ip(ip("2001:db8:7:2::1")).unwrap();
@@ -176,7 +176,7 @@ mod tests {
         a2.check().unwrap();
         assert!(matches!(
             a1.check(),
-            Err(EdgeError::RateLimited { retry_after_s: 1 })
+            Err(Refusal::RateLimited { retry_after_s: 1 })
         ));
         b.check().unwrap();
         // Housekeeping keeps a subject some session holds: a new session of it shares the

@@ -33,7 +33,7 @@ use base64::Engine as _;
 use rand::Rng as _;
 
 use crate::edge::Edge;
-use crate::error::{EdgeError, rescue};
+use crate::error::{Refusal, rescue};
 use crate::held::origin::{is_fleet_origin, same_origin};
 use crate::held::state::CellState;
 use crate::request::guard::{Check, Guard};
@@ -233,7 +233,7 @@ impl Guard for BrowserGuard {
                 Check::Pass(req)
             }
             Verdict::Preflight(origin) => Check::Answer(preflight(origin)),
-            Verdict::Refuse(why) => Check::Answer(rescue(&EdgeError::Csrf(why))),
+            Verdict::Refuse(why) => Check::Answer(rescue(&Refusal::Csrf(why))),
             Verdict::Pass { cors } => Check::Finish(
                 req,
                 Finishing {

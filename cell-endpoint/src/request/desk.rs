@@ -23,7 +23,7 @@ use protocol::{ClientKind, ContractorId, ErrorBody, Login, Password};
 use serde::Deserialize;
 
 use crate::edge::Edge;
-use crate::error::EdgeError;
+use crate::error::Refusal;
 use crate::held::origin::{fleet_origins, origin_allowed};
 use crate::held::state::CellState;
 use crate::metrics::Upstream;
@@ -175,7 +175,7 @@ fn failed(edge: &Edge, code: &str) -> Response {
     see_other(edge, &format!("{DESK_PATH}?error={code}"))
 }
 
-async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
+async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, Refusal> {
     // A browser always sends Origin on a form POST; the browser layer refused foreign ones.
     let origin_ok = req
         .headers()
@@ -183,7 +183,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
         .and_then(|o| o.to_str().ok())
         .is_some_and(|o| origin_allowed(o, &edge.settings().public_url, edge.current().as_deref()));
     if !origin_ok {
-        return Err(EdgeError::Csrf(
+        return Err(Refusal::Csrf(
             "the desk sign-in form must come from a cell of the fleet",
         ));
     }
@@ -191,11 +191,11 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
     let body = crate::request::forward::read_body(edge, req.into_body()).await;
     let body = match body {
         Ok(b) if b.len() <= MAX_SIGN_IN_FORM_BYTES => b,
-        Ok(_) => return Err(EdgeError::PayloadTooLarge),
+        Ok(_) => return Err(Refusal::PayloadTooLarge),
         Err(e) => return Err(e),
     };
     let form: SignInForm =
-        serde_urlencoded::from_bytes(&body).map_err(|_| EdgeError::BadRequest("sign-in form"))?;
+        serde_urlencoded::from_bytes(&body).map_err(|_| Refusal::BadRequest("sign-in form"))?;
     let json = serde_json::to_vec(&SignInRequest {
         contractor_id: form.contractor_id,
         login: form.login,
@@ -203,7 +203,7 @@ async fn sign_in_inner(edge: &Edge, req: Request) -> Result<Response, EdgeError>
         client: ClientKind::Desk,
         device_token: None,
     })
-    .map_err(|_| EdgeError::BadRequest("sign-in form"))?;
+    .map_err(|_| Refusal::BadRequest("sign-in form"))?;
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,

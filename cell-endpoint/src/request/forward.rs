@@ -16,7 +16,7 @@ use protocol::http::{
 use protocol::ownership::Access;
 
 use crate::edge::Edge;
-use crate::error::{EdgeError, rescue};
+use crate::error::{Refusal, rescue};
 use crate::held::token_cache::Validated;
 use crate::metrics::{Outcome, StatusClass, Upstream};
 use crate::net::limits::client_ip;
@@ -119,7 +119,7 @@ fn outbound_headers(incoming: &HeaderMap, client: Option<std::net::IpAddr>) -> H
 
 /// Reads a whole request body: at most `max_body_bytes` (413), within `body_read_timeout`
 /// from now (408: a declared body that never arrives must not hold the connection).
-pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, EdgeError> {
+pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, Refusal> {
     // A request without a body (most `GET`s) has nothing to wait for: no timer, no read.
     if http_body::Body::is_end_stream(&body) {
         return Ok(bytes::Bytes::new());
@@ -132,15 +132,15 @@ pub(crate) async fn read_body(edge: &Edge, body: Body) -> Result<bytes::Bytes, E
     .await
     {
         Ok(Ok(b)) => Ok(b),
-        Ok(Err(_)) => Err(EdgeError::PayloadTooLarge),
-        Err(_) => Err(EdgeError::BodyTimeout),
+        Ok(Err(_)) => Err(Refusal::PayloadTooLarge),
+        Err(_) => Err(Refusal::BodyTimeout),
     }
 }
 
 async fn read_request(
     edge: &Edge,
     req: Request,
-) -> Result<(http::request::Parts, bytes::Bytes), EdgeError> {
+) -> Result<(http::request::Parts, bytes::Bytes), Refusal> {
     let max = edge.settings().serving.max_body_bytes;
     let (parts, body) = req.into_parts();
     if let Some(len) = parts
@@ -150,7 +150,7 @@ async fn read_request(
         .and_then(|v| v.parse::<u64>().ok())
         && len > max as u64
     {
-        return Err(EdgeError::PayloadTooLarge);
+        return Err(Refusal::PayloadTooLarge);
     }
     let bytes = read_body(edge, body).await?;
     Ok((parts, bytes))
@@ -165,12 +165,12 @@ fn build(
     path: &str,
     headers: HeaderMap,
     body: bytes::Bytes,
-) -> Result<http::Request<bytes::Bytes>, EdgeError> {
+) -> Result<http::Request<bytes::Bytes>, Refusal> {
     let mut req = http::Request::builder()
         .method(method)
         .uri(path)
         .body(body)
-        .map_err(|_| EdgeError::BadRequest("request target"))?;
+        .map_err(|_| Refusal::BadRequest("request target"))?;
     *req.headers_mut() = headers;
     Ok(req)
 }
@@ -214,7 +214,7 @@ pub(crate) async fn send_to_auth(
     mut headers: HeaderMap,
     body: bytes::Bytes,
     client: Option<std::net::IpAddr>,
-) -> Result<Response, EdgeError> {
+) -> Result<Response, Refusal> {
     let up = edge.upstreams();
     if let Some(ip) = client
         && let Ok(v) = HeaderValue::from_str(&ip.to_string())
@@ -230,9 +230,9 @@ pub(crate) async fn send_to_auth(
         .send(out, up.auth_timeout)
         .await
         .map_err(|e| match e {
-            SendError::BadTarget => EdgeError::BadRequest(crate::net::target::NOT_CANONICAL),
+            SendError::BadTarget => Refusal::BadRequest(crate::net::target::NOT_CANONICAL),
             SendError::Refused | SendError::Unreachable | SendError::Timeout => {
-                EdgeError::AuthUnavailable
+                Refusal::AuthUnavailable
             }
         })
 }
@@ -263,11 +263,7 @@ pub(crate) fn forwarded(
     resp
 }
 
-async fn forward_auth(
-    edge: &Edge,
-    route: SessionRoute,
-    req: Request,
-) -> Result<Response, EdgeError> {
+async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<Response, Refusal> {
     let ip = client_ip(&req);
     let (parts, body) = read_request(edge, req).await?;
     let mut headers = outbound_headers(&parts.headers, ip);
@@ -282,7 +278,7 @@ async fn forward_auth(
             ),
             Source::Cookie => (header::COOKIE, session_cookie_request(chosen.token)),
         };
-        let mut v = value.ok_or(EdgeError::Token(protocol::token::TokenError::Malformed))?;
+        let mut v = value.ok_or(Refusal::Token(protocol::token::TokenError::Malformed))?;
         v.set_sensitive(true);
         headers.insert(name, v);
     }
@@ -309,9 +305,9 @@ pub async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
     }
 }
 
-async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
+async fn forward_app(edge: &Edge, req: Request) -> Result<Response, Refusal> {
     let Some(v) = req.extensions().get::<Arc<Validated>>().cloned() else {
-        return Err(EdgeError::SessionMissing);
+        return Err(Refusal::SessionMissing);
     };
     // A write registers itself, then looks at ownership again (see `drain`): a handoff applied
     // since validation refuses it, or the drain report that follows counts it.
@@ -338,9 +334,9 @@ async fn forward_app(edge: &Edge, req: Request) -> Result<Response, EdgeError> {
     );
     let out = build(parts.method.clone(), path_and_query(&parts), headers, body)?;
     up.app.send(out, up.app_timeout).await.map_err(|e| match e {
-        SendError::Timeout => EdgeError::AppTimeout,
-        SendError::Refused | SendError::Unreachable => EdgeError::AppUnavailable,
-        SendError::BadTarget => EdgeError::BadRequest(crate::net::target::NOT_CANONICAL),
+        SendError::Timeout => Refusal::AppTimeout,
+        SendError::Refused | SendError::Unreachable => Refusal::AppUnavailable,
+        SendError::BadTarget => Refusal::BadRequest(crate::net::target::NOT_CANONICAL),
     })
 }
 

@@ -40,7 +40,7 @@ use protocol::ownership::{Access, Decision, OwnershipRecord, decide, wrong_cell_
 use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, parse};
 
 use crate::edge::Edge;
-use crate::error::{EdgeError, rescue};
+use crate::error::{Refusal, rescue};
 use crate::held::state::CellState;
 use crate::held::subject_limit::SubjectLimiter;
 use crate::held::token_cache::{Validated, VerifiedSession};
@@ -84,7 +84,7 @@ impl Edge {
         state: &CellState,
         token: &str,
         source: Source,
-    ) -> Result<VerifiedSession, EdgeError> {
+    ) -> Result<VerifiedSession, Refusal> {
         let now = self.clock().now();
         let settings = self.settings();
         let session = match self.token_cache().get(token, state, now) {
@@ -94,7 +94,7 @@ impl Edge {
                 // A revoked key has left the set: its sessions are revoked, not unknown, and
                 // never worth a key refetch.
                 if state.revocations.is_key_revoked(&parsed.kid) {
-                    return Err(EdgeError::Revoked);
+                    return Err(Refusal::Revoked);
                 }
                 let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
                     return Err(TokenError::UnknownKid(parsed.kid).into());
@@ -117,7 +117,7 @@ impl Edge {
                 .revocations
                 .is_revoked(&verified.claims, &verified.kid)
         {
-            return Err(EdgeError::Revoked);
+            return Err(Refusal::Revoked);
         }
         Ok(session)
     }
@@ -130,16 +130,16 @@ impl Edge {
         state: &CellState,
         headers: &'h HeaderMap,
         access: Access,
-    ) -> Result<Resolved<'h>, EdgeError> {
+    ) -> Result<Resolved<'h>, Refusal> {
         let ((session, token), source) = Presented::from_headers(headers)
-            .resolve(EdgeError::SessionMissing, |t, src| {
+            .resolve(Refusal::SessionMissing, |t, src| {
                 self.verify_token(state, t, src).map(|v| (v, t))
             })?;
         if source == Source::Cookie && access == Access::Write {
             protocol::http::check_csrf_proof(headers, |o| {
                 crate::held::origin::origin_allowed(o, &self.settings().public_url, Some(state))
             })
-            .map_err(EdgeError::CsrfProof)?;
+            .map_err(Refusal::CsrfProof)?;
         }
         Ok(Resolved {
             validated: session.validated,
@@ -150,10 +150,10 @@ impl Edge {
     }
 
     /// The held view, when it has keys.
-    fn ready_state(&self) -> Result<Arc<CellState>, EdgeError> {
+    fn ready_state(&self) -> Result<Arc<CellState>, Refusal> {
         self.current()
             .filter(|s| !s.keyset.is_empty())
-            .ok_or(EdgeError::NotReady)
+            .ok_or(Refusal::NotReady)
     }
 
     /// Steps 1–4 and the CSRF proof, with the unknown-kid refetch: what the session routes
@@ -162,11 +162,11 @@ impl Edge {
         &self,
         headers: &'h HeaderMap,
         method: &http::Method,
-    ) -> Result<Resolved<'h>, EdgeError> {
+    ) -> Result<Resolved<'h>, Refusal> {
         let access = Access::of_method(method.as_str());
         let state = self.ready_state()?;
         match self.resolve_now(&state, headers, access) {
-            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
+            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
                 match self.refetch_for(&kid).await {
                     Some(state) => self.resolve_now(&state, headers, access),
                     None => Err(TokenError::UnknownKid(kid).into()),
@@ -181,10 +181,10 @@ impl Edge {
         &self,
         headers: &HeaderMap,
         access: Access,
-    ) -> Result<Arc<Validated>, EdgeError> {
+    ) -> Result<Arc<Validated>, Refusal> {
         let started = Instant::now();
         let result = match self.validate_now(headers, access) {
-            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
+            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
                 self.validate_after_refetch(kid, headers, access).await
             }
             other => other,
@@ -201,7 +201,7 @@ impl Edge {
         kid: Kid,
         headers: &HeaderMap,
         access: Access,
-    ) -> Result<Arc<Validated>, EdgeError> {
+    ) -> Result<Arc<Validated>, Refusal> {
         if self.current().is_some_and(|s| s.has_kid(&kid)) || self.refetch_for(&kid).await.is_some()
         {
             self.validate_now(headers, access)
@@ -216,7 +216,7 @@ impl Edge {
         &self,
         headers: &HeaderMap,
         access: Access,
-    ) -> Result<Arc<Validated>, EdgeError> {
+    ) -> Result<Arc<Validated>, Refusal> {
         let state = self.ready_state()?;
         let settings = self.settings();
         let resolved = self.resolve_now(&state, headers, access)?;
@@ -239,30 +239,30 @@ impl Edge {
         };
         match decision {
             Decision::Serve => {}
-            Decision::HandoffInProgress => return Err(EdgeError::Handoff),
+            Decision::HandoffInProgress => return Err(Refusal::Handoff),
             Decision::StaleSessionHere => {
-                return Err(EdgeError::WrongCell {
+                return Err(Refusal::WrongCell {
                     owner: settings.cell_id.clone(),
                     endpoint: settings.public_url.clone(),
                 });
             }
-            Decision::ViewBehind => return Err(EdgeError::ViewBehind),
+            Decision::ViewBehind => return Err(Refusal::ViewBehind),
             Decision::WrongCell { .. } | Decision::NoRecord => {
                 let map = state.map().map(|m| &m.map);
                 return Err(
                     match wrong_cell_target(&decision, &c.ctr, &settings.cell_id, map) {
-                        Some(t) => EdgeError::WrongCell {
+                        Some(t) => Refusal::WrongCell {
                             owner: t.owner,
                             endpoint: t.endpoint.unwrap_or_default(),
                         },
-                        None => EdgeError::UnknownContractor,
+                        None => Refusal::UnknownContractor,
                     },
                 );
             }
         }
         self.check_revocation_freshness(access)?;
         if access == Access::Write && !self.lease_current() {
-            return Err(EdgeError::LeaseLapsed);
+            return Err(Refusal::LeaseLapsed);
         }
         Ok(verified)
     }
@@ -296,7 +296,7 @@ impl Guard for ValidateGuard {
                 req.extensions_mut().insert(v);
                 Check::Pass(req)
             }
-            Err(EdgeError::Token(TokenError::UnknownKid(kid))) => {
+            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
                 // Rare: at most one key refetch per cooldown, shared by all waiters.
                 let edge = edge.clone();
                 Check::Wait(Box::pin(async move {

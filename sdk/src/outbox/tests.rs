@@ -527,7 +527,7 @@ fn the_verdict_table() {
     let rejected = |code: ErrorCode| {
         Err(Error::Rejected {
             code,
-            status: code.status(),
+            status: code.status().as_u16(),
             message: "m".into(),
         })
     };
