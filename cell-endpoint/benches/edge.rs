@@ -159,7 +159,7 @@ fn main() {
             let h = &fresh_headers[i];
             let edge = &edge;
             async move {
-                edge.validate(h, Access::Read).await.unwrap();
+                edge.validate(h, Access::Read).settle(h).await.unwrap();
             }
         },
     ));
@@ -170,7 +170,7 @@ fn main() {
             let edge = &edge;
             let h = &repeat;
             async move {
-                edge.validate(h, Access::Read).await.unwrap();
+                edge.validate(h, Access::Read).settle(h).await.unwrap();
             }
         },
         |_| async {},

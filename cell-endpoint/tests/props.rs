@@ -13,6 +13,7 @@ mod common;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use cellbind_cell_endpoint::request::browser::{Verdict, decide, uses_session_cookie};
+use cellbind_cell_endpoint::request::validate::Validation;
 use cellbind_cell_endpoint::{Config, EdgeError, Refusal, rescue};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -281,12 +282,16 @@ fn prop_edge_credentials() {
     props_support::run("edge_credentials", edge_input(), |input| {
         let headers = edge_headers(&s, &input);
         let access = Access::of_method(input.method.as_str());
-        match edge.validate_now(&headers, access) {
-            Ok(v) => {
+        match edge.validate(&headers, access) {
+            Validation::Decided(Ok(v)) => {
                 // Only a session minted with the cell's key, unchanged, is accepted.
                 prop_assert!(s.claims.contains(&v.claims), "accepted {:?}", v.claims);
             }
-            Err(e) => known_refusal(&e)?,
+            Validation::Decided(Err(e)) => known_refusal(&e)?,
+            // A key this cell does not hold: refused with it unless a refetch brings it.
+            Validation::AfterRefetch(wait) => {
+                known_refusal(&Refusal::Token(TokenError::UnknownKid(wait.kid().clone())))?
+            }
         }
         let verdict = decide(
             &input.method,

@@ -15,7 +15,7 @@
 //!                                                                     (the next request connects)
 //! ```
 //!
-//! Why not hyper-util's pooled client (what the edge used first, issue 16): per request it
+//! Why not hyper-util's pooled client: per request it
 //! locks a pool shared by every thread, hashes the destination, races a checkout against a
 //! lazily built connect future, and spawns a task that waits for the connection to come back
 //! idle. Here the thread that serves a request owns its idle connections (a `Vec` per
@@ -24,7 +24,7 @@
 //! without a task. A connection whose answer was not read to the end is closed, never reused.
 //!
 //! A request that never left (its connection turned out closed when it was handed the
-//! request) is sent again on another connection, as hyper-util did; so is, once, a request
+//! request) is sent again on another connection, as hyper-util's client does; so is, once, a request
 //! whose HTTP/2 stream the upstream refused unprocessed (a GOAWAY that did not count it,
 //! `REFUSED_STREAM`); a request that may have reached the upstream never is (the failover
 //! rules are `upstream::Target::send`'s).

@@ -28,7 +28,8 @@ pub const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(10);
 pub const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
 /// Most header lines in one HTTP/1 request (more: `431`). hyper's own default, which is why it
 /// is not passed to hyper: an explicit limit makes hyper fill a header table of that size for
-/// every request (issue 16's profile), its default uses an uninitialised one.
+/// every request (measured in a profile of the request path), its default uses an
+/// uninitialised one.
 pub const MAX_HEADERS: usize = 100;
 /// Largest HTTP/2 header list, in bytes.
 pub const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;

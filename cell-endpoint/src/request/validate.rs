@@ -176,22 +176,28 @@ impl Edge {
         }
     }
 
-    /// Steps 1–7 of the module doc, including the unknown-kid refetch.
-    pub async fn validate(
-        &self,
-        headers: &HeaderMap,
-        access: Access,
-    ) -> Result<Arc<Validated>, Refusal> {
+    /// Steps 1–7 of the module doc for one `/api/*` request: the one validation function,
+    /// which the guard ([`ValidateGuard`]) and the benchmarks call. The common case is decided
+    /// at once, without a future ([`Validation::Decided`]); a token naming a key this instance
+    /// does not hold waits for the key refetch ([`Validation::AfterRefetch`]). The time it
+    /// takes goes into the validation-latency histogram either way.
+    pub fn validate(&self, headers: &HeaderMap, access: Access) -> Validation {
         let started = Instant::now();
-        let result = match self.validate_now(headers, access) {
+        match self.validate_now(headers, access) {
             Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
-                self.validate_after_refetch(kid, headers, access).await
+                Validation::AfterRefetch(AfterRefetch {
+                    edge: self.clone(),
+                    kid,
+                    access,
+                    started,
+                })
             }
-            other => other,
-        };
-        self.metrics()
-            .validation_latency(started.elapsed().as_secs_f64());
-        result
+            decided => {
+                self.metrics()
+                    .validation_latency(started.elapsed().as_secs_f64());
+                Validation::Decided(decided)
+            }
+        }
     }
 
     /// After [`Edge::validate_now`] met an unknown kid: validates again once the held view has
@@ -212,11 +218,7 @@ impl Edge {
 
     /// Steps 1–7 without waiting for anything: an unknown kid is returned as
     /// `TokenError::UnknownKid` for [`Edge::validate`] to refetch and retry.
-    pub fn validate_now(
-        &self,
-        headers: &HeaderMap,
-        access: Access,
-    ) -> Result<Arc<Validated>, Refusal> {
+    fn validate_now(&self, headers: &HeaderMap, access: Access) -> Result<Arc<Validated>, Refusal> {
         let state = self.ready_state()?;
         let settings = self.settings();
         let resolved = self.resolve_now(&state, headers, access)?;
@@ -268,6 +270,56 @@ impl Edge {
     }
 }
 
+/// What [`Edge::validate`] decided about one request.
+#[derive(Debug)]
+pub enum Validation {
+    /// Decided at once: the verified session, or the refusal.
+    Decided(Result<Arc<Validated>, Refusal>),
+    /// The token names a key this instance does not hold: [`AfterRefetch::decide`] decides
+    /// once the key refetch is done.
+    AfterRefetch(AfterRefetch),
+}
+
+impl Validation {
+    /// The decision, waiting for the key refetch when there is one to wait for.
+    pub async fn settle(self, headers: &HeaderMap) -> Result<Arc<Validated>, Refusal> {
+        match self {
+            Validation::Decided(decided) => decided,
+            Validation::AfterRefetch(wait) => wait.decide(headers).await,
+        }
+    }
+}
+
+/// A validation waiting for a key refetch (rare: at most one refetch per cooldown, shared by
+/// every request that waits for it).
+#[derive(Debug)]
+pub struct AfterRefetch {
+    edge: Edge,
+    kid: Kid,
+    access: Access,
+    started: Instant,
+}
+
+impl AfterRefetch {
+    /// The key the token names, which this instance does not hold.
+    pub fn kid(&self) -> &Kid {
+        &self.kid
+    }
+
+    /// Validates the request of `headers` (the same request) again once the key is held, else
+    /// refuses it with the unknown kid; times the whole validation.
+    pub async fn decide(self, headers: &HeaderMap) -> Result<Arc<Validated>, Refusal> {
+        let result = self
+            .edge
+            .validate_after_refetch(self.kid, headers, self.access)
+            .await;
+        self.edge
+            .metrics()
+            .validation_latency(self.started.elapsed().as_secs_f64());
+        result
+    }
+}
+
 /// The validation guard (the `/api/*` layer): refuses with [`rescue`] or passes the request on
 /// with `Arc<Validated>` in its extensions.
 #[derive(Debug, Clone)]
@@ -285,40 +337,23 @@ impl Guard for ValidateGuard {
     type Note = ();
 
     fn check(&self, mut req: Request<Body>) -> Check<()> {
-        let edge = &self.edge;
         let access = Access::of_method(req.method().as_str());
         // The common case decides synchronously: no boxed future, no extra await.
-        let started = Instant::now();
-        match edge.validate_now(req.headers(), access) {
-            Ok(v) => {
-                edge.metrics()
-                    .validation_latency(started.elapsed().as_secs_f64());
+        match self.edge.validate(req.headers(), access) {
+            Validation::Decided(Ok(v)) => {
                 req.extensions_mut().insert(v);
                 Check::Pass(req)
             }
-            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
-                // Rare: at most one key refetch per cooldown, shared by all waiters.
-                let edge = edge.clone();
-                Check::Wait(Box::pin(async move {
-                    let result = edge
-                        .validate_after_refetch(kid, req.headers(), access)
-                        .await;
-                    edge.metrics()
-                        .validation_latency(started.elapsed().as_secs_f64());
-                    match result {
-                        Ok(v) => {
-                            req.extensions_mut().insert(v);
-                            Ok(req)
-                        }
-                        Err(e) => Err(rescue(&e)),
+            Validation::Decided(Err(e)) => Check::Answer(rescue(&e)),
+            Validation::AfterRefetch(wait) => Check::Wait(Box::pin(async move {
+                match wait.decide(req.headers()).await {
+                    Ok(v) => {
+                        req.extensions_mut().insert(v);
+                        Ok(req)
                     }
-                }))
-            }
-            Err(e) => {
-                edge.metrics()
-                    .validation_latency(started.elapsed().as_secs_f64());
-                Check::Answer(rescue(&e))
-            }
+                    Err(e) => Err(rescue(&e)),
+                }
+            })),
         }
     }
 }
