@@ -19,8 +19,10 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::net::upstream::{Target, UpstreamHttp, Upstreams};
-use cellbind_cell_endpoint::{CellState, Edge, Settings};
+use cellbind_cell_endpoint::config::UpstreamHttp;
+use cellbind_cell_endpoint::testing::CellState;
+use cellbind_cell_endpoint::testing::upstream::{Target, Upstreams};
+use cellbind_cell_endpoint::{Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::ownership::{Access, OwnershipRecord};
 use protocol::time::FakeClock;
@@ -274,7 +276,7 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     std::fs::write(&ca, ca_cert.pem()).unwrap();
     std::fs::write(&cert, leaf.pem()).unwrap();
     std::fs::write(&keyf, leaf_key.serialize_pem()).unwrap();
-    let tls = cellbind_cell_endpoint::net::tls::load(&cert, &keyf)
+    let tls = cellbind_cell_endpoint::testing::tls::load(&cert, &keyf)
         .await
         .unwrap();
 
@@ -285,13 +287,13 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
         let tls = tls.clone();
         let mut open = cellbind_cell_endpoint::config::EdgeListeners::default();
         open.max_connections_per_ip = usize::MAX;
-        let gate = Arc::new(cellbind_cell_endpoint::net::conn::ConnectionGate::new(
+        let gate = Arc::new(cellbind_cell_endpoint::testing::ConnectionGate::new(
             Default::default(),
             false,
             &open,
             Default::default(),
         ));
-        tokio::spawn(cellbind_cell_endpoint::net::tls::serve_listener(
+        tokio::spawn(cellbind_cell_endpoint::testing::tls::serve_listener(
             listener,
             tls,
             axum_server::Handle::new(),
@@ -303,14 +305,14 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
     let app_url =
         serve(Router::new().fallback(any(|| async { (StatusCode::OK, "{\"ok\":true}") })));
     let app_url = protocol::Endpoint::parse(&app_url).unwrap();
-    let client = cellbind_cell_endpoint::net::upstream::https_client(
+    let client = cellbind_cell_endpoint::testing::upstream::https_client(
         &ca,
         Duration::from_secs(2),
         UpstreamHttp::default(),
     )
     .unwrap();
     let mut up = Upstreams::local(None, None);
-    let base = cellbind_cell_endpoint::net::upstream::base_url("app", &app_url).unwrap();
+    let base = cellbind_cell_endpoint::testing::upstream::base_url("app", &app_url).unwrap();
     up.auth = Target::http(client.clone(), vec![base.clone()]).unwrap();
     up.app = Target::http(client.clone(), vec![base]).unwrap();
     let cell = CellId::new("cell-03").unwrap();

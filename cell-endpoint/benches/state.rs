@@ -33,9 +33,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use cellbind_cell_endpoint::held::state;
-use cellbind_cell_endpoint::net::upstream::Upstreams;
-use cellbind_cell_endpoint::{CellState, Edge, Settings};
+use cellbind_cell_endpoint::testing::CellState;
+use cellbind_cell_endpoint::testing::state;
+use cellbind_cell_endpoint::testing::upstream::Upstreams;
+use cellbind_cell_endpoint::{Edge, Settings};
 use protocol::feed::{FeedKey, KeyStatus, Snapshot};
 use protocol::ownership::{Access, OwnershipRecord};
 use protocol::revocation::{Revocation, RevocationKind};
@@ -333,8 +334,7 @@ fn measure(pages: &str) {
         Upstreams::local(Some(upstream.clone()), Some(upstream)),
     );
     // The cache's table is allocated whole by `Edge::new`, before any region: counted apart.
-    let table_bytes =
-        edge.token_cache().slots() * cellbind_cell_endpoint::held::token_cache::SLOT_BYTES;
+    let table_bytes = edge.token_cache().slots() * cellbind_cell_endpoint::testing::SLOT_BYTES;
     let plain =
         CellState::from_snapshot(cell.clone(), 1, 1, NOW, snapshot(&key, contractors, 0)).unwrap();
     edge.install(plain.clone());
@@ -424,7 +424,7 @@ fn measure(pages: &str) {
          a bound of {} ({:.0} bytes per bound entry; not in bytes / cached session, in the \
          total)",
         edge.token_cache().slots(),
-        cellbind_cell_endpoint::held::token_cache::SLOT_BYTES,
+        cellbind_cell_endpoint::testing::SLOT_BYTES,
         table_bytes as f64 / (1024.0 * 1024.0),
         settings.serving.token_cache_capacity,
         table_bytes as f64 / settings.serving.token_cache_capacity as f64,

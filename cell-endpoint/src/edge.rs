@@ -112,7 +112,7 @@ impl Edge {
     }
 
     /// Persist applied state under `dir` (the binary sets this; in-process tests may not).
-    pub fn with_state_dir(self, dir: PathBuf) -> Self {
+    pub(crate) fn with_state_dir(self, dir: PathBuf) -> Self {
         match Arc::try_unwrap(self.0) {
             Ok(mut inner) => {
                 inner.state_dir = Some(dir);
@@ -122,7 +122,7 @@ impl Edge {
         }
     }
 
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
@@ -130,11 +130,11 @@ impl Edge {
         &self.metrics
     }
 
-    pub fn clock(&self) -> &SharedClock {
+    pub(crate) fn clock(&self) -> &SharedClock {
         &self.clock
     }
 
-    pub fn upstreams(&self) -> &Upstreams {
+    pub(crate) fn upstreams(&self) -> &Upstreams {
         &self.upstreams
     }
 
@@ -159,16 +159,16 @@ impl Edge {
     }
 
     /// The unknown-kid key refetch gate.
-    pub fn key_refetch(&self) -> &RefetchGate {
+    pub(crate) fn key_refetch(&self) -> &RefetchGate {
         &self.refetch
     }
 
     /// This cell's public authority (`host[:port]`), for absolute-form targets.
-    pub fn public_authority(&self) -> &str {
+    pub(crate) fn public_authority(&self) -> &str {
         &self.public_authority
     }
 
-    pub fn state_dir(&self) -> Option<&PathBuf> {
+    pub(crate) fn state_dir(&self) -> Option<&PathBuf> {
         self.state_dir.as_ref()
     }
 
@@ -192,7 +192,7 @@ impl Edge {
     }
 
     /// Whether writes may be served: the lease is off, or the last sync is within it.
-    pub fn lease_current(&self) -> bool {
+    pub(crate) fn lease_current(&self) -> bool {
         let lease = self.settings.serving.write_lease();
         if lease.is_zero() {
             return true;
@@ -288,7 +288,7 @@ impl Edge {
 
     /// Writes an installed view as the last-known-good copy (when this edge keeps one), on
     /// the blocking pool; a failure is logged (the view in memory stays what is served).
-    pub async fn persist(&self, view: Arc<CellState>) {
+    pub(crate) async fn persist(&self, view: Arc<CellState>) {
         let Some(dir) = self.state_dir().cloned() else {
             return;
         };
@@ -304,7 +304,7 @@ impl Edge {
     /// Stops enforcing the held revocations of `kinds`: ones this instance carried over a
     /// restore and handed back, which the auth-service says an operator withdrew. Answers the
     /// new view when it changed.
-    pub fn drop_withdrawn(&self, kinds: &[RevocationKind]) -> Option<Arc<CellState>> {
+    pub(crate) fn drop_withdrawn(&self, kinds: &[RevocationKind]) -> Option<Arc<CellState>> {
         let _g = self.apply_lock.lock().ok()?;
         let held = self.state.load_full()?;
         let mut next = (*held).clone();
@@ -323,7 +323,7 @@ impl Edge {
 
     /// Brings the gauges up to date (before the metrics are read): state ages, feed lag, the
     /// age of the last sync and the map version served.
-    pub fn refresh_gauges(&self) {
+    pub(crate) fn refresh_gauges(&self) {
         let now = self.clock.now() as i64;
         match self.current() {
             Some(s) => {
@@ -347,7 +347,7 @@ impl Edge {
     }
 
     /// Time since the last successful feed sync, if there was one.
-    pub fn revocation_view_age(&self) -> Option<Duration> {
+    pub(crate) fn revocation_view_age(&self) -> Option<Duration> {
         self.last_sync
             .lock()
             .ok()
@@ -355,7 +355,7 @@ impl Edge {
     }
 
     /// Refuses a request when the revocation view is too old for it (`revocation_freshness`).
-    pub fn check_revocation_freshness(&self, access: Access) -> Result<(), Refusal> {
+    pub(crate) fn check_revocation_freshness(&self, access: Access) -> Result<(), Refusal> {
         let s = self.settings();
         revocation_freshness::decide(
             self.revocation_view_age(),

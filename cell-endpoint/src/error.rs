@@ -15,11 +15,11 @@ use protocol::{CellId, ErrorBody, ErrorCode};
 use crate::metrics::{Outcome, Upstream};
 
 /// `Retry-After` for a write refused during a handoff, in seconds.
-pub const HANDOFF_RETRY_AFTER_S: u64 = 1;
+pub(crate) const HANDOFF_RETRY_AFTER_S: u64 = 1;
 /// `Retry-After` when this instance's view is stale or not loaded yet, in seconds.
-pub const STALE_RETRY_AFTER_S: u64 = 2;
+pub(crate) const STALE_RETRY_AFTER_S: u64 = 2;
 /// `Retry-After` when the auth-service cannot be reached, in seconds.
-pub const UPSTREAM_RETRY_AFTER_S: u64 = 2;
+pub(crate) const UPSTREAM_RETRY_AFTER_S: u64 = 2;
 
 /// What fails outside a request: starting (configuration, secrets, certificates, I/O, the disk
 /// copy) and keeping the held state (a feed request or document, the revocation handback).
@@ -101,7 +101,7 @@ impl Refusal {
     /// How a request answered with this refusal counts (`metrics`), given the code its answer
     /// carries: rate limits and unreachable upstreams are outcomes of their own, every other
     /// refusal a refusal with its code.
-    pub fn outcome(&self, code: ErrorCode) -> Outcome {
+    pub(crate) fn outcome(&self, code: ErrorCode) -> Outcome {
         match self {
             Refusal::RateLimited { .. } => Outcome::RateLimited,
             Refusal::AuthUnavailable => Outcome::UpstreamUnavailable(Upstream::Auth),
@@ -125,14 +125,14 @@ pub fn rescue(refusal: &Refusal) -> Response {
 
 /// The status and body of every refusal: the only place the edge chooses codes and statuses.
 /// The status is the code's (`ErrorCode::status`) unless [`exception`] names another.
-pub fn answer(refusal: &Refusal) -> (StatusCode, ErrorBody) {
+pub(crate) fn answer(refusal: &Refusal) -> (StatusCode, ErrorBody) {
     let body = body(refusal);
     let status = exception(refusal).unwrap_or_else(|| body.error.status());
     (status, body)
 }
 
 /// The refusals the edge answers with another status than their code's, and why.
-pub fn exception(refusal: &Refusal) -> Option<StatusCode> {
+pub(crate) fn exception(refusal: &Refusal) -> Option<StatusCode> {
     match refusal {
         // DESIGN §4: the auth-service being down is a 503 (sign-in fails fast, retry later);
         // the code's own 502 is for the app.

@@ -44,10 +44,10 @@ pub enum Upstream {
 
 impl Upstream {
     /// Every upstream, in label order.
-    pub const ALL: [Upstream; 2] = [Upstream::Auth, Upstream::App];
+    pub(crate) const ALL: [Upstream; 2] = [Upstream::Auth, Upstream::App];
 
     /// The `upstream` label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Upstream::Auth => "auth",
             Upstream::App => "app",
@@ -70,7 +70,7 @@ pub enum StatusClass {
 
 impl StatusClass {
     /// Every class, in label order.
-    pub const ALL: [StatusClass; 4] = [
+    pub(crate) const ALL: [StatusClass; 4] = [
         StatusClass::Success,
         StatusClass::Redirection,
         StatusClass::ClientError,
@@ -78,7 +78,7 @@ impl StatusClass {
     ];
 
     /// The class of `status`.
-    pub fn of(status: u16) -> Self {
+    pub(crate) fn of(status: u16) -> Self {
         match status {
             0..=299 => StatusClass::Success,
             300..=399 => StatusClass::Redirection,
@@ -88,7 +88,7 @@ impl StatusClass {
     }
 
     /// The `class` label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StatusClass::Success => "2xx",
             StatusClass::Redirection => "3xx",
@@ -120,7 +120,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `outcome` label value.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         OUTCOME_KINDS[self.kind_index()]
     }
 
@@ -151,7 +151,7 @@ impl Outcome {
 }
 
 /// Every `outcome` label value, in [`Outcome::kind_index`] order.
-pub const OUTCOME_KINDS: [&str; 5] = [
+pub(crate) const OUTCOME_KINDS: [&str; 5] = [
     "forwarded",
     "refused",
     "rate_limited",
@@ -161,7 +161,7 @@ pub const OUTCOME_KINDS: [&str; 5] = [
 
 /// The protocol error codes the edge refuses requests with (`rescue`); `RATE_LIMITED` and
 /// `UPSTREAM_UNAVAILABLE` are outcomes of their own.
-pub const REFUSAL_CODES: [ErrorCode; 14] = [
+pub(crate) const REFUSAL_CODES: [ErrorCode; 14] = [
     ErrorCode::InvalidRequest,
     ErrorCode::SessionMissing,
     ErrorCode::SessionInvalid,
@@ -233,7 +233,7 @@ const REVOCATION_APPLY_BUCKETS: [f64; 11] = [
 
 impl Metrics {
     /// The metrics of edge instance `instance` of cell `cell`.
-    pub fn new(cell: &CellId, instance: &str) -> Self {
+    pub(crate) fn new(cell: &CellId, instance: &str) -> Self {
         let mut registry = Registry::with_prefix_and_labels(
             "cellbind_edge",
             [(Cow::Borrowed("cell"), Cow::Owned(cell.to_string()))].into_iter(),
@@ -355,12 +355,12 @@ impl Metrics {
     }
 
     /// The public listener's refused-connections counter (shared with its connection gate).
-    pub fn connections_refused(&self) -> Counter {
+    pub(crate) fn connections_refused(&self) -> Counter {
         self.connections_refused.of("public")
     }
 
     /// The management listener's refused-connections counter.
-    pub fn management_connections_refused(&self) -> Counter {
+    pub(crate) fn management_connections_refused(&self) -> Counter {
         self.connections_refused.of("management")
     }
 
@@ -382,7 +382,7 @@ impl Metrics {
     }
 
     /// Counts one answered request and its latency.
-    pub fn request(&self, outcome: Outcome, elapsed: Duration) {
+    pub(crate) fn request(&self, outcome: Outcome, elapsed: Duration) {
         match self.series(outcome) {
             Some(c) => {
                 c.inc();
@@ -404,11 +404,11 @@ impl Metrics {
         }
     }
 
-    pub fn validation_latency(&self, secs: f64) {
+    pub(crate) fn validation_latency(&self, secs: f64) {
         self.validation.observe(secs);
     }
 
-    pub fn set_state_ages(&self, keys: i64, ownership: i64, map: i64) {
+    pub(crate) fn set_state_ages(&self, keys: i64, ownership: i64, map: i64) {
         self.state_age.get_or_create(&[("part", "keys")]).set(keys);
         self.state_age
             .get_or_create(&[("part", "ownership")])
@@ -416,27 +416,27 @@ impl Metrics {
         self.state_age.get_or_create(&[("part", "map")]).set(map);
     }
 
-    pub fn set_feed_lag(&self, lag: i64) {
+    pub(crate) fn set_feed_lag(&self, lag: i64) {
         self.feed_lag.set(lag);
     }
 
     /// Seconds since the last successful feed sync (-1: none yet).
-    pub fn set_last_sync_age(&self, secs: i64) {
+    pub(crate) fn set_last_sync_age(&self, secs: i64) {
         self.last_sync_age.set(secs);
     }
 
     /// The version of the placement map served (0: none).
-    pub fn set_map_version(&self, version: u64) {
+    pub(crate) fn set_map_version(&self, version: u64) {
         self.map_version
             .set(i64::try_from(version).unwrap_or(i64::MAX));
     }
 
     /// A revocation applied `secs` after it was created.
-    pub fn revocation_applied(&self, secs: f64) {
+    pub(crate) fn revocation_applied(&self, secs: f64) {
         self.revocation_apply.observe(secs);
     }
 
-    pub fn feed_rejected(&self) {
+    pub(crate) fn feed_rejected(&self) {
         self.feed_rejected.inc();
     }
 
@@ -444,11 +444,11 @@ impl Metrics {
         self.feed_rejected.get()
     }
 
-    pub fn feed_synced(&self) {
+    pub(crate) fn feed_synced(&self) {
         self.feed_syncs.inc();
     }
 
-    pub fn feed_epoch_changed(&self) {
+    pub(crate) fn feed_epoch_changed(&self) {
         self.feed_epoch_changes.inc();
     }
 
@@ -456,7 +456,7 @@ impl Metrics {
         self.feed_epoch_changes.get()
     }
 
-    pub fn key_refetched(&self) {
+    pub(crate) fn key_refetched(&self) {
         self.key_refetches.inc();
     }
 

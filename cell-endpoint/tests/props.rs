@@ -12,9 +12,10 @@ mod props_support;
 mod common;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
-use cellbind_cell_endpoint::request::browser::{Verdict, decide, uses_session_cookie};
-use cellbind_cell_endpoint::request::validate::Validation;
-use cellbind_cell_endpoint::{Config, EdgeError, Refusal, rescue};
+use cellbind_cell_endpoint::testing::Validation;
+use cellbind_cell_endpoint::testing::{Refusal, rescue};
+use cellbind_cell_endpoint::testing::{Verdict, decide, uses_session_cookie};
+use cellbind_cell_endpoint::{Config, EdgeError};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use protocol::http::{CSRF_COOKIE, CSRF_HEADER, SESSION_COOKIE};

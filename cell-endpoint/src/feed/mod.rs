@@ -1,5 +1,5 @@
 //! Keeping the held state current: the feed long-poll ([`sync`]) and the revocation handback
 //! after a restore of the auth-service ([`reapply`]).
 
-pub mod reapply;
-pub mod sync;
+pub(crate) mod reapply;
+pub(crate) mod sync;

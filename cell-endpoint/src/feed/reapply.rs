@@ -23,16 +23,16 @@ use crate::edge::{Edge, Restored};
 use crate::error::EdgeError;
 
 /// First retry delay of a failed handback.
-pub const RETRY_MIN: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_MIN: Duration = Duration::from_secs(1);
 /// Longest retry delay of a failed handback.
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Retries of one chunk before giving up (about an hour at [`RETRY_MAX`]).
-pub const RETRY_TIMES: usize = 120;
+pub(crate) const RETRY_TIMES: usize = 120;
 /// Largest answer read, in bytes.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// Starts handing `restored` back in the background (nothing to do when it carried nothing).
-pub fn spawn(edge: &Edge, restored: Restored) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn(edge: &Edge, restored: Restored) -> Option<tokio::task::JoinHandle<()>> {
     if restored.carried.is_empty() {
         return None;
     }
@@ -44,7 +44,7 @@ pub fn spawn(edge: &Edge, restored: Restored) -> Option<tokio::task::JoinHandle<
 
 /// Posts every chunk of `restored`, in order, each with retries; stops at the first chunk
 /// that is refused or still fails after the retries.
-pub async fn hand_back(edge: &Edge, restored: &Restored) {
+pub(crate) async fn hand_back(edge: &Edge, restored: &Restored) {
     let backoff = ExponentialBuilder::default()
         .with_min_delay(RETRY_MIN)
         .with_max_delay(RETRY_MAX)

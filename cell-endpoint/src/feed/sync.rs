@@ -17,17 +17,17 @@ use crate::held::state::CellState;
 use crate::net::upstream::SendError;
 
 /// First retry delay after a failed sync.
-pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// Longest retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Longest retry delay while no replica of the auth-service accepts a connection.
-pub const REFUSED_RETRY_MAX: Duration = Duration::from_secs(2);
+pub(crate) const REFUSED_RETRY_MAX: Duration = Duration::from_secs(2);
 /// Shortest such delay (the retry is jittered between the two).
-pub const REFUSED_RETRY_MIN: Duration = Duration::from_millis(500);
+pub(crate) const REFUSED_RETRY_MIN: Duration = Duration::from_millis(500);
 /// Extra time allowed over the long-poll wait before a feed request is abandoned.
-pub const FEED_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
+pub(crate) const FEED_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 /// Largest feed answer read, in bytes.
-pub const MAX_FEED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_FEED_BYTES: usize = 64 * 1024 * 1024;
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
 fn query_escape(s: &str) -> String {
@@ -134,7 +134,7 @@ fn refused_delay() -> Duration {
 
 /// The long-poll wait actually asked for: at most half the write lease, so a healthy feed
 /// renews the lease before it lapses even when nothing changes.
-pub fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
+pub(crate) fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
     if lease.is_zero() {
         return wait_ms;
     }
@@ -142,7 +142,7 @@ pub fn effective_wait_ms(wait_ms: u64, lease: Duration) -> u64 {
 }
 
 /// The sync loop. Never returns.
-pub async fn run(edge: Edge, wait_ms: u64) {
+pub(crate) async fn run(edge: Edge, wait_ms: u64) {
     let wait_ms = crate::held::revocation_freshness::effective_wait_ms(
         effective_wait_ms(wait_ms, edge.settings().serving.write_lease()),
         edge.settings().serving.revocation_max_age(),

@@ -24,7 +24,7 @@ use crate::error::Refusal;
 use crate::held::state::CellState;
 
 /// Most contractors reported busy in one feed request (the rest on the next one).
-pub const MAX_BUSY_REPORTED: usize = 64;
+pub(crate) const MAX_BUSY_REPORTED: usize = 64;
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -46,7 +46,7 @@ impl InFlight {
     }
 
     /// Registers a write for `ctr` until the guard drops.
-    pub fn begin(self: &Arc<Self>, ctr: &ContractorId) -> WriteGuard {
+    pub(crate) fn begin(self: &Arc<Self>, ctr: &ContractorId) -> WriteGuard {
         *self.lock().writes.entry(ctr.clone()).or_insert(0) += 1;
         WriteGuard {
             owner: self.clone(),
@@ -77,7 +77,7 @@ impl InFlight {
     }
 
     /// Contractors in handoff in `state` that have writes in flight (remembered as reported).
-    pub fn busy_in_handoff(&self, state: Option<&CellState>) -> Vec<ContractorId> {
+    pub(crate) fn busy_in_handoff(&self, state: Option<&CellState>) -> Vec<ContractorId> {
         let mut c = self.lock();
         let busy: Vec<ContractorId> = c
             .writes
@@ -107,7 +107,7 @@ impl InFlight {
 
 /// A registered write; dropping it ends it.
 #[derive(Debug)]
-pub struct WriteGuard {
+pub(crate) struct WriteGuard {
     owner: Arc<InFlight>,
     ctr: ContractorId,
 }
@@ -120,7 +120,7 @@ impl Drop for WriteGuard {
 
 /// The second look at ownership a registered write takes: the view may have changed since the
 /// request was validated.
-pub fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), Refusal> {
+pub(crate) fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), Refusal> {
     let record = state.and_then(|s| s.ownership(&claims.ctr));
     match decide(record, claims.r#gen, Access::Write) {
         Decision::Serve => Ok(()),
@@ -129,7 +129,7 @@ pub fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), 
 }
 
 /// The `busy` query parameter for a feed request (empty when nothing is busy).
-pub fn busy_param(busy: &[ContractorId]) -> String {
+pub(crate) fn busy_param(busy: &[ContractorId]) -> String {
     if busy.is_empty() {
         return String::new();
     }

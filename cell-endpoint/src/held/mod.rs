@@ -3,10 +3,10 @@
 //! fail-closed freshness bound, dropping dead revocations), writes in flight per contractor
 //! (the migration drain), and web origins.
 
-pub mod drain;
-pub mod origin;
-pub mod revocation_compaction;
-pub mod revocation_freshness;
-pub mod state;
-pub mod subject_limit;
-pub mod token_cache;
+pub(crate) mod drain;
+pub(crate) mod origin;
+pub(crate) mod revocation_compaction;
+pub(crate) mod revocation_freshness;
+pub(crate) mod state;
+pub(crate) mod subject_limit;
+pub(crate) mod token_cache;

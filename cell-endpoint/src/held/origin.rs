@@ -22,7 +22,7 @@ fn origin_parts(url: &str) -> Option<(&str, &str)> {
 }
 
 /// The origin (`scheme://host[:port]`) of an endpoint URL, lower-cased, default port dropped.
-pub fn origin_of(url: &str) -> Option<String> {
+pub(crate) fn origin_of(url: &str) -> Option<String> {
     let (scheme, authority) = origin_parts(url)?;
     Some(format!(
         "{}://{}",
@@ -33,7 +33,7 @@ pub fn origin_of(url: &str) -> Option<String> {
 
 /// Whether `candidate` (an `Origin` header) is the origin of `url`: equal to [`origin_of`]
 /// `url`, compared in place (this runs on every browser request, once per fleet cell).
-pub fn same_origin(candidate: &str, url: &str) -> bool {
+pub(crate) fn same_origin(candidate: &str, url: &str) -> bool {
     let Some((scheme, authority)) = origin_parts(url) else {
         return false;
     };
@@ -51,20 +51,20 @@ pub fn same_origin(candidate: &str, url: &str) -> bool {
 }
 
 /// Whether `origin` is one of the fleet's cells in the signed placement map this edge holds.
-pub fn is_fleet_origin(origin: &str, state: Option<&CellState>) -> bool {
+pub(crate) fn is_fleet_origin(origin: &str, state: Option<&CellState>) -> bool {
     state
         .and_then(CellState::map)
         .is_some_and(|m| m.map.cells.iter().any(|c| same_origin(origin, &c.endpoint)))
 }
 
 /// Whether `origin` is this cell's own origin or a fleet cell's.
-pub fn origin_allowed(origin: &str, public_url: &str, state: Option<&CellState>) -> bool {
+pub(crate) fn origin_allowed(origin: &str, public_url: &str, state: Option<&CellState>) -> bool {
     same_origin(origin, public_url) || is_fleet_origin(origin, state)
 }
 
 /// The fleet's cell origins in the held map that are plain (only characters an origin can
 /// have: a `;` or space in a map entry must never reach a header as a separator).
-pub fn fleet_origins(state: Option<&CellState>) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn fleet_origins(state: Option<&CellState>) -> impl Iterator<Item = String> + '_ {
     state
         .and_then(CellState::map)
         .into_iter()

@@ -17,7 +17,7 @@ use crate::held::state::CellState;
 
 /// Drops the revocations of `state` that can no longer match anything and rebuilds its
 /// matcher when it did. Answers how many were dropped.
-pub fn compact(state: &mut CellState, lifetime_s: u64, now: UnixSeconds) -> usize {
+pub(crate) fn compact(state: &mut CellState, lifetime_s: u64, now: UnixSeconds) -> usize {
     let before = state.snapshot.revocations.len();
     if state
         .snapshot

@@ -26,7 +26,7 @@ use crate::error::Refusal;
 
 /// The feed long-poll wait with the freshness bound applied: at most half the bound, so a
 /// quiet feed still confirms the view in time.
-pub fn effective_wait_ms(wait_ms: u64, bound: Option<Duration>) -> u64 {
+pub(crate) fn effective_wait_ms(wait_ms: u64, bound: Option<Duration>) -> u64 {
     match bound {
         Some(b) => wait_ms.min((b.as_millis() / 2).max(1) as u64),
         None => wait_ms,
@@ -34,7 +34,7 @@ pub fn effective_wait_ms(wait_ms: u64, bound: Option<Duration>) -> u64 {
 }
 
 /// The decision of the diagram above.
-pub fn decide(
+pub(crate) fn decide(
     age: Option<Duration>,
     bound: Option<Duration>,
     mode: FailClosed,

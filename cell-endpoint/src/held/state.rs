@@ -23,9 +23,9 @@ use crate::error::EdgeError;
 /// Schema version of `state.json`.
 pub const STATE_SCHEMA: u32 = 1;
 /// File name of the persisted state inside `state_dir`.
-pub const STATE_FILE: &str = "state.json";
+pub(crate) const STATE_FILE: &str = "state.json";
 /// Largest state file read back, in bytes.
-pub const MAX_STATE_FILE_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_STATE_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// One immutable view of the cell. Derived indexes (key set, revocation matcher) are built
 /// once when the view is made. A clone is not installed (its stamp is 0): its fields may
@@ -69,7 +69,7 @@ static LAST_STAMP: AtomicU64 = AtomicU64::new(0);
 /// The persisted form of a [`CellState`].
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StateFile {
+pub(crate) struct StateFile {
     pub schema: u32,
     pub cell: CellId,
     pub seq: u64,
@@ -139,7 +139,7 @@ impl CellState {
     /// epoch) had whose kind this view lacks and that can still match a session
     /// (`Revocation::can_match`, the rule of `revocation_compaction`), so they keep being
     /// enforced; rebuilds the matcher. Answers the ones carried over.
-    pub fn carry_revocations(
+    pub(crate) fn carry_revocations(
         &mut self,
         held: &CellState,
         lifetime_s: u64,
@@ -167,7 +167,7 @@ impl CellState {
 
     /// After the auth-service said an operator withdrew them: drops the held revocations of
     /// `kinds` (ones this view carried over a restore); rebuilds the matcher. Answers how many.
-    pub fn drop_withdrawn(&mut self, kinds: &[RevocationKind]) -> usize {
+    pub(crate) fn drop_withdrawn(&mut self, kinds: &[RevocationKind]) -> usize {
         let before = self.snapshot.revocations.len();
         self.snapshot
             .revocations
@@ -180,11 +180,11 @@ impl CellState {
     }
 
     /// The placement map, if one is held.
-    pub fn map(&self) -> Option<&SignedMap> {
+    pub(crate) fn map(&self) -> Option<&SignedMap> {
         self.snapshot.map.as_ref()
     }
 
-    pub fn ownership(&self, ctr: &ContractorId) -> Option<&OwnershipRecord> {
+    pub(crate) fn ownership(&self, ctr: &ContractorId) -> Option<&OwnershipRecord> {
         self.owners.get(ctr)
     }
 
@@ -200,7 +200,7 @@ impl CellState {
     /// The answer is taken whole or not at all. A snapshot of another epoch than the held one
     /// is taken whatever its head (a restore; the caller carries revocations over); a delta of
     /// another epoch is refused (ask for a snapshot).
-    pub fn apply(
+    pub(crate) fn apply(
         held: Option<&CellState>,
         cell: &CellId,
         resp: FeedResponse,
@@ -257,7 +257,7 @@ impl CellState {
         }
     }
 
-    pub fn to_file(&self) -> StateFile {
+    pub(crate) fn to_file(&self) -> StateFile {
         StateFile {
             schema: STATE_SCHEMA,
             cell: self.cell.clone(),

@@ -15,14 +15,14 @@ pub struct SubjectLimiter {
 
 impl SubjectLimiter {
     /// A full bucket of `quota`, timed by `clock`.
-    pub fn new(quota: Quota, clock: DefaultClock) -> Self {
+    pub(crate) fn new(quota: Quota, clock: DefaultClock) -> Self {
         Self {
             limiter: RateLimiter::direct_with_clock(quota, clock),
         }
     }
 
     /// One request of this subject: allowed, or `429` with the wait.
-    pub fn check(&self) -> Result<(), Refusal> {
+    pub(crate) fn check(&self) -> Result<(), Refusal> {
         self.limiter.check().map_err(|n| Refusal::RateLimited {
             retry_after_s: retry_after(self.limiter.clock(), &n),
         })

@@ -64,7 +64,7 @@ pub struct ServedUnder(AtomicU64);
 impl ServedUnder {
     /// Whether the session passed the view's checks under `state` (never for an uninstalled
     /// view: stamp 0).
-    pub fn is(&self, state: &CellState) -> bool {
+    pub(crate) fn is(&self, state: &CellState) -> bool {
         let stamp = state.stamp();
         stamp != 0 && self.0.load(Ordering::Relaxed) == stamp
     }
@@ -79,7 +79,7 @@ impl ServedUnder {
 impl Validated {
     /// Builds the forwarded identity headers from verified claims. Every id type is
     /// restricted to header-safe ASCII, so this cannot fail for a verified token.
-    pub fn new(kid: Kid, claims: SessionClaims) -> Result<Self, Refusal> {
+    pub(crate) fn new(kid: Kid, claims: SessionClaims) -> Result<Self, Refusal> {
         let value =
             |s: &str| HeaderValue::from_str(s).map_err(|_| Refusal::Internal("identity header"));
         let identity_headers = [
@@ -152,7 +152,7 @@ impl FingerprintKey {
 /// A verified session as the cache hands it out: what validation proved, and the subject's
 /// rate limit. Both come from the one slot, so a hit loads their memory at once.
 #[derive(Debug, Clone)]
-pub struct VerifiedSession {
+pub(crate) struct VerifiedSession {
     pub validated: Arc<Validated>,
     /// The subject's rate limit, shared with the subject's other sessions.
     pub limiter: Arc<SubjectLimiter>,
@@ -267,13 +267,13 @@ impl Default for TokenCache {
 
 impl TokenCache {
     /// A cache of [`DEFAULT_TOKEN_CACHE_CAPACITY`] entries.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_capacity(DEFAULT_TOKEN_CACHE_CAPACITY)
     }
 
     /// A cache of at most about `entries` verified tokens (`token_cache_capacity`): the table
     /// is `entries` rounded up to a power of two slots (at least one group), allocated now.
-    pub fn with_capacity(entries: usize) -> Self {
+    pub(crate) fn with_capacity(entries: usize) -> Self {
         let groups = entries
             .div_ceil(WAYS * GROUP_BUCKETS)
             .next_power_of_two()

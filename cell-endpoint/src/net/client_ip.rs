@@ -52,13 +52,9 @@ impl TrustedProxies {
     }
 
     /// Whether `ip` is a trusted proxy. An IPv4-mapped IPv6 address counts as its IPv4 form.
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.0.iter().any(|n| n.contains(&ip))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -70,7 +66,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// The client address of a request whose connection comes from `peer` (see the module doc).
-pub fn resolve(
+pub(crate) fn resolve(
     peer: IpAddr,
     headers: &HeaderMap,
     trusted: &TrustedProxies,

@@ -32,11 +32,11 @@ use crate::config::EdgeListeners;
 use crate::net::client_ip::TrustedProxies;
 
 /// Largest PROXY v2 header accepted (16 fixed bytes + addresses + TLVs), in bytes.
-pub const MAX_PROXY_HEADER_BYTES: usize = 16 + 512;
+pub(crate) const MAX_PROXY_HEADER_BYTES: usize = 16 + 512;
 
 /// The client address a trusted proxy named in its PROXY v2 header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProxiedPeer(pub SocketAddr);
+pub(crate) struct ProxiedPeer(pub SocketAddr);
 
 /// The admission of the public listener: PROXY protocol from trusted proxies, then the
 /// per-address [`Gate`]; and the listener's timeouts.
@@ -67,7 +67,7 @@ impl ConnectionGate {
     }
 
     /// The public listener's timeouts (the header timeout also bounds a PROXY header).
-    pub fn timeouts(&self) -> Timeouts {
+    pub(crate) fn timeouts(&self) -> Timeouts {
         self.timeouts
     }
 
@@ -79,12 +79,12 @@ impl ConnectionGate {
 
 /// The TCP-level acceptor of the public listener (before TLS).
 #[derive(Debug, Clone)]
-pub struct GateAcceptor {
+pub(crate) struct GateAcceptor {
     gate: Arc<ConnectionGate>,
 }
 
 impl GateAcceptor {
-    pub fn new(gate: Arc<ConnectionGate>) -> Self {
+    pub(crate) fn new(gate: Arc<ConnectionGate>) -> Self {
         Self { gate }
     }
 }
@@ -134,7 +134,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GateAcceptor {
 
 /// Reads one PROXY protocol v2 header and nothing more. `Ok(None)` for a `LOCAL` command or an
 /// unspecified/unix address family (the connection is the proxy's own).
-pub async fn read_proxy_v2(stream: &mut TcpStream) -> io::Result<Option<SocketAddr>> {
+pub(crate) async fn read_proxy_v2(stream: &mut TcpStream) -> io::Result<Option<SocketAddr>> {
     let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_owned());
     let mut buf = vec![0u8; 16];
     stream.read_exact(&mut buf).await?;
@@ -164,7 +164,7 @@ pub async fn read_proxy_v2(stream: &mut TcpStream) -> io::Result<Option<SocketAd
 /// Puts the [`ProxiedPeer`] of the connection into every request's extensions; with
 /// `proxy_protocol` on, removes every forwarding header first (see the module doc).
 #[derive(Debug, Clone)]
-pub struct AddProxiedPeer<S> {
+pub(crate) struct AddProxiedPeer<S> {
     inner: S,
     peer: Option<ProxiedPeer>,
     drop_forwarding: bool,

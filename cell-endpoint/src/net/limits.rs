@@ -23,11 +23,11 @@ use protocol::SubjectId;
 
 use crate::config::Serving;
 use crate::error::Refusal;
-pub use crate::held::subject_limit::SubjectLimiter;
+pub(crate) use crate::held::subject_limit::SubjectLimiter;
 use crate::held::subject_limit::retry_after;
 
 /// How often idle limiter entries are dropped, in seconds.
-pub const LIMITER_HOUSEKEEPING_S: u64 = 60;
+pub(crate) const LIMITER_HOUSEKEEPING_S: u64 = 60;
 
 /// The limiters: per client key (an IPv4 address, an IPv6 /64) and per subject (one shared
 /// [`SubjectLimiter`] each).
@@ -49,7 +49,7 @@ fn quota(per_s: u32, burst: u32) -> Quota {
 
 impl Limits {
     /// The limiters of the rate keys of `s`.
-    pub fn new(s: &Serving) -> Self {
+    pub(crate) fn new(s: &Serving) -> Self {
         Self {
             per_ip: RateLimiter::keyed(quota(s.rate_per_ip_per_s, s.burst_per_ip)),
             subject_quota: quota(s.rate_per_subject_per_s, s.burst_per_subject),
@@ -59,7 +59,7 @@ impl Limits {
     }
 
     /// Takes one request from the bucket of `ip`'s client key.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
+    pub(crate) fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
         self.per_ip
             .check_key(&protocol::http::client_key(ip))
             .map_err(|n| Refusal::RateLimited {
@@ -92,7 +92,7 @@ impl Limits {
     /// Drops idle per-IP entries, and the subjects no cached session holds any more, so memory
     /// stays bounded (call every [`LIMITER_HOUSEKEEPING_S`]). A subject still held stays: a new
     /// session of it must share the limiter its other sessions use.
-    pub fn retain_recent(&self) {
+    pub(crate) fn retain_recent(&self) {
         self.per_ip.retain_recent();
         // Under the lock no one can take another handle from the map, so a count of one
         // (the map's own) cannot grow before the entry goes.
@@ -105,10 +105,10 @@ impl Limits {
 
 /// The client address of a request, as [`per_ip`] established it (see `client_ip`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIp(pub IpAddr);
+pub(crate) struct ClientIp(pub IpAddr);
 
 /// The connection's peer: the PROXY v2 source a trusted proxy named, else the socket peer.
-pub fn peer_of(req: &Request) -> Option<IpAddr> {
+pub(crate) fn peer_of(req: &Request) -> Option<IpAddr> {
     req.extensions()
         .get::<crate::net::conn::ProxiedPeer>()
         .map(|p| p.0.ip())
@@ -121,7 +121,7 @@ pub fn peer_of(req: &Request) -> Option<IpAddr> {
 
 /// The client IP of a request, as [`per_ip`] established it (ATTACKS A27); without that
 /// record, the connection's peer. `None` only for in-process requests without a connection.
-pub fn client_ip(req: &Request) -> Option<IpAddr> {
+pub(crate) fn client_ip(req: &Request) -> Option<IpAddr> {
     match req.extensions().get::<ClientIp>() {
         Some(ClientIp(ip)) => Some(*ip),
         None => peer_of(req),

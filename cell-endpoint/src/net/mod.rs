@@ -1,10 +1,10 @@
 //! The edge's network parts: the client address, connection admission, canonical request
 //! targets, the upstream connections and client, TLS serving, and the rate limiters.
 
-pub mod client_ip;
-pub mod conn;
-pub mod limits;
-pub mod pool;
-pub mod target;
-pub mod tls;
-pub mod upstream;
+pub(crate) mod client_ip;
+pub(crate) mod conn;
+pub(crate) mod limits;
+pub(crate) mod pool;
+pub(crate) mod target;
+pub(crate) mod tls;
+pub(crate) mod upstream;

@@ -45,18 +45,18 @@ use hyper_util::client::legacy::connect::{Connection as _, HttpConnector};
 use tower::ServiceExt as _;
 
 /// How long an idle upstream connection is kept for reuse.
-pub const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How many times one request is sent again after an HTTP/2 upstream refused its stream
 /// unprocessed (a GOAWAY that did not count it, or `REFUSED_STREAM`): once, on another
 /// connection; an upstream refusing that one too is going away, and the failover rules take it.
-pub const REFUSED_RESENDS: u32 = 1;
+pub(crate) const REFUSED_RESENDS: u32 = 1;
 /// Most idle connections kept per serving thread and destination (more are closed when their
 /// answer ends): a burst's connections are not all held afterwards.
-pub const MAX_IDLE_PER_DESTINATION: usize = 256;
+pub(crate) const MAX_IDLE_PER_DESTINATION: usize = 256;
 
 /// Why an exchange failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolError {
+pub(crate) enum PoolError {
     /// No connection could be made (refused, unreachable, TLS refused), or an HTTP/2 upstream
     /// refused the request unprocessed (again, after [`REFUSED_RESENDS`]): nothing reached it.
     Connect,
@@ -186,7 +186,7 @@ fn checkin(back: Checkin) {
 
 /// Sends `req` (origin-form target, `Host` set) to `authority` on a pooled connection or a
 /// new one made with `connector`. The answer's body puts the connection back when it ends.
-pub async fn send(
+pub(crate) async fn send(
     client: usize,
     connector: &HttpsConnector<HttpConnector>,
     authority: &Authority,

@@ -23,15 +23,16 @@ use axum::body::Body;
 use axum::http::{Request, Uri, Version, header};
 
 /// Why a target was refused (the message of the 400).
-pub const NOT_CANONICAL: &str = "the request target is not in canonical form";
+pub(crate) const NOT_CANONICAL: &str = "the request target is not in canonical form";
 /// Why a request naming its host twice, or two different hosts, was refused (the message of
 /// the 400).
-pub const CONFLICTING_HOST: &str = "the request names its host more than once or differently";
+pub(crate) const CONFLICTING_HOST: &str =
+    "the request names its host more than once or differently";
 
 /// Checks a request's target and host; `authority` is this cell's public authority
 /// (`host[:port]`, lower case, default port dropped), which an HTTP/1 absolute-form target must
 /// name.
-pub fn check(req: &Request<Body>, authority: &str) -> Result<(), &'static str> {
+pub(crate) fn check(req: &Request<Body>, authority: &str) -> Result<(), &'static str> {
     check_host(req)?;
     let uri = req.uri();
     if matches!(
@@ -83,7 +84,7 @@ fn normalised(a: &str, uri: &Uri) -> String {
 
 /// The path rules of the module doc, in one pass over the bytes (every request is checked
 /// twice: by the canonical-target guard and again before it is appended to an upstream's base).
-pub fn check_path(path: &str) -> Result<(), &'static str> {
+pub(crate) fn check_path(path: &str) -> Result<(), &'static str> {
     let b = path.as_bytes();
     if b.first() != Some(&b'/') {
         return Err(NOT_CANONICAL);
@@ -133,7 +134,7 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
 
 /// This cell's public authority from its public URL (`https://Cell.Example:443/` →
 /// `cell.example`).
-pub fn authority_of(public_url: &str) -> String {
+pub(crate) fn authority_of(public_url: &str) -> String {
     crate::held::origin::origin_of(public_url)
         .and_then(|o| o.split_once("://").map(|(_, a)| a.to_owned()))
         .unwrap_or_default()

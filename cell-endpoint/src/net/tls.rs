@@ -18,30 +18,30 @@ use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 use std::sync::Arc;
 
-pub use crate::config::IoListener;
+use crate::config::IoListener;
 use crate::error::EdgeError;
 use crate::net::conn::{ConnectionGate, GateAcceptor};
 
 /// How long in-flight requests may finish after shutdown is asked for.
-pub const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(10);
+pub(crate) const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(10);
 /// Largest HTTP/1 read buffer (bounds the request line plus headers), in bytes.
-pub const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HTTP1_BUF_BYTES: usize = 64 * 1024;
 /// Most header lines in one HTTP/1 request (more: `431`). hyper's own default, which is why it
 /// is not passed to hyper: an explicit limit makes hyper fill a header table of that size for
 /// every request (measured in a profile of the request path), its default uses an
 /// uninitialised one.
 pub const MAX_HEADERS: usize = 100;
 /// Largest HTTP/2 header list, in bytes.
-pub const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;
+pub(crate) const MAX_H2_HEADER_LIST_BYTES: u32 = 32 * 1024;
 /// Most concurrent HTTP/2 streams per connection.
-pub const MAX_H2_STREAMS: u32 = 128;
+pub(crate) const MAX_H2_STREAMS: u32 = 128;
 /// Interval of HTTP/2 keep-alive pings (a dead peer's connection is closed).
-pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// Time an HTTP/2 keep-alive ping may take before the connection is closed.
-pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// TLS 1.2 sessions the server remembers for resumption (about 200 bytes each).
-pub const SESSION_CACHE_ENTRIES: usize = 16_384;
+pub(crate) const SESSION_CACHE_ENTRIES: usize = 16_384;
 
 /// The server configuration for a certificate chain and key: ALPN `h2` then `http/1.1`,
 /// session resumption (see the module doc).
@@ -197,7 +197,7 @@ fn bind(listen: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpLi
 }
 
 /// Connections waiting to be accepted on each listener.
-pub const LISTEN_BACKLOG: i32 = 1024;
+pub(crate) const LISTEN_BACKLOG: i32 = 1024;
 
 /// Serves on an already bound listener (tests bind port 0). Each connection passes the
 /// [`ConnectionGate`] (PROXY v2 from trusted proxies, the per-address cap) before TLS, then

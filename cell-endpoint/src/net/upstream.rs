@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::Response;
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{Authority, PathAndQuery};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -35,7 +35,7 @@ use protocol::Endpoint;
 use runtime::Secret;
 use tower::ServiceExt as _;
 
-pub use crate::config::UpstreamHttp;
+use crate::config::UpstreamHttp;
 use crate::config::{Config, Replicas};
 use crate::error::EdgeError;
 use crate::net::pool::{PoolError, PooledBody};
@@ -72,7 +72,7 @@ pub struct Base {
 impl Base {
     /// The base of an `https` URL (see [`base_url`]); `None` for another scheme or a URL without
     /// a host.
-    pub fn of(url: &reqwest::Url) -> Option<Base> {
+    pub(crate) fn of(url: &reqwest::Url) -> Option<Base> {
         if url.scheme() != "https" {
             return None;
         }
@@ -137,21 +137,12 @@ pub enum SendError {
     BadTarget,
 }
 
-/// The upstream URI for `path_and_query`: the base's authority and prefix with the already
-/// validated path appended byte for byte, never resolved against it (ATTACKS A23). The path is
-/// held to the edge's canonical-target rule once more here (`target::check_path`), so a
-/// caller that skipped the routing guard still cannot send a dot segment or an encoded slash;
-/// a target `http` would read differently from the bytes given is `None`.
-pub fn upstream_uri(base: &Base, path_and_query: &str) -> Option<http::Uri> {
-    http::Uri::builder()
-        .scheme(Scheme::HTTPS)
-        .authority(base.authority.clone())
-        .path_and_query(upstream_target(base, path_and_query)?)
-        .build()
-        .ok()
-}
-
-/// The origin-form target of [`upstream_uri`] (what goes on the request line).
+/// The origin-form target (what goes on the request line) for `path_and_query` at `base`:
+/// the base's prefix with the already validated path appended byte for byte, never resolved
+/// against it (ATTACKS A23); the request goes to the base's authority. The path is held to the
+/// edge's canonical-target rule once more here (`target::check_path`), so a caller that
+/// skipped the routing guard still cannot send a dot segment or an encoded slash; a target
+/// `http` would read differently from the bytes given is `None`.
 fn upstream_target(base: &Base, path_and_query: &str) -> Option<PathAndQuery> {
     let (path, query) = match path_and_query.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -400,7 +391,7 @@ pub struct Upstreams {
 }
 
 /// The app token of in-process upstreams (tests, benchmarks).
-pub const LOCAL_APP_TOKEN: &str = "edge-key-for-tests";
+pub(crate) const LOCAL_APP_TOKEN: &str = "edge-key-for-tests";
 /// The edge token of in-process upstreams (tests, benchmarks).
 pub const LOCAL_EDGE_TOKEN: &str = "edge-token-for-tests";
 
@@ -450,7 +441,7 @@ impl Upstreams {
 
     /// `Authorization: Bearer <feed token>`, marked sensitive: what the feed and the
     /// revocation handback present to the auth-service's internal listener.
-    pub fn feed_authorization(&self) -> Result<HeaderValue, EdgeError> {
+    pub(crate) fn feed_authorization(&self) -> Result<HeaderValue, EdgeError> {
         let bearer = format!(
             "{}{}",
             protocol::http::BEARER_PREFIX,
@@ -565,6 +556,18 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    use http::uri::Scheme;
+
+    /// The whole URI a request for `path_and_query` goes to (see [`upstream_target`]).
+    fn upstream_uri(base: &Base, path_and_query: &str) -> Option<http::Uri> {
+        http::Uri::builder()
+            .scheme(Scheme::HTTPS)
+            .authority(base.authority.clone())
+            .path_and_query(upstream_target(base, path_and_query)?)
+            .build()
+            .ok()
+    }
 
     fn endpoint(s: &str) -> Endpoint {
         Endpoint::parse(s).unwrap()

@@ -39,15 +39,16 @@ use crate::held::state::CellState;
 use crate::request::guard::{Check, Guard};
 
 /// Random bytes in a CSRF token (base64url, 22 characters).
-pub const CSRF_TOKEN_BYTES: usize = 16;
+pub(crate) const CSRF_TOKEN_BYTES: usize = 16;
 /// How long a browser may cache a preflight answer, in seconds.
-pub const PREFLIGHT_MAX_AGE_S: u64 = 600;
+pub(crate) const PREFLIGHT_MAX_AGE_S: u64 = 600;
 /// Methods a fleet origin may use cross-origin.
-pub const CORS_METHODS: &str = "GET, POST, DELETE";
+pub(crate) const CORS_METHODS: &str = "GET, POST, DELETE";
 /// Request headers a fleet origin may send cross-origin.
-pub const CORS_HEADERS: &str = "content-type, idempotency-key, x-cellbind-csrf, authorization";
+pub(crate) const CORS_HEADERS: &str =
+    "content-type, idempotency-key, x-cellbind-csrf, authorization";
 /// Response headers a fleet origin's script may read.
-pub const CORS_EXPOSE: &str = "retry-after";
+pub(crate) const CORS_EXPOSE: &str = "retry-after";
 
 /// Path prefixes whose answers are never readable cross-origin: they carry sessions,
 /// tickets or set the session cookie.
@@ -63,7 +64,7 @@ fn session_path(path: &str) -> bool {
 }
 
 /// Whether answers on `path` may be shared with a fleet origin.
-pub fn cors_allowed(path: &str) -> bool {
+pub(crate) fn cors_allowed(path: &str) -> bool {
     !session_path(path)
 }
 
@@ -119,7 +120,7 @@ pub fn decide(
 }
 
 /// A fresh CSRF token.
-pub fn new_csrf_token() -> String {
+pub(crate) fn new_csrf_token() -> String {
     let mut bytes = [0u8; CSRF_TOKEN_BYTES];
     rand::rng().fill_bytes(&mut bytes);
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -190,12 +191,12 @@ fn preflight(origin: HeaderValue) -> Response {
 /// The browser guard (the outermost layer): answers preflights, refuses cross-site unsafe
 /// requests, finishes answers (see the module doc).
 #[derive(Debug, Clone)]
-pub struct BrowserGuard {
+pub(crate) struct BrowserGuard {
     edge: Edge,
 }
 
 impl BrowserGuard {
-    pub fn new(edge: Edge) -> Self {
+    pub(crate) fn new(edge: Edge) -> Self {
         Self { edge }
     }
 }
@@ -203,7 +204,7 @@ impl BrowserGuard {
 /// What [`finish`] needs of the request: the fleet origin to allow, and whether the request
 /// rode on the session cookie.
 #[derive(Debug)]
-pub struct Finishing {
+pub(crate) struct Finishing {
     cors: Option<HeaderValue>,
     cookie_session: bool,
 }

@@ -20,12 +20,12 @@ use crate::metrics::Outcome;
 
 /// Counts and times every request of the service it wraps.
 #[derive(Debug, Clone)]
-pub struct CountLayer {
+pub(crate) struct CountLayer {
     edge: Edge,
 }
 
 impl CountLayer {
-    pub fn new(edge: Edge) -> Self {
+    pub(crate) fn new(edge: Edge) -> Self {
         Self { edge }
     }
 }
@@ -42,7 +42,7 @@ impl<S> Layer<S> for CountLayer {
 
 /// A service whose requests are counted ([`CountLayer`]).
 #[derive(Debug, Clone)]
-pub struct Counted<S> {
+pub(crate) struct Counted<S> {
     edge: Edge,
     inner: S,
 }

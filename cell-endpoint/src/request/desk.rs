@@ -29,23 +29,23 @@ use crate::held::state::CellState;
 use crate::metrics::Upstream;
 
 /// The desk page.
-pub const INDEX_HTML: &str = include_str!("../../../desk/index.html");
+pub(crate) const INDEX_HTML: &str = include_str!("../../../desk/index.html");
 /// The desk script.
-pub const APP_JS: &str = include_str!("../../../desk/app.js");
+pub(crate) const APP_JS: &str = include_str!("../../../desk/app.js");
 /// The desk style sheet.
-pub const APP_CSS: &str = include_str!("../../../desk/app.css");
+pub(crate) const APP_CSS: &str = include_str!("../../../desk/app.css");
 /// Where the desk lives.
-pub const DESK_PATH: &str = "/desk/";
+pub(crate) const DESK_PATH: &str = "/desk/";
 /// The desk's referrer policy.
-pub const REFERRER_POLICY: &str = "strict-origin";
+pub(crate) const REFERRER_POLICY: &str = "strict-origin";
 /// Largest `POST /desk/sign-in` body, in bytes.
-pub const MAX_SIGN_IN_FORM_BYTES: usize = 4096;
+pub(crate) const MAX_SIGN_IN_FORM_BYTES: usize = 4096;
 /// The desk's error code when the cell a sign-in was sent to names yet another owner: the
 /// cells disagree, and the desk follows a redirect once only.
-pub const CELLS_DISAGREE: &str = "CELLS_DISAGREE";
+pub(crate) const CELLS_DISAGREE: &str = "CELLS_DISAGREE";
 
 /// The desk's routes (merged into the edge's router).
-pub fn routes() -> Router<Edge> {
+pub(crate) fn routes() -> Router<Edge> {
     Router::new()
         .route("/desk", get(to_desk))
         .route(DESK_PATH, get(index))
@@ -57,7 +57,7 @@ pub fn routes() -> Router<Edge> {
 
 /// The page's CSP: everything from this origin only, except that the sign-in may post its
 /// form to the fleet's other cells, named by the signed map (it never fetches from them).
-pub fn content_security_policy(state: Option<&CellState>) -> String {
+pub(crate) fn content_security_policy(state: Option<&CellState>) -> String {
     // Only plain origins: a `;` or space in a map entry must not add a directive.
     let fleet: String = fleet_origins(state).map(|o| format!(" {o}")).collect();
     format!(

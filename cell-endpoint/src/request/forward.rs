@@ -178,7 +178,7 @@ fn build(
 /// The session routes the edge forwards to the auth-service: an allow-list (ATTACKS A23);
 /// every other `/v1/sessions/...` target is answered here (404), never forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionRoute {
+pub(crate) enum SessionRoute {
     /// `POST /v1/sessions`: credentials in the body, no session.
     SignIn,
     /// `GET|DELETE /v1/sessions/current`.
@@ -196,7 +196,7 @@ pub enum SessionRoute {
 
 impl SessionRoute {
     /// Whether the route acts on the presented session (and so takes a credential).
-    pub fn uses_session(self) -> bool {
+    pub(crate) fn uses_session(self) -> bool {
         matches!(
             self,
             SessionRoute::Current | SessionRoute::Renew | SessionRoute::Transfer
@@ -240,7 +240,7 @@ pub(crate) async fn send_to_auth(
 /// `/v1/sessions*` → the auth-service. Only the credential the rule chose travels: the bearer
 /// header or the session cookie, never both, never the other cookies; a cookie request with an
 /// unsafe method has passed the CSRF proof here.
-pub async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
+pub(crate) async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
     match forward_auth(&edge, route, req).await {
         Ok(r) => {
             let status = r.status();
@@ -295,7 +295,7 @@ async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<
 
 /// Validated `/api/*` → the app, with the session's identity in `X-Cellbind-*` headers and
 /// without the bearer token or session cookie.
-pub async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
+pub(crate) async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
     match forward_app(&edge, req).await {
         Ok(r) => {
             let status = r.status();

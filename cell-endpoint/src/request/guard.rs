@@ -21,10 +21,10 @@ use futures::future::Either;
 use tower::{Layer, Service};
 
 /// A decision that could not be taken at once: the request to pass on, or the answer.
-pub type Deferred = Pin<Box<dyn Future<Output = Result<Request<Body>, Response>> + Send>>;
+pub(crate) type Deferred = Pin<Box<dyn Future<Output = Result<Request<Body>, Response>> + Send>>;
 
 /// What a guard decided about one request.
-pub enum Check<N> {
+pub(crate) enum Check<N> {
     /// Pass the request to the inner service; its answer goes out untouched.
     Pass(Request<Body>),
     /// Pass the request on, then hand the answer and the note to [`Guard::finish`].
@@ -47,7 +47,7 @@ impl<N> std::fmt::Debug for Check<N> {
 }
 
 /// One check in front of the edge's routes.
-pub trait Guard: Clone + Send + Sync + 'static {
+pub(crate) trait Guard: Clone + Send + Sync + 'static {
     /// What [`Check::Finish`] carries to [`Guard::finish`].
     type Note: Send + 'static;
 
@@ -62,12 +62,12 @@ pub trait Guard: Clone + Send + Sync + 'static {
 
 /// Wraps a service in a [`Guard`].
 #[derive(Debug, Clone)]
-pub struct GuardLayer<G> {
+pub(crate) struct GuardLayer<G> {
     guard: G,
 }
 
 impl<G> GuardLayer<G> {
-    pub fn new(guard: G) -> Self {
+    pub(crate) fn new(guard: G) -> Self {
         Self { guard }
     }
 }
@@ -84,7 +84,7 @@ impl<G: Clone, S> Layer<S> for GuardLayer<G> {
 
 /// A service behind a [`Guard`].
 #[derive(Debug, Clone)]
-pub struct GuardService<G, S> {
+pub(crate) struct GuardService<G, S> {
     guard: G,
     inner: S,
 }

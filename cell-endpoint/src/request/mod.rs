@@ -1,9 +1,9 @@
 //! The request path: the one kind of layer ([`guard`]), the browser rules, session
 //! validation, forwarding, the desk, and the request counter.
 
-pub mod browser;
-pub mod counted;
-pub mod desk;
-pub mod forward;
-pub mod guard;
-pub mod validate;
+pub(crate) mod browser;
+pub(crate) mod counted;
+pub(crate) mod desk;
+pub(crate) mod forward;
+pub(crate) mod guard;
+pub(crate) mod validate;

@@ -47,11 +47,11 @@ use crate::held::token_cache::{Validated, VerifiedSession};
 use crate::request::guard::{Check, Guard};
 
 /// Longest a request waits for an unknown-kid key refetch, in milliseconds.
-pub const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
+pub(crate) const KID_REFETCH_TIMEOUT_MS: u64 = 3_000;
 
 /// The credential the rule chose, verified.
 #[derive(Debug)]
-pub struct Resolved<'h> {
+pub(crate) struct Resolved<'h> {
     pub validated: Arc<Validated>,
     /// The subject's rate limit.
     pub limiter: Arc<SubjectLimiter>,
@@ -158,7 +158,7 @@ impl Edge {
 
     /// Steps 1–4 and the CSRF proof, with the unknown-kid refetch: what the session routes
     /// forwarded to the auth-service need (they act on the session, not on ownership).
-    pub async fn resolve_credential<'h>(
+    pub(crate) async fn resolve_credential<'h>(
         &self,
         headers: &'h HeaderMap,
         method: &http::Method,
@@ -323,12 +323,12 @@ impl AfterRefetch {
 /// The validation guard (the `/api/*` layer): refuses with [`rescue`] or passes the request on
 /// with `Arc<Validated>` in its extensions.
 #[derive(Debug, Clone)]
-pub struct ValidateGuard {
+pub(crate) struct ValidateGuard {
     edge: Edge,
 }
 
 impl ValidateGuard {
-    pub fn new(edge: Edge) -> Self {
+    pub(crate) fn new(edge: Edge) -> Self {
         Self { edge }
     }
 }

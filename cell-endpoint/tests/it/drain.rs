@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::any;
 use cellbind_cell_endpoint::Edge;
-use cellbind_cell_endpoint::net::upstream::Upstreams;
+use cellbind_cell_endpoint::testing::upstream::Upstreams;
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse};
 use protocol::ownership::OwnershipRecord;
 use protocol::{ContractorId, Generation};
@@ -104,7 +104,7 @@ async fn a_write_in_flight_at_the_handoff_is_reported_until_it_ends() {
     edge.apply_feed(10, handoff).unwrap();
 
     // The next feed request reports it busy; a new write is refused, reads are served.
-    cellbind_cell_endpoint::feed::sync::fetch(&edge, 11, 0)
+    cellbind_cell_endpoint::testing::sync::fetch(&edge, 11, 0)
         .await
         .unwrap();
     let q = queries.lock().unwrap().last().cloned().unwrap();
@@ -125,7 +125,7 @@ async fn a_write_in_flight_at_the_handoff_is_reported_until_it_ends() {
     tokio::time::timeout(Duration::from_secs(5), edge.in_flight().drained())
         .await
         .expect("the drained contractor wakes the sync loop");
-    cellbind_cell_endpoint::feed::sync::fetch(&edge, 11, 0)
+    cellbind_cell_endpoint::testing::sync::fetch(&edge, 11, 0)
         .await
         .unwrap();
     let q = queries.lock().unwrap().last().cloned().unwrap();

@@ -12,10 +12,11 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Query};
 use axum::http::{Request, StatusCode};
 use axum::routing::{any, get as get_route};
-use cellbind_cell_endpoint::held::state;
-use cellbind_cell_endpoint::metrics::{Outcome, StatusClass, Upstream};
-use cellbind_cell_endpoint::net::upstream::Upstreams;
-use cellbind_cell_endpoint::{CellState, Edge};
+use cellbind_cell_endpoint::Edge;
+use cellbind_cell_endpoint::testing::CellState;
+use cellbind_cell_endpoint::testing::state;
+use cellbind_cell_endpoint::testing::upstream::Upstreams;
+use cellbind_cell_endpoint::testing::{Outcome, StatusClass, Upstream};
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::{Revocation, RevocationKind};
@@ -425,7 +426,7 @@ async fn sign_in_is_forwarded_with_the_edges_client_address_and_no_credentials()
     assert!(h.get("authorization").is_none());
     assert_eq!(
         h["x-cellbind-edge-key"],
-        cellbind_cell_endpoint::net::upstream::LOCAL_EDGE_TOKEN
+        cellbind_cell_endpoint::testing::upstream::LOCAL_EDGE_TOKEN
     );
     assert_eq!(h["x-forwarded-for"], "192.0.2.7");
 }
@@ -518,7 +519,7 @@ async fn jwks_map_and_metrics_come_from_the_held_state() {
     assert_eq!(code(&body), "NOT_FOUND");
     // The management listener serves them.
     let management = runtime::management::router(Arc::new(
-        cellbind_cell_endpoint::service::Management(edge.clone()),
+        cellbind_cell_endpoint::testing::Management(edge.clone()),
     ));
     let resp = tower::ServiceExt::oneshot(management, get("/metrics", None))
         .await

@@ -11,9 +11,9 @@ use crate::support::wait_for;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get as get_route, post};
-use cellbind_cell_endpoint::CellState;
-use cellbind_cell_endpoint::feed::sync;
-use cellbind_cell_endpoint::held::state;
+use cellbind_cell_endpoint::testing::CellState;
+use cellbind_cell_endpoint::testing::state;
+use cellbind_cell_endpoint::testing::sync;
 use protocol::feed::{
     Change, FEED_PATH, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, REAPPLY_PATH, Reapplied,
     Reapply, Snapshot,

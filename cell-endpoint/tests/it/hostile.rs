@@ -319,8 +319,7 @@ fn from(peer: &str, headers: &[(&str, &str)], target: &str, token: &str) -> Requ
 async fn the_client_address_comes_from_trusted_proxies_only() {
     let mut s = settings();
     s.trusted_proxies =
-        cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["10.0.0.0/8".into()])
-            .unwrap();
+        cellbind_cell_endpoint::testing::TrustedProxies::parse(&["10.0.0.0/8".into()]).unwrap();
     s.serving.rate_per_ip_per_s = 1;
     s.serving.burst_per_ip = 3;
     s.serving.rate_per_subject_per_s = 1000;
@@ -404,13 +403,13 @@ struct Served {
 async fn serve(edge: cellbind_cell_endpoint::Edge) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let pki = crate::support::make_pki(dir.path(), "hostile");
-    let tls = cellbind_cell_endpoint::net::tls::load(&pki.cert, &pki.key)
+    let tls = cellbind_cell_endpoint::testing::tls::load(&pki.cert, &pki.key)
         .await
         .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(cellbind_cell_endpoint::net::tls::serve_listener(
+    tokio::spawn(cellbind_cell_endpoint::testing::tls::serve_listener(
         listener,
         tls,
         axum_server::Handle::new(),
@@ -564,8 +563,7 @@ fn proxy_v2(client: SocketAddr, server: SocketAddr) -> Vec<u8> {
 async fn proxy_protocol_v2_names_the_client_only_for_trusted_proxies() {
     let mut s = settings();
     s.trusted_proxies =
-        cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["127.0.0.1/32".into()])
-            .unwrap();
+        cellbind_cell_endpoint::testing::TrustedProxies::parse(&["127.0.0.1/32".into()]).unwrap();
     s.serving.proxy_protocol = true;
     s.listeners.header_read_timeout_ms = 1000;
     let r = rig_with(s);
@@ -599,7 +597,7 @@ fn unused(_: HeaderMap) {}
 async fn a_request_with_more_headers_than_the_limit_is_refused() {
     let r = rig();
     let served = serve(r.edge.clone()).await;
-    let limit = cellbind_cell_endpoint::net::tls::MAX_HEADERS;
+    let limit = cellbind_cell_endpoint::testing::tls::MAX_HEADERS;
     for (extra, expected) in [(limit - 1, "HTTP/1.1 200"), (limit, "HTTP/1.1 431")] {
         let mut head =
             String::from("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
@@ -713,8 +711,7 @@ async fn conflicting_hosts_are_refused_before_routing_over_http1_and_http2() {
 async fn a_local_proxy_header_never_falls_back_to_the_clients_forwarding_header() {
     let mut s = settings();
     s.trusted_proxies =
-        cellbind_cell_endpoint::net::client_ip::TrustedProxies::parse(&["127.0.0.1/32".into()])
-            .unwrap();
+        cellbind_cell_endpoint::testing::TrustedProxies::parse(&["127.0.0.1/32".into()]).unwrap();
     s.serving.proxy_protocol = true;
     s.listeners.header_read_timeout_ms = 1000;
     s.serving.burst_per_ip = 2;

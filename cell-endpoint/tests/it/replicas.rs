@@ -13,8 +13,9 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::any;
 use cellbind_cell_endpoint::config::Config;
-use cellbind_cell_endpoint::net::upstream::{
-    SendError, Target, UpstreamHttp, Upstreams, base_url, https_client,
+use cellbind_cell_endpoint::config::UpstreamHttp;
+use cellbind_cell_endpoint::testing::upstream::{
+    SendError, Target, Upstreams, base_url, https_client,
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -50,7 +51,7 @@ async fn live(
             (StatusCode::OK, "{\"ok\":true}")
         }
     }));
-    let tls = cellbind_cell_endpoint::net::tls::load(&pki.cert, &pki.key)
+    let tls = cellbind_cell_endpoint::testing::tls::load(&pki.cert, &pki.key)
         .await
         .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

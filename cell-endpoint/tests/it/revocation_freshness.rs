@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use axum::http::StatusCode;
+use cellbind_cell_endpoint::Edge;
 use cellbind_cell_endpoint::config::FailClosed;
-use cellbind_cell_endpoint::metrics::Outcome;
-use cellbind_cell_endpoint::net::upstream::Upstreams;
-use cellbind_cell_endpoint::{CellState, Edge};
+use cellbind_cell_endpoint::testing::CellState;
+use cellbind_cell_endpoint::testing::Outcome;
+use cellbind_cell_endpoint::testing::upstream::Upstreams;
 use protocol::feed::{Change, FEED_SCHEMA, FeedBody, FeedEntry, FeedResponse, KeyStatus};
 use protocol::revocation::{Revocation, RevocationKind};
 use protocol::{CellId, ErrorCode, Kid};

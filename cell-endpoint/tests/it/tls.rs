@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::common::*;
 use crate::support::*;
 use axum::http::{StatusCode, Version};
-use cellbind_cell_endpoint::net::tls;
+use cellbind_cell_endpoint::testing::tls;
 
 fn https(ca: &std::path::Path, h1: bool) -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -192,7 +192,10 @@ async fn a_client_that_reconnects_resumes_its_tls_session_whatever_came_between(
 /// once instead of joining the port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_ways_of_sharing_the_port_serve_every_connection_and_refuse_a_second_edge() {
-    for sharing in [tls::IoListener::Shared, tls::IoListener::PerThread] {
+    for sharing in [
+        cellbind_cell_endpoint::config::IoListener::Shared,
+        cellbind_cell_endpoint::config::IoListener::PerThread,
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let pki = make_pki(dir.path(), "sharing");
         let (edge, _seen, _clock) = edge();

@@ -12,9 +12,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::get;
-use cellbind_cell_endpoint::net::upstream::{
-    SendError, Target, UpstreamHttp, base_url, https_client,
-};
+use cellbind_cell_endpoint::config::UpstreamHttp;
+use cellbind_cell_endpoint::testing::upstream::{SendError, Target, base_url, https_client};
 
 /// Serves `app` over TLS with the test PKI's certificate; its base URL.
 async fn serve(pki: &Pki, app: Router) -> reqwest::Url {
@@ -157,7 +156,7 @@ async fn serve_counting(pki: &Pki, app: Router) -> (reqwest::Url, Arc<std::sync:
             next.run(req)
         },
     ));
-    let tls = cellbind_cell_endpoint::net::tls::load(&pki.cert, &pki.key)
+    let tls = cellbind_cell_endpoint::testing::tls::load(&pki.cert, &pki.key)
         .await
         .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -303,7 +302,7 @@ async fn serve_h2_going_away(
         f.extend_from_slice(payload);
         f
     }
-    let config = cellbind_cell_endpoint::net::tls::load(&pki.cert, &pki.key)
+    let config = cellbind_cell_endpoint::testing::tls::load(&pki.cert, &pki.key)
         .await
         .unwrap()
         .get_inner();
