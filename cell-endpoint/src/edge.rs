@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::net::conn::ConnectionGate;
 use crate::net::limits::Limits;
 use crate::net::target;
-use crate::net::upstream::Upstreams;
+use crate::net::upstreams::Upstreams;
 use crate::settings::Settings;
 
 /// What applying a feed answer did ([`Edge::apply_feed`]).
@@ -209,7 +209,7 @@ impl Edge {
     ///
     /// A snapshot of another epoch than the held one (the auth-service was restored from a
     /// backup) is taken whatever its head, plus the held revocations it lacks that can still
-    /// match ([`CellState::carry_revocations`]); [`Applied::restored`] names them so the
+    /// match (`CellState::carry_revocations`); [`Applied::restored`] names them so the
     /// caller hands them back to the auth-service.
     pub fn apply_feed(&self, since: u64, resp: FeedResponse) -> Result<Applied, EdgeError> {
         let _g = self

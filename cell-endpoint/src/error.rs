@@ -45,7 +45,7 @@ pub enum EdgeError {
     UpstreamRefused(String),
 }
 
-/// Why a request is refused; [`answer`] says how each is answered.
+/// Why a request is refused; `answer` says how each is answered.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
@@ -113,7 +113,7 @@ impl Refusal {
     }
 }
 
-/// Maps every refusal to its HTTP answer (see [`answer`]), with its [`Outcome`] in the
+/// Maps every refusal to its HTTP answer (see `answer`), with its [`Outcome`] in the
 /// answer's extensions for the request counter.
 pub fn rescue(refusal: &Refusal) -> Response {
     let (status, body) = answer(refusal);

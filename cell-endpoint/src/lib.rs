@@ -90,8 +90,7 @@ pub mod testing {
 
     /// The upstreams.
     pub mod upstream {
-        pub use crate::net::upstream::{
-            LOCAL_EDGE_TOKEN, SendError, Target, Upstreams, base_url, https_client,
-        };
+        pub use crate::net::upstream::{SendError, Target, base_url, https_client};
+        pub use crate::net::upstreams::{LOCAL_EDGE_TOKEN, Upstreams};
     }
 }

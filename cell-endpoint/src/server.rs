@@ -14,7 +14,7 @@ use crate::feed::sync;
 use crate::held::state;
 use crate::net::limits::LIMITER_HOUSEKEEPING_S;
 use crate::net::tls;
-use crate::net::upstream::Upstreams;
+use crate::net::upstreams::Upstreams;
 use crate::service::{Management, app};
 
 /// Runs the edge binary: loads the disk copy, starts the feed sync, the certificate watcher

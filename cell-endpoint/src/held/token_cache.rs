@@ -41,7 +41,7 @@ pub const CACHED_SESSION_BYTES: usize = 830;
 #[repr(C)]
 pub struct Validated {
     /// The view under which this session last passed the checks that depend only on the
-    /// view ([`ServedUnder`]).
+    /// view (`ServedUnder`).
     pub served_under: ServedUnder,
     pub kid: Kid,
     pub claims: SessionClaims,
@@ -226,7 +226,7 @@ impl Slot {
 /// The verified-token cache: a repeat token skips the signature, nothing else.
 ///
 /// A fixed table, allocated whole when the edge starts: the bound rounded up to a power of two
-/// slots of 64 bytes (between 1× and 2× the bound), in groups of 16 buckets of [`WAYS`] slots,
+/// slots of 64 bytes (between 1× and 2× the bound), in groups of 16 buckets of `WAYS` slots,
 /// a group per 4 KiB page. A token's fingerprint names one group and two buckets in it (the key
 /// is this process's secret, so no one can aim tokens at another session's slots); a session
 /// is placed in the emptier of its two buckets, so buckets overflow only near the bound ("two

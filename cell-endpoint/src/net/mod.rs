@@ -8,3 +8,4 @@ pub(crate) mod pool;
 pub(crate) mod target;
 pub(crate) mod tls;
 pub(crate) mod upstream;
+pub(crate) mod upstreams;

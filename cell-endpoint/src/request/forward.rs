@@ -1,5 +1,5 @@
 //! Forwarding: `/v1/sessions*` to the cell's auth-service, validated `/api/*` to the cell's
-//! app (the upstreams themselves are `upstream`). Only what the edge chose travels: the
+//! app (the upstreams themselves are `upstream` and `upstreams`). Only what the edge chose travels: the
 //! client's headers minus every credential, forwarding, identity and override header, plus the
 //! credential the rule chose (session routes) or the verified identity (`/api/*`).
 

@@ -177,7 +177,7 @@ impl Edge {
     }
 
     /// Steps 1–7 of the module doc for one `/api/*` request: the one validation function,
-    /// which the guard ([`ValidateGuard`]) and the benchmarks call. The common case is decided
+    /// which the guard (`ValidateGuard`) and the benchmarks call. The common case is decided
     /// at once, without a future ([`Validation::Decided`]); a token naming a key this instance
     /// does not hold waits for the key refetch ([`Validation::AfterRefetch`]). The time it
     /// takes goes into the validation-latency histogram either way.
