@@ -185,21 +185,26 @@ pub struct Serving {
     /// Cooldown between two key refetches caused by unknown kids, in milliseconds.
     pub kid_refetch_cooldown_ms: u64,
     /// Fail closed when the revocation view is older than this, in milliseconds (0 = off,
-    /// the default). See `cell-endpoint/README.md`.
+    /// the default): the time since the last successful feed sync (an instance serving from
+    /// its disk copy that has not synced since it started is stale). See
+    /// `cell-endpoint/README.md`.
     pub revocation_max_age_ms: u64,
-    /// What a stale revocation view refuses: `"writes"` (default) or `"all"`.
+    /// What a stale revocation view refuses: `"writes"` (default: unsafe methods; reads are
+    /// served) or `"all"` (every validated `/api/*` request).
     pub revocation_fail_closed: FailClosed,
     /// The forwarding header trusted proxies set: `"x-forwarded-for"` (default) or
     /// `"forwarded"` (RFC 7239). Only this one is read; a client's copy of the other is dropped.
     pub client_ip_header: ClientIpHeader,
     /// Whether connections from trusted proxies start with a PROXY protocol v2 header naming
-    /// the client (default false).
+    /// the client (default false). No forwarding header is then read; after a `LOCAL` header
+    /// (a balancer's health check) the client is the socket peer.
     pub proxy_protocol: bool,
     /// Most verified tokens the edge caches (a repeat token skips the signature check). The
     /// cache's table is allocated at start: the bound rounded up to a power of two slots of 64
-    /// bytes (32768 → 2 MiB); each session held adds about 700 bytes (together at most
-    /// `CACHED_SESSION_BYTES` of `held::token_cache` a session); a session beyond the bound
-    /// costs a signature check, never a wrong verdict.
+    /// bytes (32768 → 2 MiB; 1M → 64 MiB; 1.25M → 128 MiB); each session held adds about 700
+    /// bytes (1M ≈ 670 MiB; together at most `CACHED_SESSION_BYTES` of `held::token_cache` a
+    /// session). Allow ~25% headroom over the sessions you want held; a session beyond the
+    /// bound costs a signature check, never a wrong verdict.
     pub token_cache_capacity: usize,
 }
 
