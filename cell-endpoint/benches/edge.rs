@@ -285,8 +285,10 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
         listener.set_nonblocking(true).unwrap();
         let url = format!("https://{}", listener.local_addr().unwrap());
         let tls = tls.clone();
-        let mut open = cellbind_cell_endpoint::config::EdgeListeners::default();
-        open.max_connections_per_ip = usize::MAX;
+        let open = cellbind_cell_endpoint::config::EdgeListeners {
+            max_connections_per_ip: usize::MAX,
+            ..Default::default()
+        };
         let gate = Arc::new(cellbind_cell_endpoint::testing::ConnectionGate::new(
             Default::default(),
             false,

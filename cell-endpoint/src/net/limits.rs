@@ -133,17 +133,21 @@ mod tests {
     use super::*;
 
     fn limits(burst: u32) -> Limits {
-        let mut s = Serving::default();
-        s.rate_per_subject_per_s = 1;
-        s.burst_per_subject = burst;
+        let s = Serving {
+            rate_per_subject_per_s: 1,
+            burst_per_subject: burst,
+            ..Serving::default()
+        };
         Limits::new(&s)
     }
 
     #[test]
     fn the_addresses_of_one_ipv6_slash_64_share_one_rate_limit_bucket() {
-        let mut s = Serving::default();
-        s.rate_per_ip_per_s = 1;
-        s.burst_per_ip = 3;
+        let s = Serving {
+            rate_per_ip_per_s: 1,
+            burst_per_ip: 3,
+            ..Serving::default()
+        };
         let l = Limits::new(&s);
         let ip = |v: &str| v.parse::<IpAddr>().unwrap();
         // A client rotating through its /64: one bucket of three.
