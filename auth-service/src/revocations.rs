@@ -37,7 +37,8 @@ use protocol::{ContractorId, Kid, SessionId, SubjectId};
 use crate::error::{Error, Result};
 use crate::instances::FeedCaller;
 use crate::keys::lifecycle::revoke_key;
-use crate::state::{AppState, Inner, blocking};
+use crate::state::{AppState, Inner};
+use crate::store::Store as _;
 use crate::store::records::MintedSession;
 
 /// Longest audit text (`by`, `reason`) accepted, in bytes.
@@ -86,16 +87,16 @@ pub(crate) async fn record_minted(
     kid: Kid,
     claims: &SessionClaims,
 ) -> Result<()> {
-    let row = MintedSession::of(kid, claims);
-    let store = state.store.clone();
-    blocking(move || store.record_session(&row)).await
+    state
+        .store
+        .record_session(&MintedSession::of(kid, claims))
+        .await
 }
 
 /// Drops the records of sessions that have expired (past the clock leeway). Answers how many.
 pub async fn prune_minted(state: &AppState) -> Result<usize> {
     let cutoff = state.now().saturating_sub(LEEWAY_S);
-    let store = state.store.clone();
-    blocking(move || store.delete_sessions_expired_before(cutoff)).await
+    state.store.delete_sessions_expired_before(cutoff).await
 }
 
 /// Drops revocations that can no longer match an unexpired session (DESIGN §6: kept until
@@ -107,7 +108,6 @@ pub async fn prune_revocations(state: &AppState) -> Result<usize> {
     let now = state.now();
     let life = state.config.session_lifetime_s;
     let expired = |r: &Revocation| !r.can_match(life, now);
-    let store = state.store.clone();
     let dropped = state
         .replace_revocations(
             |held| {
@@ -115,7 +115,10 @@ pub async fn prune_revocations(state: &AppState) -> Result<usize> {
                     held.iter().filter(|r| expired(r)).map(|r| r.seq).collect();
                 (!seqs.is_empty()).then_some(seqs)
             },
-            move |seqs| store.delete_revocations(&seqs.iter().copied().collect::<Vec<_>>()),
+            async |seqs| {
+                let listed: Vec<u64> = seqs.iter().copied().collect();
+                state.store.delete_revocations(&listed).await.map(|()| seqs)
+            },
             |r, seqs| !seqs.contains(&r.seq),
         )
         .await?;
@@ -161,9 +164,7 @@ async fn normalise(state: &AppState, kind: RevocationKind) -> Result<RevocationK
             )))
         }
         RevocationKind::Session { jti, exp } => {
-            let store = state.store.clone();
-            let id = jti.clone();
-            let recorded = blocking(move || store.session(&id)).await?;
+            let recorded = state.store.session(&jti).await?;
             let longest = now
                 .saturating_add(state.config.session_lifetime_s)
                 .saturating_add(LEEWAY_S);
@@ -239,9 +240,10 @@ pub(crate) async fn sessions_of_subject(
     sub: SubjectId,
 ) -> Result<SubjectSessions> {
     let now = state.now();
-    let store = state.store.clone();
-    let s = sub.clone();
-    let rows = blocking(move || store.sessions_of(&s, now, MAX_LISTED_SESSIONS)).await?;
+    let rows = state
+        .store
+        .sessions_of(&sub, now, MAX_LISTED_SESSIONS)
+        .await?;
     let inner = state.read();
     let sessions = rows
         .into_iter()
@@ -262,9 +264,7 @@ pub(crate) async fn session_record(
     state: &AppState,
     jti: SessionId,
 ) -> Result<SessionRecordAnswer> {
-    let store = state.store.clone();
-    let id = jti.clone();
-    let row = blocking(move || store.session(&id)).await?;
+    let row = state.store.session(&jti).await?;
     let row = row.ok_or_else(|| Error::NotFound(format!("session {jti}")))?;
     let revoked = is_revoked(state, &state.read(), &row);
     Ok(SessionRecordAnswer {
@@ -280,8 +280,7 @@ pub(crate) async fn audit_page(
     after: u64,
     limit: usize,
 ) -> Result<Vec<Revocation>> {
-    let store = state.store.clone();
-    blocking(move || store.revocation_audit(after, limit)).await
+    state.store.revocation_audit(after, limit).await
 }
 
 /// Why a handed-back revocation is not taken back (logged, counted as `refused`).
@@ -322,8 +321,7 @@ impl Refusal {
 /// than the withdrawal of its kind is what was withdrawn, and is never taken back from an edge
 /// that missed the withdrawal (whatever epoch or copy it holds).
 async fn withdrawn_kinds(state: &AppState) -> Result<HashMap<RevocationKind, UnixSeconds>> {
-    let store = state.store.clone();
-    let withdrawn = blocking(move || crate::store::withdrawals(store.as_ref())).await?;
+    let withdrawn = crate::store::withdrawals(&state.store).await?;
     let mut at = HashMap::new();
     for r in withdrawn {
         if let Some(w) = r.withdrawn {
@@ -355,8 +353,7 @@ pub(crate) async fn reapply(
     }
     checked_text("instance", &req.instance)?;
     let instance = caller.instance_named(&req.instance)?;
-    let store = state.store.clone();
-    let epochs = blocking(move || store.epochs()).await?;
+    let epochs = state.store.epochs().await?;
     let current = state.read().epoch.clone();
     if req.from_epoch == current || !epochs.contains(&req.from_epoch) {
         return Err(Error::BadRequest(
