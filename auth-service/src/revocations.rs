@@ -29,7 +29,7 @@ use protocol::admin::cell::{
     SubjectSessions, WithdrawAnswer,
 };
 use protocol::feed::{MAX_REAPPLY_REVOCATIONS, Reapplied, Reapply};
-use protocol::revocation::{HandBack, Revocation, RevocationKind};
+use protocol::revocation::{HandBack, Revocation, RevocationKind, SessionRef};
 use protocol::time::UnixSeconds;
 use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
@@ -47,37 +47,30 @@ pub(crate) const MAX_AUDIT_TEXT_BYTES: usize = 512;
 pub(crate) const MAX_LISTED_SESSIONS: usize = 1_000;
 
 /// The `iat` to mint a session at: `now`, or the latest "before" of a revocation that would
-/// otherwise match it (subject, contractor, cell) when that lies at most the clock leeway ahead.
+/// otherwise match it (`RevocationSet::latest_before`) when that lies at most the clock
+/// leeway ahead.
 pub(crate) fn issue_time(
     inner: &Inner,
     sub: &SubjectId,
     ctr: &ContractorId,
     now: UnixSeconds,
 ) -> UnixSeconds {
-    let floor = inner
-        .revocations
-        .iter()
-        .filter_map(|r| match &r.kind {
-            RevocationKind::Subject { sub: s, before } if s == sub => Some(*before),
-            RevocationKind::Contractor { ctr: c, before } if c == ctr => Some(*before),
-            RevocationKind::Cell { before } => Some(*before),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let floor = inner.revoked.latest_before(sub, ctr).unwrap_or(0);
     floor.clamp(now, now.saturating_add(LEEWAY_S))
 }
 
-/// Whether a transfer ticket was issued before a "before" revocation held here (subject,
-/// contractor or cell): the session it carries is then revoked too, even though the ticket was
-/// signed while the source still accepted it (a ticket lives up to five minutes).
+/// Whether a revocation held here revokes the session a transfer ticket carries, as of the
+/// ticket's issue time: by its session id, or by a "before" revocation (subject, contractor,
+/// cell) later than the ticket, even though the ticket was signed while the source still
+/// accepted it (a ticket lives up to five minutes). The key that signed that session is the
+/// source's, never revoked here.
 pub(crate) fn ticket_revoked(inner: &Inner, t: &TicketClaims) -> bool {
-    inner.revocations.iter().any(|r| match &r.kind {
-        RevocationKind::Subject { sub, before } => sub == &t.sub && t.iat < *before,
-        RevocationKind::Contractor { ctr, before } => ctr == &t.ctr && t.iat < *before,
-        RevocationKind::Cell { before } => t.iat < *before,
-        RevocationKind::Session { jti, .. } => jti == &t.sid,
-        RevocationKind::Key { .. } => false,
+    inner.revoked.revokes(&SessionRef {
+        jti: Some(&t.sid),
+        sub: &t.sub,
+        ctr: &t.ctr,
+        kid: None,
+        iat: t.iat,
     })
 }
 
@@ -153,16 +146,12 @@ fn held_seq(inner: &Inner, kind: &RevocationKind) -> Option<u64> {
 async fn normalise(state: &AppState, kind: RevocationKind) -> Result<RevocationKind> {
     let now = state.now();
     let horizon = now.saturating_add(LEEWAY_S);
+    if kind.before().is_some_and(|before| before > horizon) {
+        return Err(Error::BadRequest(format!(
+            "before may be at most {LEEWAY_S} s ahead of the cell's clock ({now})"
+        )));
+    }
     match kind {
-        RevocationKind::Subject { before, .. }
-        | RevocationKind::Contractor { before, .. }
-        | RevocationKind::Cell { before }
-            if before > horizon =>
-        {
-            Err(Error::BadRequest(format!(
-                "before may be at most {LEEWAY_S} s ahead of the cell's clock ({now})"
-            )))
-        }
         RevocationKind::Session { jti, exp } => {
             let recorded = state.store.session(&jti).await?;
             let longest = now
@@ -171,7 +160,10 @@ async fn normalise(state: &AppState, kind: RevocationKind) -> Result<RevocationK
             let exp = recorded.map_or(exp, |r| exp.max(r.expires_at)).min(longest);
             Ok(RevocationKind::Session { jti, exp })
         }
-        other => Ok(other),
+        RevocationKind::Subject { .. }
+        | RevocationKind::Contractor { .. }
+        | RevocationKind::Key { .. }
+        | RevocationKind::Cell { .. } => Ok(kind),
     }
 }
 
@@ -186,7 +178,7 @@ pub(crate) async fn revoke(
     checked_text("reason", &reason)?;
     checked_text("by", &by)?;
     let kind = normalise(state, kind).await?;
-    let outcome = if let RevocationKind::Key { kid } = &kind {
+    let outcome = if let Some(kid) = kind.key() {
         if revoke_key(state, kid, by.clone(), reason.clone()).await? {
             RevokeOutcome::Applied
         } else {
@@ -373,7 +365,7 @@ pub(crate) async fn reapply(
             skipped += 1;
             continue;
         }
-        let refusal = if matches!(r.kind, RevocationKind::Key { .. }) {
+        let refusal = if r.kind.key().is_some() {
             Some(Refusal::KeyKind)
         } else if !sealer.verifies(&req.from_epoch, &r) {
             Some(Refusal::NotSealed)
@@ -483,7 +475,7 @@ pub(crate) async fn withdraw(
                 .iter()
                 .find(|r| r.seq == seq)
                 .ok_or_else(|| Error::NotFound(format!("revocation {seq} is not in force")))?;
-            if let RevocationKind::Key { kid } = &held.kind {
+            if let Some(kid) = held.kind.key() {
                 return Err(Error::BadRequest(format!(
                     "the revocation of key {kid} cannot be withdrawn: the key left the ring for good"
                 )));
