@@ -4,8 +4,8 @@
 //!   one at a time: the single writer of the file, and reads between writes);
 //! - a waiting call parks nothing but its future (a blocking-pool thread per waiting call
 //!   would compete with password hashing for that pool);
-//! - a job runs to its end even when its caller stopped waiting (a request cancelled
-//!   mid-commit still commits or rolls back whole, as SQLite's transaction decides).
+//! - a job runs to its end even when its caller stopped waiting: a call is never cut off
+//!   half-way by a cancelled request (its transaction commits or rolls back whole).
 //!
 //! A job that panics is answered with an error and the thread goes on; dropping the
 //! [`SqliteThread`] lets the queued jobs finish, closes the connection and joins the thread.
