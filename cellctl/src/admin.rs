@@ -2,7 +2,7 @@
 //! (`protocol::admin::cell`), a cell app's migration interface (`protocol::admin::app`) or the
 //! control plane (`protocol::admin::placement`) goes through [`AdminClient`], typed with those
 //! shared request and answer types, over the one HTTPS client that trusts only the fleet's CA
-//! ([`devfleet::client_trusting`]) and with the one retry policy ([`RetryPolicy`]).
+//! ([`fleet_description::client_trusting`]) and with the one retry policy ([`RetryPolicy`]).
 //!
 //! Retries: a request is sent again, after a bounded exponential backoff with jitter, when it
 //! failed in transport (connect error, timeout, broken answer) or the service answered 429 or
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable as _};
-use devfleet::{FleetCell, FleetFile};
+use fleet_description::{FleetCell, FleetFile};
 use protocol::admin::app::{
     ActivateRequest, ContractorOp, ContractorState, ExportDoc, ImportResponse,
 };
@@ -91,11 +91,11 @@ impl Api {
 
     /// A cell's auth-service admin API (its replicas' internal listeners, replica 0 first, the
     /// cell's own admin token): each retry of a call goes to the next replica.
-    pub fn auth(cell: &FleetCell) -> devfleet::Result<Api> {
+    pub fn auth(cell: &FleetCell) -> fleet_description::Result<Api> {
         let mut bases = vec![cell.auth_admin_endpoint()?];
         for r in cell.replicas().iter().skip(1) {
             bases.push(Endpoint::parse(&r.url).map_err(|e| {
-                devfleet::FleetError::Config(format!("cells[].auth_services[].url: {e}"))
+                fleet_description::Error::Config(format!("cells[].auth_services[].url: {e}"))
             })?);
         }
         Ok(Api {
@@ -106,12 +106,12 @@ impl Api {
 
     /// A cell's app migration interface (its internal listener, the app's own internal token;
     /// never the cell's admin token, which the app does not hold).
-    pub fn app(cell: &FleetCell) -> devfleet::Result<Api> {
+    pub fn app(cell: &FleetCell) -> fleet_description::Result<Api> {
         Ok(Api::new(cell.app_internal_endpoint()?, cell.app_internal()))
     }
 
     /// The control plane's admin API (the control plane's own token).
-    pub fn control_plane(fleet: &FleetFile) -> devfleet::Result<Api> {
+    pub fn control_plane(fleet: &FleetFile) -> fleet_description::Result<Api> {
         Ok(Api::new(
             fleet.control_plane_endpoint()?,
             fleet.control_plane_admin(),
@@ -216,8 +216,8 @@ impl AdminClient {
     }
 
     /// A client trusting the CA of `fleet`.
-    pub fn for_fleet(fleet: &FleetFile) -> devfleet::Result<Self> {
-        Ok(AdminClient::new(devfleet::client_trusting_file(
+    pub fn for_fleet(fleet: &FleetFile) -> fleet_description::Result<Self> {
+        Ok(AdminClient::new(fleet_description::client_trusting_file(
             &fleet.ca_cert,
         )?))
     }

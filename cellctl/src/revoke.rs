@@ -38,7 +38,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use devfleet::{FleetCell, FleetFile};
+use fleet_description::{FleetCell, FleetFile};
 use protocol::admin::cell::{RevokeOutcome, RevokeRequest};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::RevocationKind;
@@ -365,7 +365,7 @@ pub struct Revoker {
 impl Revoker {
     /// Loads the fleet description at `path` and builds a client trusting its CA.
     pub fn load(path: &Path) -> Result<Revoker> {
-        let fleet = crate::inventory::load(path)?;
+        let fleet = fleet_description::inventory::load(path)?;
         let admin = AdminClient::for_fleet(&fleet)?;
         let control_plane = Api::control_plane(&fleet).ok();
         Ok(Revoker {
