@@ -21,6 +21,7 @@ fn the_shipped_cellctl_links_no_server_and_not_the_dev_fleet() {
         .args([
             "tree",
             "--offline",
+            "--locked",
             "--manifest-path",
             manifest,
             "-p",
