@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{Slot, bin_dir, fleet_slot, random_port_base, signal};
-use devfleet::fleet_file::FleetManagement;
+use devfleet::FleetManagement;
 use devfleet::{FleetFile, Ports, check_ports_free};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
