@@ -1,4 +1,4 @@
-//! ATTACKS A33 (issue acceptance: 1,000 stalled connections per listener): from ONE source
+//! ATTACKS A33 (1,000 stalled connections per listener): from ONE source
 //! address (127.0.0.200; all of 127/8 is loopback), 1,000 TLS connections that send half a
 //! request head and stall, against every listener kind of a real dev fleet: the edge's public
 //! and management listeners, the auth-service's public, internal and management ones, the
