@@ -38,7 +38,7 @@ use crate::keys::kek::Kek;
 use crate::keys::ring::KeyRing;
 use crate::seal::Sealer;
 use crate::server::open_store;
-use crate::state::blocking;
+use crate::store::Store as _;
 use crate::store::portable::{fresh_epoch, undump_key};
 use crate::store::records::{BACKUP_SCHEMA, Dump};
 
@@ -80,7 +80,7 @@ fn now() -> u64 {
 /// Writes everything the configured store holds to `out` (0600, atomically).
 pub async fn backup(config: &Config, out: &Path) -> Result<BackupSummary> {
     let (store, _) = open_store(config).await?;
-    let mut dump = blocking(move || store.dump()).await?;
+    let mut dump = store.dump().await?;
     dump.schema = BACKUP_SCHEMA;
     dump.cell = Some(config.cell_id.clone());
     dump.taken_at = now();
@@ -255,13 +255,11 @@ pub async fn restore_with_clock(
     let from_epoch = dump.epoch.clone();
     let (store, _) = open_store(config).await?;
     let (live, withdrawals) = {
-        let store = store.clone();
-        let read = blocking(move || {
-            let live = store.load(0)?.revocations;
-            Ok((live, crate::store::withdrawals(store.as_ref())?))
-        })
-        .await;
-        match read {
+        let read = async {
+            let live = store.load(0).await?.revocations;
+            Ok::<_, Error>((live, crate::store::withdrawals(&store).await?))
+        };
+        match read.await {
             Ok(both) => both,
             Err(e) => {
                 tracing::warn!(error = %e, "the database being replaced is unreadable: its revocations come back from the edges");
@@ -290,7 +288,7 @@ pub async fn restore_with_clock(
         carried_over: carried.revocations,
         withdrawals_carried_over: carried.withdrawals,
     };
-    blocking(move || store.restore(&dump, &epoch)).await?;
+    store.restore(dump, &epoch).await?;
     Ok(summary)
 }
 

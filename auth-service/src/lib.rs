@@ -12,7 +12,7 @@
 //!   keys/lifecycle                 the domain: what each request means
 //!   state.rs, batch.rs             the in-memory mirror and the one commit path
 //!   keys/{ring,kek}, peers, instances, throttle, devices, passwords, metrics, tls
-//!   store/ (trait + records) → store/sqlite*    durable storage
+//!   store/ (trait, any, records) → store/sqlite*, store/postgres*    durable storage
 //!   config.rs, error.rs
 //! ```
 //!

@@ -23,7 +23,8 @@ use crate::error::{Error, Result};
 use crate::feed::MAX_WAIT_MS;
 use crate::metrics::MigrationStep;
 use crate::revocations::MAX_AUDIT_TEXT_BYTES;
-use crate::state::{AppState, blocking};
+use crate::state::AppState;
+use crate::store::Store as _;
 use crate::users::{exported, imported, store_records};
 
 /// Runs one migration step and counts it, by result, with its duration
@@ -60,9 +61,7 @@ fn concerns(kind: &RevocationKind, ctr: &ContractorId) -> bool {
 
 /// The contractor's export document.
 pub(crate) async fn export(state: &AppState, ctr: ContractorId) -> Result<ContractorExport> {
-    let store = state.store.clone();
-    let c = ctr.clone();
-    let users = blocking(move || store.users_of(&c)).await?;
+    let users = state.store.users_of(&ctr).await?;
     let revocations = state
         .read()
         .revocations

@@ -29,7 +29,7 @@ use protocol::admin::cell::{
     SubjectSessions, WithdrawAnswer,
 };
 use protocol::feed::{MAX_REAPPLY_REVOCATIONS, Reapplied, Reapply};
-use protocol::revocation::{HandBack, Revocation, RevocationKind};
+use protocol::revocation::{HandBack, Revocation, RevocationKind, SessionRef};
 use protocol::time::UnixSeconds;
 use protocol::token::{LEEWAY_S, SessionClaims, TicketClaims};
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
@@ -37,7 +37,8 @@ use protocol::{ContractorId, Kid, SessionId, SubjectId};
 use crate::error::{Error, Result};
 use crate::instances::FeedCaller;
 use crate::keys::lifecycle::revoke_key;
-use crate::state::{AppState, Inner, blocking};
+use crate::state::{AppState, Inner};
+use crate::store::Store as _;
 use crate::store::records::MintedSession;
 
 /// Longest audit text (`by`, `reason`) accepted, in bytes.
@@ -46,37 +47,30 @@ pub(crate) const MAX_AUDIT_TEXT_BYTES: usize = 512;
 pub(crate) const MAX_LISTED_SESSIONS: usize = 1_000;
 
 /// The `iat` to mint a session at: `now`, or the latest "before" of a revocation that would
-/// otherwise match it (subject, contractor, cell) when that lies at most the clock leeway ahead.
+/// otherwise match it (`RevocationSet::latest_before`) when that lies at most the clock
+/// leeway ahead.
 pub(crate) fn issue_time(
     inner: &Inner,
     sub: &SubjectId,
     ctr: &ContractorId,
     now: UnixSeconds,
 ) -> UnixSeconds {
-    let floor = inner
-        .revocations
-        .iter()
-        .filter_map(|r| match &r.kind {
-            RevocationKind::Subject { sub: s, before } if s == sub => Some(*before),
-            RevocationKind::Contractor { ctr: c, before } if c == ctr => Some(*before),
-            RevocationKind::Cell { before } => Some(*before),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
+    let floor = inner.revoked.latest_before(sub, ctr).unwrap_or(0);
     floor.clamp(now, now.saturating_add(LEEWAY_S))
 }
 
-/// Whether a transfer ticket was issued before a "before" revocation held here (subject,
-/// contractor or cell): the session it carries is then revoked too, even though the ticket was
-/// signed while the source still accepted it (a ticket lives up to five minutes).
+/// Whether a revocation held here revokes the session a transfer ticket carries, as of the
+/// ticket's issue time: by its session id, or by a "before" revocation (subject, contractor,
+/// cell) later than the ticket, even though the ticket was signed while the source still
+/// accepted it (a ticket lives up to five minutes). The key that signed that session is the
+/// source's, never revoked here.
 pub(crate) fn ticket_revoked(inner: &Inner, t: &TicketClaims) -> bool {
-    inner.revocations.iter().any(|r| match &r.kind {
-        RevocationKind::Subject { sub, before } => sub == &t.sub && t.iat < *before,
-        RevocationKind::Contractor { ctr, before } => ctr == &t.ctr && t.iat < *before,
-        RevocationKind::Cell { before } => t.iat < *before,
-        RevocationKind::Session { jti, .. } => jti == &t.sid,
-        RevocationKind::Key { .. } => false,
+    inner.revoked.revokes(&SessionRef {
+        jti: Some(&t.sid),
+        sub: &t.sub,
+        ctr: &t.ctr,
+        kid: None,
+        iat: t.iat,
     })
 }
 
@@ -86,16 +80,16 @@ pub(crate) async fn record_minted(
     kid: Kid,
     claims: &SessionClaims,
 ) -> Result<()> {
-    let row = MintedSession::of(kid, claims);
-    let store = state.store.clone();
-    blocking(move || store.record_session(&row)).await
+    state
+        .store
+        .record_session(&MintedSession::of(kid, claims))
+        .await
 }
 
 /// Drops the records of sessions that have expired (past the clock leeway). Answers how many.
 pub async fn prune_minted(state: &AppState) -> Result<usize> {
     let cutoff = state.now().saturating_sub(LEEWAY_S);
-    let store = state.store.clone();
-    blocking(move || store.delete_sessions_expired_before(cutoff)).await
+    state.store.delete_sessions_expired_before(cutoff).await
 }
 
 /// Drops revocations that can no longer match an unexpired session (DESIGN §6: kept until
@@ -107,7 +101,6 @@ pub async fn prune_revocations(state: &AppState) -> Result<usize> {
     let now = state.now();
     let life = state.config.session_lifetime_s;
     let expired = |r: &Revocation| !r.can_match(life, now);
-    let store = state.store.clone();
     let dropped = state
         .replace_revocations(
             |held| {
@@ -115,7 +108,10 @@ pub async fn prune_revocations(state: &AppState) -> Result<usize> {
                     held.iter().filter(|r| expired(r)).map(|r| r.seq).collect();
                 (!seqs.is_empty()).then_some(seqs)
             },
-            move |seqs| store.delete_revocations(&seqs.iter().copied().collect::<Vec<_>>()),
+            async |seqs| {
+                let listed: Vec<u64> = seqs.iter().copied().collect();
+                state.store.delete_revocations(&listed).await.map(|()| seqs)
+            },
             |r, seqs| !seqs.contains(&r.seq),
         )
         .await?;
@@ -150,27 +146,24 @@ fn held_seq(inner: &Inner, kind: &RevocationKind) -> Option<u64> {
 async fn normalise(state: &AppState, kind: RevocationKind) -> Result<RevocationKind> {
     let now = state.now();
     let horizon = now.saturating_add(LEEWAY_S);
+    if kind.before().is_some_and(|before| before > horizon) {
+        return Err(Error::BadRequest(format!(
+            "before may be at most {LEEWAY_S} s ahead of the cell's clock ({now})"
+        )));
+    }
     match kind {
-        RevocationKind::Subject { before, .. }
-        | RevocationKind::Contractor { before, .. }
-        | RevocationKind::Cell { before }
-            if before > horizon =>
-        {
-            Err(Error::BadRequest(format!(
-                "before may be at most {LEEWAY_S} s ahead of the cell's clock ({now})"
-            )))
-        }
         RevocationKind::Session { jti, exp } => {
-            let store = state.store.clone();
-            let id = jti.clone();
-            let recorded = blocking(move || store.session(&id)).await?;
+            let recorded = state.store.session(&jti).await?;
             let longest = now
                 .saturating_add(state.config.session_lifetime_s)
                 .saturating_add(LEEWAY_S);
             let exp = recorded.map_or(exp, |r| exp.max(r.expires_at)).min(longest);
             Ok(RevocationKind::Session { jti, exp })
         }
-        other => Ok(other),
+        RevocationKind::Subject { .. }
+        | RevocationKind::Contractor { .. }
+        | RevocationKind::Key { .. }
+        | RevocationKind::Cell { .. } => Ok(kind),
     }
 }
 
@@ -185,7 +178,7 @@ pub(crate) async fn revoke(
     checked_text("reason", &reason)?;
     checked_text("by", &by)?;
     let kind = normalise(state, kind).await?;
-    let outcome = if let RevocationKind::Key { kid } = &kind {
+    let outcome = if let Some(kid) = kind.key() {
         if revoke_key(state, kid, by.clone(), reason.clone()).await? {
             RevokeOutcome::Applied
         } else {
@@ -239,9 +232,10 @@ pub(crate) async fn sessions_of_subject(
     sub: SubjectId,
 ) -> Result<SubjectSessions> {
     let now = state.now();
-    let store = state.store.clone();
-    let s = sub.clone();
-    let rows = blocking(move || store.sessions_of(&s, now, MAX_LISTED_SESSIONS)).await?;
+    let rows = state
+        .store
+        .sessions_of(&sub, now, MAX_LISTED_SESSIONS)
+        .await?;
     let inner = state.read();
     let sessions = rows
         .into_iter()
@@ -262,9 +256,7 @@ pub(crate) async fn session_record(
     state: &AppState,
     jti: SessionId,
 ) -> Result<SessionRecordAnswer> {
-    let store = state.store.clone();
-    let id = jti.clone();
-    let row = blocking(move || store.session(&id)).await?;
+    let row = state.store.session(&jti).await?;
     let row = row.ok_or_else(|| Error::NotFound(format!("session {jti}")))?;
     let revoked = is_revoked(state, &state.read(), &row);
     Ok(SessionRecordAnswer {
@@ -280,8 +272,7 @@ pub(crate) async fn audit_page(
     after: u64,
     limit: usize,
 ) -> Result<Vec<Revocation>> {
-    let store = state.store.clone();
-    blocking(move || store.revocation_audit(after, limit)).await
+    state.store.revocation_audit(after, limit).await
 }
 
 /// Why a handed-back revocation is not taken back (logged, counted as `refused`).
@@ -322,8 +313,7 @@ impl Refusal {
 /// than the withdrawal of its kind is what was withdrawn, and is never taken back from an edge
 /// that missed the withdrawal (whatever epoch or copy it holds).
 async fn withdrawn_kinds(state: &AppState) -> Result<HashMap<RevocationKind, UnixSeconds>> {
-    let store = state.store.clone();
-    let withdrawn = blocking(move || crate::store::withdrawals(store.as_ref())).await?;
+    let withdrawn = crate::store::withdrawals(&state.store).await?;
     let mut at = HashMap::new();
     for r in withdrawn {
         if let Some(w) = r.withdrawn {
@@ -355,8 +345,7 @@ pub(crate) async fn reapply(
     }
     checked_text("instance", &req.instance)?;
     let instance = caller.instance_named(&req.instance)?;
-    let store = state.store.clone();
-    let epochs = blocking(move || store.epochs()).await?;
+    let epochs = state.store.epochs().await?;
     let current = state.read().epoch.clone();
     if req.from_epoch == current || !epochs.contains(&req.from_epoch) {
         return Err(Error::BadRequest(
@@ -376,7 +365,7 @@ pub(crate) async fn reapply(
             skipped += 1;
             continue;
         }
-        let refusal = if matches!(r.kind, RevocationKind::Key { .. }) {
+        let refusal = if r.kind.key().is_some() {
             Some(Refusal::KeyKind)
         } else if !sealer.verifies(&req.from_epoch, &r) {
             Some(Refusal::NotSealed)
@@ -486,7 +475,7 @@ pub(crate) async fn withdraw(
                 .iter()
                 .find(|r| r.seq == seq)
                 .ok_or_else(|| Error::NotFound(format!("revocation {seq} is not in force")))?;
-            if let RevocationKind::Key { kid } = &held.kind {
+            if let Some(kid) = held.kind.key() {
                 return Err(Error::BadRequest(format!(
                     "the revocation of key {kid} cannot be withdrawn: the key left the ring for good"
                 )));

@@ -22,7 +22,8 @@ use crate::keys::ring::KeyRing;
 use crate::revocations::{prune_minted, prune_revocations};
 use crate::routes::{Management, internal_router, public_router};
 use crate::state::{AppState, FEED_RETAIN_ENTRIES, Parts, Start, Tokens, blocking};
-use crate::store::Store;
+use crate::store::Store as _;
+use crate::store::any::AnyStore;
 use crate::store::sqlite::SqliteStore;
 use crate::{map, tls};
 
@@ -33,14 +34,13 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Opens the store a config names: the SQLite file in the data directory (0700, the file
 /// 0600), or the PostgreSQL database of `database_url_file` with its cross-replica services.
-pub(crate) async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Coordination)> {
+pub(crate) async fn open_store(config: &Config) -> Result<(AnyStore, Coordination)> {
     match config.store {
         StoreKind::Sqlite => {
             // ATTACKS A30: the data folder and the database (with its -wal and -shm) are
             // owner-only.
-            let dir = config.data_dir.clone();
-            let store = blocking(move || SqliteStore::open_in(&dir, DB_FILE)).await?;
-            Ok((Arc::new(store), Coordination::Local))
+            let store = SqliteStore::open_in(&config.data_dir, DB_FILE).await?;
+            Ok((AnyStore::Sqlite(store), Coordination::Local))
         }
         StoreKind::Postgres => {
             // Nothing of the store lives there, but other files may (the key-encryption key
@@ -60,7 +60,7 @@ pub(crate) async fn open_store(config: &Config) -> Result<(Arc<dyn Store>, Coord
             )
             .await?;
             Ok((
-                Arc::new(store),
+                AnyStore::Postgres(store),
                 Coordination::Postgres(Arc::new(coordination)),
             ))
         }
@@ -96,8 +96,7 @@ pub async fn open_with_clock(
         clock,
         http,
     };
-    let store = parts.store.clone();
-    let loaded = blocking(move || store.load(FEED_RETAIN_ENTRIES)).await?;
+    let loaded = parts.store.load(FEED_RETAIN_ENTRIES).await?;
     let ring = KeyRing::from_rows(&loaded.keys, &parts.kek)?;
     let map_key = config
         .map_public_key

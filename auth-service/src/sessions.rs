@@ -25,6 +25,7 @@ use crate::keys::kek::random;
 use crate::ownership::{check_renewal, sign_in_generation};
 use crate::revocations::{issue_time, record_minted};
 use crate::state::{AppState, blocking};
+use crate::store::Store as _;
 
 /// Bytes of the keyed hash a [`LoginTag`] shows.
 const LOGIN_TAG_BYTES: usize = 8;
@@ -114,9 +115,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
         return Err(e);
     }
 
-    let store = state.store.clone();
-    let (ctr, login) = (req.contractor_id.clone(), req.login.clone());
-    let user = blocking(move || store.user(&ctr, &login)).await?;
+    let user = state.store.user(&req.contractor_id, &req.login).await?;
     let _permit = state
         .hashing
         .acquire()
@@ -294,9 +293,7 @@ pub(crate) async fn sign_out(state: &AppState, claims: &SessionClaims) -> Result
 /// the session's generation and the user is still active.
 pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> {
     check_renewal(state, &c.ctr, c.r#gen)?;
-    let store = state.store.clone();
-    let sub = c.sub.clone();
-    let user = blocking(move || store.user_by_subject(&sub)).await?;
+    let user = state.store.user_by_subject(&c.sub).await?;
     if !user.is_some_and(|u| u.status == UserStatus::Active) {
         return Err(Error::SessionRevoked);
     }

@@ -37,7 +37,8 @@ use crate::keys::ring::KeyRing;
 use crate::metrics::Metrics;
 use crate::peers::PeerKeys;
 use crate::seal::Sealer;
-use crate::store::Store;
+use crate::store::Store as _;
+use crate::store::any::AnyStore;
 use crate::store::records::{Commit, Loaded, Write};
 use crate::throttle::Throttle;
 
@@ -110,7 +111,7 @@ pub struct AppState(Arc<Shared>);
 pub struct Shared {
     pub(crate) config: Config,
     pub(crate) clock: SharedClock,
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: AnyStore,
     /// What this replica shares with the others of its cell.
     pub(crate) coordination: Coordination,
     /// This replica's name (logs, the database's `application_name`).
@@ -142,7 +143,7 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// Runs blocking work (SQLite, argon2) on the blocking pool.
+/// Runs CPU-heavy work (argon2 password hashing) on the blocking pool.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
@@ -176,7 +177,7 @@ impl Tokens {
 /// Secrets and collaborators that come from outside the config file's plain values.
 #[derive(Debug)]
 pub(crate) struct Parts {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: AnyStore,
     pub(crate) coordination: Coordination,
     pub(crate) kek: Kek,
     pub(crate) tokens: Tokens,
@@ -265,11 +266,8 @@ impl AppState {
                 return Ok((self.read().head, out));
             }
             let (commit, signers) = batch.into_parts();
-            let store = self.store.clone();
-            let written =
-                blocking(move || store.commit(&commit, FEED_RETAIN_ENTRIES).map(|()| commit)).await;
-            match written {
-                Ok(commit) => {
+            match self.store.commit(&commit, FEED_RETAIN_ENTRIES).await {
+                Ok(()) => {
                     let head = commit.head;
                     self.apply_commit(commit, &signers);
                     return Ok((head, out));
@@ -339,8 +337,7 @@ impl AppState {
 
     /// [`AppState::catch_up`] with the writer lock held.
     async fn catch_up_locked(&self) -> Result<bool> {
-        let store = self.store.clone();
-        let stored = blocking(move || store.position()).await?;
+        let stored = self.store.position().await?;
         let (epoch, mut head) = {
             let inner = self.read();
             (inner.epoch.clone(), inner.head)
@@ -358,9 +355,10 @@ impl AppState {
             return Ok(true);
         }
         while head < stored.head {
-            let store = self.store.clone();
-            let entries =
-                blocking(move || store.entries_after(head, CATCH_UP_BATCH_ENTRIES)).await?;
+            let entries = self
+                .store
+                .entries_after(head, CATCH_UP_BATCH_ENTRIES)
+                .await?;
             if entries.first().map(|e| e.seq) != Some(head + 1) {
                 // Dropped already (far behind), or the store moved under us: start over.
                 self.reload().await?;
@@ -379,8 +377,7 @@ impl AppState {
             .iter()
             .any(|e| matches!(e.change, Change::Key(_) | Change::KeyRemoved { .. }));
         let ring = if keys_changed {
-            let store = self.store.clone();
-            let rows = blocking(move || store.keys()).await?;
+            let rows = self.store.keys().await?;
             Some(KeyRing::from_rows(&rows, &self.kek)?)
         } else {
             None
@@ -415,8 +412,7 @@ impl AppState {
 
     /// Replaces the whole in-memory state with the store's.
     async fn reload(&self) -> Result<()> {
-        let store = self.store.clone();
-        let loaded = blocking(move || store.load(FEED_RETAIN_ENTRIES)).await?;
+        let loaded = self.store.load(FEED_RETAIN_ENTRIES).await?;
         let ring = KeyRing::from_rows(&loaded.keys, &self.kek)?;
         let head = loaded.head;
         if let Some(m) = &loaded.map {
@@ -429,20 +425,24 @@ impl AppState {
         Ok(())
     }
 
-    /// Changes the in-memory revocations outside the feed, under the writer lock: `change`
-    /// gets the held list and answers what to write first (`persist`, run on the blocking
-    /// pool); the matcher is rebuilt after. Used to drop revocations that match nothing.
-    pub(crate) async fn replace_revocations<T: Send + 'static>(
+    /// Changes the in-memory revocations outside the feed, under the writer lock: `select`
+    /// gets the held list and answers what to change, `persist` writes that to the store
+    /// (answering it back) and `keep` then filters the held list; the matcher is rebuilt after.
+    /// Used to drop revocations that match nothing.
+    pub(crate) async fn replace_revocations<T, F>(
         &self,
         select: impl FnOnce(&[Revocation]) -> Option<T>,
-        persist: impl FnOnce(&T) -> Result<()> + Send + 'static,
+        persist: impl FnOnce(T) -> F,
         keep: impl Fn(&Revocation, &T) -> bool,
-    ) -> Result<Option<T>> {
+    ) -> Result<Option<T>>
+    where
+        F: Future<Output = Result<T>>,
+    {
         let _writer = self.writer.lock().await;
         let Some(selected) = select(&self.read().revocations) else {
             return Ok(None);
         };
-        let selected = blocking(move || persist(&selected).map(|()| selected)).await?;
+        let selected = persist(selected).await?;
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         inner.revocations.retain(|r| keep(r, &selected));
         inner.revoked = inner.revocations.iter().map(|r| &r.kind).collect();

@@ -62,7 +62,8 @@ use crate::error::{Error, Result, TicketRefusal};
 use crate::keys::kek::random;
 use crate::revocations::ticket_revoked;
 use crate::sessions::{Grant, Minted, mint};
-use crate::state::{AppState, blocking};
+use crate::state::AppState;
+use crate::store::Store as _;
 use crate::store::records::{TicketBurn, TransferRecord};
 
 /// Lifetime of a transfer ticket, in seconds (at most [`TICKET_MAX_LIFETIME_S`]).
@@ -106,9 +107,10 @@ pub(crate) async fn transfer(
         iat: now,
         exp: now.saturating_add(TICKET_LIFETIME_S.min(TICKET_MAX_LIFETIME_S)),
     };
-    let store = state.store.clone();
-    let (sid, sexp) = (c.jti.clone(), c.exp);
-    let held = blocking(move || store.record_transfer(&sid, sexp, &proposed, now)).await?;
+    let held = state
+        .store
+        .record_transfer(&c.jti, c.exp, &proposed, now)
+        .await?;
     if now >= held.exp {
         return Err(TicketRefusal::AlreadyTransferred.with(
             "this session was transferred already and its ticket has expired; sign in again",
@@ -190,9 +192,7 @@ pub(crate) async fn status(state: &AppState, ticket: &str) -> Result<TransferSta
     let t = verified.map_err(invalid)?.claims;
     // Another replica may have recorded the sign-out: read the store's latest first.
     state.catch_up().await?;
-    let store = state.store.clone();
-    let sid = t.sid.clone();
-    let recorded = blocking(move || store.session(&sid)).await?;
+    let recorded = state.store.session(&t.sid).await?;
     let revoked = {
         let inner = state.read();
         ticket_revoked(&inner, &t)
@@ -259,9 +259,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
             )));
         }
     }
-    let store = state.store.clone();
-    let sub = t.sub.clone();
-    let user = blocking(move || store.user_by_subject(&sub)).await?;
+    let user = state.store.user_by_subject(&t.sub).await?;
     let Some(user) = user.filter(|u| u.status == UserStatus::Active && u.contractor_id == t.ctr)
     else {
         return Err(Error::SessionRevoked);
@@ -279,14 +277,13 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
             return Err(Error::SessionRevoked);
         }
     }
-    let store = state.store.clone();
     let burn = TicketBurn {
         jti: t.jti.clone(),
         exp: t.exp,
         sid: t.sid.clone(),
         sexp: t.sexp,
     };
-    let fresh = blocking(move || store.burn_ticket(&burn, now)).await?;
+    let fresh = state.store.burn_ticket(&burn, now).await?;
     if !fresh {
         return Err(TicketRefusal::Replayed
             .with("this ticket or this session was already transferred here"));

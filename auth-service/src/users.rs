@@ -10,6 +10,7 @@ use protocol::{ContractorId, PasswordHash, SubjectId};
 use crate::error::{Error, Result};
 use crate::passwords::{check_phc, hash};
 use crate::state::{AppState, blocking};
+use crate::store::Store as _;
 use crate::store::records::UserRecord;
 
 /// The subject id of a login of a contractor.
@@ -67,8 +68,7 @@ pub(crate) fn exported(u: UserRecord) -> ExportedUser {
 
 /// Stores records in one transaction and updates the user count.
 pub(crate) async fn store_records(state: &AppState, records: Vec<UserRecord>) -> Result<()> {
-    let store = state.store.clone();
-    let total = blocking(move || store.upsert_users(&records)).await?;
+    let total = state.store.upsert_users(records).await?;
     state.users.store(total, Ordering::Relaxed);
     Ok(())
 }

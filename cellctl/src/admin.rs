@@ -2,7 +2,7 @@
 //! (`protocol::admin::cell`), a cell app's migration interface (`protocol::admin::app`) or the
 //! control plane (`protocol::admin::placement`) goes through [`AdminClient`], typed with those
 //! shared request and answer types, over the one HTTPS client that trusts only the fleet's CA
-//! ([`devfleet::client_trusting`]) and with the one retry policy ([`RetryPolicy`]).
+//! ([`fleet_description::client_trusting`]) and with the one retry policy ([`RetryPolicy`]).
 //!
 //! Retries: a request is sent again, after a bounded exponential backoff with jitter, when it
 //! failed in transport (connect error, timeout, broken answer) or the service answered 429 or
@@ -16,12 +16,14 @@
 //! Budget: at most [`RetryPolicy::attempts`] attempts, or, for a client made with
 //! [`AdminClient::until`], as many as fit before the deadline (each request's timeout is cut
 //! to the time left).
+//!
+//! This file holds the services ([`Api`]), the errors and one method per endpoint; `call`
+//! (`admin/call.rs`) holds how a call is made: the policy, one attempt, the retries around it
+//! and the typed answer.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use backon::{ExponentialBuilder, Retryable as _};
-use devfleet::{FleetCell, FleetFile};
+use fleet_description::{FleetCell, FleetFile};
 use protocol::admin::app::{
     ActivateRequest, ContractorOp, ContractorState, ExportDoc, ImportResponse,
 };
@@ -32,44 +34,17 @@ use protocol::admin::cell::{
 };
 use protocol::admin::placement::{self, PLACEMENT_MAP_PATH, Placement, PlacementAnswer};
 use protocol::map::SignedMap;
-use protocol::{ContractorId, Endpoint, ErrorBody, ErrorCode, Generation, SessionId};
+use protocol::{ContractorId, Endpoint, ErrorCode, Generation, SessionId};
 use reqwest::Method;
 use runtime::Secret;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-/// Attempts of a call without a deadline, the first included.
-pub const MAX_ATTEMPTS: usize = 5;
-/// First retry delay, in milliseconds.
-pub const RETRY_MIN_DELAY_MS: u64 = 100;
-/// Longest retry delay, in milliseconds.
-pub const RETRY_MAX_DELAY_MS: u64 = 1_000;
-/// Timeout of one request, in milliseconds.
-pub const REQUEST_TIMEOUT_MS: u64 = 5_000;
-/// Longest part of an unreadable answer quoted in an error, in characters.
-pub const QUOTE_CHARS: usize = 200;
+mod call;
 
-/// The retry policy of every admin call (see the module documentation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts of a call without a deadline, the first included.
-    pub attempts: usize,
-    pub min_delay: Duration,
-    pub max_delay: Duration,
-    /// Timeout of one request.
-    pub request_timeout: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            attempts: MAX_ATTEMPTS,
-            min_delay: Duration::from_millis(RETRY_MIN_DELAY_MS),
-            max_delay: Duration::from_millis(RETRY_MAX_DELAY_MS),
-            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS),
-        }
-    }
-}
+pub use call::{
+    MAX_ATTEMPTS, QUOTE_CHARS, REQUEST_TIMEOUT_MS, RETRY_MAX_DELAY_MS, RETRY_MIN_DELAY_MS,
+    RetryPolicy,
+};
+use call::{Repeat, expect_some};
 
 /// One service's admin API: where it is (one URL, or its replicas' in order) and the token it
 /// accepts.
@@ -91,11 +66,11 @@ impl Api {
 
     /// A cell's auth-service admin API (its replicas' internal listeners, replica 0 first, the
     /// cell's own admin token): each retry of a call goes to the next replica.
-    pub fn auth(cell: &FleetCell) -> devfleet::Result<Api> {
+    pub fn auth(cell: &FleetCell) -> fleet_description::Result<Api> {
         let mut bases = vec![cell.auth_admin_endpoint()?];
         for r in cell.replicas().iter().skip(1) {
             bases.push(Endpoint::parse(&r.url).map_err(|e| {
-                devfleet::FleetError::Config(format!("cells[].auth_services[].url: {e}"))
+                fleet_description::Error::Config(format!("cells[].auth_services[].url: {e}"))
             })?);
         }
         Ok(Api {
@@ -106,12 +81,12 @@ impl Api {
 
     /// A cell's app migration interface (its internal listener, the app's own internal token;
     /// never the cell's admin token, which the app does not hold).
-    pub fn app(cell: &FleetCell) -> devfleet::Result<Api> {
+    pub fn app(cell: &FleetCell) -> fleet_description::Result<Api> {
         Ok(Api::new(cell.app_internal_endpoint()?, cell.app_internal()))
     }
 
     /// The control plane's admin API (the control plane's own token).
-    pub fn control_plane(fleet: &FleetFile) -> devfleet::Result<Api> {
+    pub fn control_plane(fleet: &FleetFile) -> fleet_description::Result<Api> {
         Ok(Api::new(
             fleet.control_plane_endpoint()?,
             fleet.control_plane_admin(),
@@ -178,25 +153,6 @@ pub struct Attempted<T> {
     pub attempts: usize,
 }
 
-/// Whether a call may be repeated after an attempt whose outcome is unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Repeat {
-    /// The service does the same thing once or many times.
-    Idempotent,
-    /// Repeat only what surely was not carried out (connect error, 429, 503).
-    NotCarriedOut,
-}
-
-/// One attempt's failure, and whether another attempt may help.
-#[derive(Debug)]
-struct Failure {
-    retry: bool,
-    error: AdminError,
-}
-
-/// A raw answer: status and body.
-type Answer = (u16, bytes::Bytes);
-
 /// The typed admin client (see the module documentation). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
@@ -216,8 +172,8 @@ impl AdminClient {
     }
 
     /// A client trusting the CA of `fleet`.
-    pub fn for_fleet(fleet: &FleetFile) -> devfleet::Result<Self> {
-        Ok(AdminClient::new(devfleet::client_trusting_file(
+    pub fn for_fleet(fleet: &FleetFile) -> fleet_description::Result<Self> {
+        Ok(AdminClient::new(fleet_description::client_trusting_file(
             &fleet.ca_cert,
         )?))
     }
@@ -233,186 +189,6 @@ impl AdminClient {
     /// The HTTPS client underneath (for the few calls that are not admin calls).
     pub fn http(&self) -> &reqwest::Client {
         &self.http
-    }
-
-    fn backoff(&self) -> ExponentialBuilder {
-        let b = ExponentialBuilder::default()
-            .with_min_delay(self.policy.min_delay)
-            .with_max_delay(self.policy.max_delay)
-            .with_jitter();
-        match self.deadline {
-            Some(_) => b.without_max_times(),
-            None => b.with_max_times(self.policy.attempts.saturating_sub(1)),
-        }
-    }
-
-    /// One attempt.
-    async fn attempt(
-        &self,
-        method: &Method,
-        url: &str,
-        token: &Secret,
-        body: Option<&bytes::Bytes>,
-        repeat: Repeat,
-    ) -> Result<Answer, Failure> {
-        let call = || format!("{method} {url}");
-        let mut timeout = self.policy.request_timeout;
-        if let Some(d) = self.deadline {
-            timeout = timeout.min(d.saturating_duration_since(Instant::now()));
-        }
-        let mut req = self
-            .http
-            .request(method.clone(), url)
-            .bearer_auth(token.expose())
-            .timeout(timeout);
-        if let Some(b) = body {
-            req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(b.clone());
-        }
-        let transport = |e: reqwest::Error, sent: bool| Failure {
-            retry: repeat == Repeat::Idempotent || !sent,
-            error: AdminError::Transport {
-                call: call(),
-                message: if e.is_timeout() {
-                    "timed out".to_owned()
-                } else {
-                    e.to_string()
-                },
-            },
-        };
-        let resp = req.send().await.map_err(|e| {
-            let sent = !e.is_connect();
-            transport(e, sent)
-        })?;
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| transport(e, true))?;
-        let retry = match repeat {
-            Repeat::Idempotent => status == 429 || status >= 500,
-            Repeat::NotCarriedOut => status == 429 || status == 503,
-        };
-        if retry {
-            return Err(Failure {
-                retry: true,
-                error: refused(call(), status, &bytes),
-            });
-        }
-        Ok((status, bytes))
-    }
-
-    /// Sends a request with the retry policy; answers the last result and the attempts made.
-    async fn exchange(
-        &self,
-        api: &Api,
-        method: Method,
-        path: &str,
-        body: Option<Vec<u8>>,
-        repeat: Repeat,
-    ) -> Attempted<Answer> {
-        // Made once: every attempt sends the same bytes (a cheap clone each).
-        let body = body.map(bytes::Bytes::from);
-        let attempts = AtomicUsize::new(0);
-        let deadline = self.deadline;
-        let (method, body) = (&method, body.as_ref());
-        let result = (|| {
-            let n = attempts.fetch_add(1, Ordering::Relaxed) + 1;
-            let url = api.url(n, path);
-            async move { self.attempt(method, &url, &api.token, body, repeat).await }
-        })
-        .retry(self.backoff())
-        .sleep(tokio::time::sleep)
-        .when(|f: &Failure| f.retry)
-        .adjust(move |_, delay| match (deadline, delay) {
-            // Stop when the next attempt would start after the deadline.
-            (Some(d), Some(delay)) if Instant::now() + delay >= d => None,
-            (_, delay) => delay,
-        })
-        .notify(|f: &Failure, delay| {
-            tracing::debug!(error = %f.error, ?delay, "retrying an admin call");
-        })
-        .await
-        .map_err(|f| f.error);
-        Attempted {
-            result,
-            attempts: attempts.load(Ordering::Relaxed),
-        }
-    }
-
-    /// A call whose 2xx answer is a `T`; `absent` is the status that means "none" (404 for a
-    /// lookup), if any.
-    async fn typed<T: DeserializeOwned>(
-        &self,
-        api: &Api,
-        method: Method,
-        path: &str,
-        body: Option<Vec<u8>>,
-        repeat: Repeat,
-        absent: Option<u16>,
-    ) -> Attempted<Option<T>> {
-        let call = || format!("{method} {}", api.base().join(path));
-        let Attempted { result, attempts } =
-            self.exchange(api, method.clone(), path, body, repeat).await;
-        let result = result.and_then(|(status, bytes)| {
-            if absent == Some(status) {
-                return Ok(None);
-            }
-            if !(200..300).contains(&status) {
-                return Err(refused(call(), status, &bytes));
-            }
-            serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| AdminError::Decode {
-                    call: call(),
-                    message: e.to_string(),
-                })
-        });
-        Attempted { result, attempts }
-    }
-
-    async fn get<T: DeserializeOwned>(&self, api: &Api, path: &str) -> Result<T, AdminError> {
-        let r = self
-            .typed(api, Method::GET, path, None, Repeat::Idempotent, None)
-            .await;
-        r.result.map(expect_some)?
-    }
-
-    async fn lookup<T: DeserializeOwned>(
-        &self,
-        api: &Api,
-        path: &str,
-    ) -> Result<Option<T>, AdminError> {
-        self.typed(api, Method::GET, path, None, Repeat::Idempotent, Some(404))
-            .await
-            .result
-    }
-
-    async fn send<B: Serialize, T: DeserializeOwned>(
-        &self,
-        api: &Api,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Attempted<T> {
-        let call = || format!("{method} {}", api.base().join(path));
-        let body = match body.map(serde_json::to_vec).transpose() {
-            Ok(b) => b,
-            Err(e) => {
-                return Attempted {
-                    result: Err(AdminError::Decode {
-                        call: call(),
-                        message: format!("the request body: {e}"),
-                    }),
-                    attempts: 0,
-                };
-            }
-        };
-        let r = self
-            .typed(api, method, path, body, Repeat::Idempotent, None)
-            .await;
-        Attempted {
-            result: r.result.and_then(expect_some),
-            attempts: r.attempts,
-        }
     }
 
     // ---- a cell's auth-service (`protocol::admin::cell`) -------------------------------------
@@ -601,66 +377,5 @@ impl AdminClient {
     /// `GET /v1/placement-map`: the control plane's signed map (not verified here).
     pub async fn placement_map(&self, cp: &Api) -> Result<SignedMap, AdminError> {
         self.get(cp, PLACEMENT_MAP_PATH).await
-    }
-}
-
-/// A `T` that a call without an "absent" status always has.
-fn expect_some<T>(v: Option<T>) -> Result<T, AdminError> {
-    v.ok_or_else(|| AdminError::Decode {
-        call: String::new(),
-        message: "no answer".to_owned(),
-    })
-}
-
-/// The error of an answer with an unexpected status: its [`ErrorBody`] when it has one, else
-/// the start of its text.
-fn refused(call: String, status: u16, bytes: &[u8]) -> AdminError {
-    let (code, detail) = match serde_json::from_slice::<ErrorBody>(bytes) {
-        Ok(b) => (Some(b.error), format!("{} {}", b.error, b.message)),
-        Err(_) => (
-            None,
-            String::from_utf8_lossy(bytes)
-                .chars()
-                .take(QUOTE_CHARS)
-                .collect(),
-        ),
-    };
-    AdminError::Refused {
-        call,
-        status,
-        code,
-        detail,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_policy_is_bounded() {
-        let p = RetryPolicy::default();
-        assert_eq!(p.attempts, MAX_ATTEMPTS);
-        assert!(p.min_delay < p.max_delay);
-    }
-
-    #[test]
-    fn a_refusal_names_the_call_and_the_code() {
-        let e = refused(
-            "GET https://a.example/admin/v1/status".into(),
-            403,
-            br#"{"error":"FORBIDDEN","message":"a valid admin token is required"}"#,
-        );
-        assert_eq!(e.status(), Some(403));
-        assert!(matches!(
-            &e,
-            AdminError::Refused {
-                code: Some(ErrorCode::Forbidden),
-                ..
-            }
-        ));
-        assert!(e.to_string().contains("answered 403: FORBIDDEN"), "{e}");
-        let e = refused("GET x".into(), 502, b"bad gateway");
-        assert!(e.to_string().ends_with("answered 502: bad gateway"), "{e}");
     }
 }

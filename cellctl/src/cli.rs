@@ -23,7 +23,7 @@ pub struct Cli {
     #[arg(long, global = true, default_value = DEFAULT_FLEET_FILE)]
     pub fleet: PathBuf,
     /// The inventory of a real fleet (`cells.toml`: the control plane, each cell's services and
-    /// the files of its own tokens; see `cellctl::inventory`). Used instead of `--fleet`.
+    /// the files of its own tokens; see `fleet_description::inventory`). Used instead of `--fleet`.
     #[arg(long, global = true)]
     pub inventory: Option<PathBuf>,
     /// Print JSON instead of text.
@@ -37,6 +37,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Start a local fleet of five cells and a control plane; runs until Ctrl-C.
+    // Runs a development build's `cellctl-dev`, beside this binary (`crate::dev`).
     Dev(DevArgs),
     /// Per cell: reachable, key ids, map version, feed sequence, state ages.
     Status,
@@ -79,7 +80,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let fleet = cli.inventory.clone().unwrap_or_else(|| cli.fleet.clone());
     let cli = Cli { fleet, ..cli };
     match cli.command {
-        Command::Dev(args) => crate::dev::run_dev(args, cli.json).await,
+        Command::Dev(args) => crate::dev::run_dev(args, cli.json),
         Command::Status => crate::status::run_status(&cli.fleet, cli.json).await,
         Command::Keys {
             command: KeysCommand::Rotate { cell },

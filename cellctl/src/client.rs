@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use devfleet::{FleetFile, MAP_FILE, SESSION_FILE};
+use fleet_description::{FleetFile, MAP_FILE, SESSION_FILE};
 use http::Method;
 use protocol::admin::placement::PLACEMENT_MAP_PATH;
 use protocol::jwks::PublicKey;
@@ -80,7 +80,8 @@ impl CliConfig {
     /// from the fleet's first reachable cell and caches it there. The map is verified against
     /// the fleet's map key either way.
     pub async fn from_fleet(fleet_json: &Path) -> Result<CliConfig, Error> {
-        let fleet = crate::inventory::load(fleet_json).map_err(|e| Error::Config(e.to_string()))?;
+        let fleet = fleet_description::inventory::load(fleet_json)
+            .map_err(|e| Error::Config(e.to_string()))?;
         let dir = fleet_json
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -124,7 +125,8 @@ impl CliConfig {
 
 /// The signed map from the fleet's first cell that serves one over HTTPS that verifies.
 async fn fetch_map(fleet: &FleetFile, ca_pem: &[u8], key: &PublicKey) -> Result<Vec<u8>, Error> {
-    let http = devfleet::client_trusting(ca_pem).map_err(|e| Error::Config(e.to_string()))?;
+    let http =
+        fleet_description::client_trusting(ca_pem).map_err(|e| Error::Config(e.to_string()))?;
     let mut last = Error::Config("the fleet file lists no cell".into());
     for cell in &fleet.cells {
         let got = async {

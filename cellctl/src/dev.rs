@@ -1,165 +1,55 @@
-//! `cellctl dev`: a local fleet ([`devfleet`]) until Ctrl-C.
+//! `cellctl dev`: the local dev fleet, which is not part of `cellctl` itself. It is the
+//! `cellctl-dev` binary of the `devfleet` crate, which `cargo build --workspace --bins` builds
+//! beside `cellctl`; `cellctl dev ARGS` replaces this process with `cellctl-dev ARGS` (same pid,
+//! so a signal to it reaches the fleet's supervisor). An installed `cellctl` (the release
+//! package, the image) ships without it and says so.
 
-use std::path::{Path, PathBuf};
-
-use devfleet::{DEFAULT_DIR, DEFAULT_PORT_BASE, Fleet, FleetOptions, StoreKind};
-use runtime::IoContext as _;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
 
 use crate::error::{CtlError, Result};
 
-/// `cellctl dev`.
+/// The dev fleet's binary, looked for in the directory of this `cellctl` only.
+pub const DEV_BINARY: &str = "cellctl-dev";
+
+/// `cellctl dev`: every argument goes to `cellctl-dev` as it is (`cellctl dev --help` prints
+/// its options).
 #[derive(Debug, clap::Args)]
+#[command(disable_help_flag = true)]
 pub struct DevArgs {
-    /// The fleet directory.
-    #[arg(long, default_value = DEFAULT_DIR)]
-    pub dir: PathBuf,
-    /// First port: control plane at B; cell n on 127.0.0.n: edge B+3, auth-service B+4 (public)
-    /// and B+6 (internal), app B+5 (public) and B+7 (internal).
-    #[arg(long, default_value_t = DEFAULT_PORT_BASE)]
-    pub port_base: u16,
-    /// Where the auth-services keep their state: sqlite (one file per auth-service) or
-    /// postgres (a private PostgreSQL server in DIR/postgres, one database per cell).
-    #[arg(long, default_value_t = StoreKind::Sqlite)]
-    pub store: StoreKind,
-    /// Auth-service replicas per cell (1..=4; more than one needs --store postgres). Replica r
-    /// of cell n listens on 127.0.r.n with the ports of replica 0.
-    #[arg(long, default_value_t = 1)]
-    pub auth_replicas: u8,
+    /// `cellctl-dev`'s arguments: --dir DIR, --port-base B, --store sqlite|postgres,
+    /// --auth-replicas N, --json.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<OsString>,
 }
 
-/// `cellctl dev`: starts a fleet beside this binary's siblings, prints where everything is, and
-/// runs until Ctrl-C or SIGTERM, then stops every process it started.
-pub async fn run_dev(args: DevArgs, json: bool) -> Result<()> {
-    let exe = std::env::current_exe().context("locating cellctl")?;
-    let bin_dir = exe
+/// Where `cellctl-dev` would be: beside the running `cellctl`.
+pub fn dev_binary() -> Result<PathBuf> {
+    let exe =
+        std::env::current_exe().map_err(|e| CtlError::Config(format!("locating cellctl: {e}")))?;
+    let dir = exe
         .parent()
-        .ok_or_else(|| CtlError::Config("cellctl has no parent directory".into()))?
-        .to_path_buf();
-    let opts = FleetOptions::new(&args.dir, bin_dir)
-        .port_base(args.port_base)
-        .store(args.store)
-        .auth_replicas(args.auth_replicas);
-    let fleet = Fleet::start(opts).await?;
-    let f = fleet.file();
-    let fleet_path = fleet.fleet_file_path();
-    // The same fleet as an inventory (what a real fleet is described by): `--inventory`.
-    let inventory_path = fleet.dir().join(crate::inventory::INVENTORY_FILE);
-    crate::inventory::Inventory::of_fleet(f)?.write(&inventory_path)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "fleet_file": fleet_path,
-                "inventory": inventory_path,
-                "started_in_ms": fleet.started_in().as_millis(),
-                "store": f.store,
-                "postgres": f.postgres,
-                "control_plane": f.control_plane,
-                "cells": f.cells,
-            })
-        );
-    } else {
-        print_dev_summary(&fleet, &fleet_path);
-    }
-    runtime::shutdown_signal().await;
-    if !json {
-        println!("stopping the fleet…");
-    }
-    fleet.stop().await;
-    if !json {
-        println!("stopped.");
-    }
-    Ok(())
+        .ok_or_else(|| CtlError::Config("cellctl has no parent directory".into()))?;
+    Ok(dir.join(DEV_BINARY))
 }
 
-fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
-    let f = fleet.file();
-    let ca = f.ca_cert.display();
-    println!(
-        "Cellbind dev fleet: {} cells, {} contractors, started in {:.1} s",
-        f.cells.len(),
-        f.demo.dispatchers.len(),
-        fleet.started_in().as_secs_f64()
-    );
-    println!("  fleet file     {}", fleet_path.display());
-    println!(
-        "  inventory      {}",
-        fleet.dir().join(crate::inventory::INVENTORY_FILE).display()
-    );
-    let replicas = f.cells.first().map_or(1, |c| c.replicas().len());
-    match &f.postgres {
-        Some(pg) => println!(
-            "  store          postgres (socket {}, data {}), {replicas} auth-service replica{} per cell",
-            pg.socket_dir.display(),
-            pg.data_dir.display(),
-            if replicas == 1 { "" } else { "s" }
-        ),
-        None => println!(
-            "  store          {}, {replicas} auth-service per cell",
-            f.store
-        ),
+/// Replaces this process with `cellctl-dev` (`--json` first when it was given to `cellctl`).
+/// Returns only when that cannot be done.
+pub fn run_dev(args: DevArgs, json: bool) -> Result<()> {
+    let dev = dev_binary()?;
+    if !dev.is_file() {
+        return Err(CtlError::Failed(format!(
+            "`cellctl dev` runs {}, which is not there: the dev fleet comes with a development \
+             build (cargo build --workspace --bins), not with an installed cellctl",
+            dev.display()
+        )));
     }
-    println!("  CA certificate {ca}");
-    println!(
-        "  control plane  {} (pid {})",
-        f.control_plane.url, f.control_plane.pid
-    );
-    for c in &f.cells {
-        println!(
-            "  {}        {}  edge pid {}, auth-service {} (internal {}) pid {}, app {} (internal {}) pid {}",
-            c.id,
-            c.endpoint,
-            c.endpoint_pid,
-            c.auth_public_url,
-            c.auth_service.url,
-            c.auth_service.pid,
-            c.app_url,
-            c.app_internal_url,
-            c.app_pid
-        );
-        for (r, (s, public)) in c
-            .replicas()
-            .iter()
-            .zip(&c.auth_public_urls)
-            .enumerate()
-            .skip(1)
-        {
-            println!(
-                "                 auth-service replica {r} {public} (internal {}) pid {}",
-                s.url, s.pid
-            );
-        }
+    let mut cmd = std::process::Command::new(&dev);
+    if json {
+        cmd.arg("--json");
     }
-    println!(
-        "  secrets        {}/secrets/<cell>/{{admin,app-internal,feed,app,edge}}.token, control-plane.token",
-        fleet.dir().display()
-    );
-    if f.postgres.is_some() {
-        println!(
-            "                 {}/secrets/<cell>/{{database.url,kek}}",
-            fleet.dir().display()
-        );
-    }
-    println!("  logs           {}/<component>.log", fleet.dir().display());
-    if let Some(u) = f.demo.technicians.first()
-        && let Some(cell) = f.cell(&u.cell_id)
-    {
-        println!();
-        println!("Try it:");
-        println!(
-            "  curl --cacert {ca} -X POST {}/v1/sessions -H 'content-type: application/json' \\\n    -d '{{\"contractor_id\":\"{}\",\"login\":\"{}\",\"password\":\"{}\",\"client\":\"field\"}}'",
-            cell.endpoint, u.contractor_id, u.login, u.password
-        );
-        println!(
-            "  curl --cacert {ca} {}/api/routes/today -H \"authorization: Bearer $SESSION\"",
-            cell.endpoint
-        );
-        println!("  cellctl status --fleet {}", fleet_path.display());
-    }
-    println!();
-    if f.postgres.is_some() {
-        println!("Press Ctrl-C to stop every process of the fleet and its PostgreSQL server.");
-    } else {
-        println!("Press Ctrl-C to stop every process of the fleet.");
-    }
+    cmd.args(&args.args);
+    let e = cmd.exec();
+    Err(CtlError::Failed(format!("running {}: {e}", dev.display())))
 }

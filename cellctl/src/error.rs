@@ -7,7 +7,7 @@ use crate::admin::AdminError;
 #[non_exhaustive]
 pub enum CtlError {
     #[error(transparent)]
-    Fleet(#[from] devfleet::FleetError),
+    Fleet(#[from] fleet_description::Error),
     #[error(transparent)]
     Admin(#[from] AdminError),
     #[error("configuration: {0}")]

@@ -4,8 +4,10 @@
 //! - [`cli`]: the command line (clap) and its dispatch.
 //! - [`admin`]: the ONE typed admin client (auth-services, apps, control plane) with the one
 //!   retry policy; every admin call goes through it.
-//! - [`inventory`]: `--inventory cells.toml`, the description of a real fleet (or `fleet.json`).
-//! - [`dev`]: `cellctl dev` (the fleet itself is the `devfleet` crate).
+//! - the fleet a command acts on (`--inventory cells.toml` or a dev fleet's `fleet.json`) is
+//!   read by the `fleet_description` crate.
+//! - [`dev`]: `cellctl dev`, which runs the dev fleet's own binary (`cellctl-dev`, the
+//!   `devfleet` crate): `cellctl` links neither the dev-fleet harness nor any server.
 //! - [`status`]: `cellctl status`, `cellctl keys rotate`.
 //! - [`client`]: `cellctl client …` (the SDK from the command line).
 //! - [`migrate`]: `cellctl migrate`, the migration orchestrator and its journal.
@@ -21,7 +23,6 @@ pub mod dev;
 pub mod edge_credential;
 pub mod edges;
 pub mod error;
-pub mod inventory;
 pub mod migrate;
 pub mod revoke;
 pub mod status;

@@ -35,194 +35,30 @@
 //!   resolve fails (cell unreachable) ───────────────▶ Unreachable
 //! ```
 
+//!
+//! Files: this one chooses the cells and applies the revocation at each; `command` is the
+//! command line and what it prints, `report` what a revocation reports, `session` the fan-out
+//! of a session revocation (the minting cell's record of the session).
+
 use std::path::Path;
 
-use clap::Subcommand;
-use devfleet::{FleetCell, FleetFile};
+use fleet_description::{FleetCell, FleetFile};
 use protocol::admin::cell::{RevokeOutcome, RevokeRequest};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::RevocationKind;
-use protocol::time::UnixSeconds;
-use protocol::{CellId, ContractorId, Kid, SessionId, SubjectId};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use protocol::{CellId, ContractorId, SubjectId};
 
 use crate::admin::{AdminClient, AdminError, Api, Attempted};
-use crate::edges::{EdgesApplied, operator, wait_edges};
+use crate::edges::wait_edges;
 use crate::error::{CtlError, Result};
 
-/// `cellctl revoke …`.
-#[derive(Debug, Subcommand)]
-pub enum RevokeCommand {
-    /// One session (its `jti`) at the cell that minted it and at every cell that holds its
-    /// contractor (so no transfer ticket for it can be redeemed elsewhere).
-    Session {
-        /// 22 base64url characters; one in 64 starts with `-`, taken as the id, not a flag.
-        #[arg(allow_hyphen_values = true)]
-        jti: SessionId,
-        #[arg(long)]
-        cell: CellId,
-        #[command(flatten)]
-        audit: AuditArgs,
-    },
-    /// Every session of a subject (`{contractor}.{login}`) issued so far, at every cell that
-    /// holds a record of its contractor.
-    Subject {
-        #[arg(allow_hyphen_values = true)]
-        sub: SubjectId,
-        #[command(flatten)]
-        audit: AuditArgs,
-    },
-    /// Every session of a contractor issued so far, at every cell that holds a record of it.
-    Contractor {
-        ctr: ContractorId,
-        #[command(flatten)]
-        audit: AuditArgs,
-    },
-    /// Every session signed by a key; the key leaves the cell's key set.
-    Key {
-        #[arg(allow_hyphen_values = true)]
-        kid: Kid,
-        #[arg(long)]
-        cell: CellId,
-        #[command(flatten)]
-        audit: AuditArgs,
-    },
-    /// Every session of a cell issued so far.
-    Cell {
-        cell: CellId,
-        #[command(flatten)]
-        audit: AuditArgs,
-    },
-    /// The revocations in force at a cell, with the sequence numbers `withdraw` takes.
-    List {
-        #[arg(long)]
-        cell: CellId,
-    },
-    /// Withdraw one revocation in force at a cell (a mistaken or planted one): it matches
-    /// nothing from then on, at the cell and every edge of it; audited. A key revocation
-    /// cannot be withdrawn.
-    Withdraw {
-        /// Its sequence number at that cell (`cellctl revoke list`).
-        seq: u64,
-        #[arg(long)]
-        cell: CellId,
-        /// Why (recorded in the cell's audit log).
-        #[arg(long)]
-        reason: String,
-        /// Who (default: `$USER`, else `cellctl`).
-        #[arg(long)]
-        by: Option<String>,
-        /// Wait (at most 10 s) until every edge instance the cell heard from in the last minute
-        /// applied the withdrawal, and report how long it took; fails if some did not.
-        #[arg(long)]
-        wait_edges: bool,
-    },
-}
+mod command;
+mod report;
+mod session;
 
-/// Audit fields of every revocation.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AuditArgs {
-    /// Why (recorded in the cell's audit log).
-    #[arg(long)]
-    pub reason: String,
-    /// Who (default: `$USER`, else `cellctl`).
-    #[arg(long)]
-    pub by: Option<String>,
-    /// For subject, contractor and cell revocations: revoke sessions issued before this Unix
-    /// time (default: now + 1 s, i.e. up to and including the current second).
-    #[arg(long)]
-    pub before: Option<UnixSeconds>,
-    /// After a cell confirmed, wait (at most 10 s) until every edge instance it heard from in
-    /// the last minute applied the revocation, and report them; fails if some did not.
-    #[arg(long)]
-    pub wait_edges: bool,
-}
-
-impl AuditArgs {
-    fn by(&self) -> String {
-        operator(self.by.as_ref())
-    }
-}
-
-/// Why a cell is part of a revocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Named on the command line.
-    Named,
-    /// Owns the contractor (`active` or `handoff`).
-    Owner,
-    /// Owned it before (`released`).
-    PreviousOwner,
-    /// Named by the control plane's placement, without an active record yet (a migration's
-    /// target).
-    Placement,
-    /// Could not be asked whether it holds a record.
-    Unknown,
-}
-
-/// What happened at one cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CellOutcome {
-    Applied,
-    Already,
-    Failed,
-    Unreachable,
-}
-
-impl CellOutcome {
-    pub fn confirmed(self) -> bool {
-        matches!(self, CellOutcome::Applied | CellOutcome::Already)
-    }
-}
-
-/// One cell's line of the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CellResult {
-    pub cell: CellId,
-    pub role: Role,
-    pub outcome: CellOutcome,
-    /// Sequence number of the revocation in force at that cell.
-    pub seq: Option<u64>,
-    pub attempts: usize,
-    pub error: Option<String>,
-    /// With `--wait-edges`: the cell's live edge instances and how many applied it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub edges: Option<EdgesApplied>,
-}
-
-/// What `cellctl revoke` reports.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RevokeReport {
-    pub revocation: RevocationKind,
-    pub reason: String,
-    pub by: String,
-    pub cells: Vec<CellResult>,
-    /// For `revoke session`: the session's contractor, as its cell recorded it (the cells that
-    /// hold it were asked too).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contractor: Option<ContractorId>,
-    /// Something the operator should know about how the cells were chosen (e.g. the named
-    /// cell does not know the session, so no other cell was asked).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// Why the cells that matter could not all be determined (then the report is not ok).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unresolved: Option<String>,
-}
-
-impl RevokeReport {
-    /// Whether every cell that matters was determined and confirmed.
-    pub fn ok(&self) -> bool {
-        self.unresolved.is_none()
-            && !self.cells.is_empty()
-            && self.cells.iter().all(|c| {
-                c.outcome.confirmed() && c.edges.as_ref().is_none_or(EdgesApplied::complete)
-            })
-    }
-}
+pub use command::{AuditArgs, RevokeCommand, run};
+pub use report::{CellOutcome, CellResult, RevokeReport, Role};
+use session::{SessionFanout, session_targets};
 
 /// A cell that matters, why, and why it could not be asked (if so).
 type Target = (FleetCell, Role, Option<String>);
@@ -365,7 +201,7 @@ pub struct Revoker {
 impl Revoker {
     /// Loads the fleet description at `path` and builds a client trusting its CA.
     pub fn load(path: &Path) -> Result<Revoker> {
-        let fleet = crate::inventory::load(path)?;
+        let fleet = fleet_description::inventory::load(path)?;
         let admin = AdminClient::for_fleet(&fleet)?;
         let control_plane = Api::control_plane(&fleet).ok();
         Ok(Revoker {
@@ -384,115 +220,6 @@ impl Revoker {
     async fn cells_of_contractor(&self, ctr: &ContractorId) -> Vec<Target> {
         cells_of_contractor(&self.admin, self.control_plane.as_ref(), &self.fleet, ctr).await
     }
-}
-
-/// What the cell that minted a session says about it.
-#[derive(Debug)]
-enum SessionLookup {
-    /// Its record: the session's contractor and expiry.
-    Known {
-        contractor: ContractorId,
-        expires_at: UnixSeconds,
-    },
-    /// The cell never minted it (or forgot it).
-    Unknown,
-    /// The cell could not be asked, or answered something else.
-    Failed(String),
-}
-
-/// `GET /admin/v1/sessions/{jti}` at the named cell.
-async fn look_up_session(admin: &AdminClient, cell: &FleetCell, jti: &SessionId) -> SessionLookup {
-    let auth = match Api::auth(cell) {
-        Ok(a) => a,
-        Err(e) => return SessionLookup::Failed(e.to_string()),
-    };
-    match admin.session(&auth, jti).await {
-        Ok(Some(a)) => SessionLookup::Known {
-            contractor: a.session.contractor,
-            expires_at: a.session.expires_at,
-        },
-        Ok(None) => SessionLookup::Unknown,
-        Err(e) => SessionLookup::Failed(e.to_string()),
-    }
-}
-
-/// The revocation and the cells of `revoke session JTI --cell CELL`, with a note or an
-/// unresolved fan-out for the report.
-async fn session_targets(
-    fleet: &Revoker,
-    named_cell: &FleetCell,
-    jti: &SessionId,
-    now: UnixSeconds,
-) -> (RevocationKind, Vec<Target>, SessionFanout) {
-    let named = (named_cell.clone(), Role::Named, None);
-    // Without the record the expiry is unknown: the longest a session can live is an upper
-    // bound (the minting cell keeps it until the recorded expiry anyway).
-    let longest = now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S;
-    match look_up_session(&fleet.admin, named_cell, jti).await {
-        SessionLookup::Known {
-            contractor,
-            expires_at,
-        } => {
-            let kind = RevocationKind::Session {
-                jti: jti.clone(),
-                // Every cell keeps it as long as the session (and so any ticket for it) lives.
-                exp: expires_at.saturating_add(protocol::token::LEEWAY_S),
-            };
-            let mut targets = vec![named];
-            targets.extend(
-                fleet
-                    .cells_of_contractor(&contractor)
-                    .await
-                    .into_iter()
-                    .filter(|(c, _, _)| c.id != named_cell.id),
-            );
-            (
-                kind,
-                targets,
-                SessionFanout {
-                    contractor: Some(contractor),
-                    ..SessionFanout::default()
-                },
-            )
-        }
-        SessionLookup::Unknown => (
-            RevocationKind::Session {
-                jti: jti.clone(),
-                exp: longest,
-            },
-            vec![named],
-            SessionFanout {
-                note: Some(format!(
-                    "{} holds no record of this session: revoked there only, no other cell asked",
-                    named_cell.id
-                )),
-                ..SessionFanout::default()
-            },
-        ),
-        SessionLookup::Failed(e) => (
-            RevocationKind::Session {
-                jti: jti.clone(),
-                exp: longest,
-            },
-            vec![named],
-            SessionFanout {
-                unresolved: Some(format!(
-                    "{} could not be asked which contractor the session belongs to, so the cells \
-                     that hold it were not asked: {e}",
-                    named_cell.id
-                )),
-                ..SessionFanout::default()
-            },
-        ),
-    }
-}
-
-/// What a session revocation's fan-out adds to the report.
-#[derive(Debug, Default)]
-struct SessionFanout {
-    contractor: Option<ContractorId>,
-    note: Option<String>,
-    unresolved: Option<String>,
 }
 
 /// What [`Revoker::revoke`] does: the cells that matter, then the revocation at each.
@@ -587,131 +314,9 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
     })
 }
 
-fn role_text(r: Role) -> &'static str {
-    match r {
-        Role::Named => "named",
-        Role::Owner => "owner",
-        Role::PreviousOwner => "previous owner",
-        Role::Placement => "placement",
-        Role::Unknown => "unknown",
-    }
-}
-
-/// `cellctl revoke …`: prints each cell's outcome; fails unless every cell confirmed.
-pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result<()> {
-    let report = revoke(path, command).await?;
-    if json_out {
-        println!(
-            "{}",
-            serde_json::to_string(&json!({ "ok": report.ok(), "report": report }))
-                .map_err(|e| CtlError::Internal(e.to_string()))?
-        );
-    } else {
-        println!(
-            "revoking {} (by {}, reason: {})",
-            serde_json::to_string(&report.revocation)
-                .map_err(|e| CtlError::Internal(e.to_string()))?,
-            report.by,
-            report.reason
-        );
-        if let Some(c) = &report.contractor {
-            println!("  the session's contractor: {c} (every cell that holds it is asked)");
-        }
-        if let Some(n) = &report.note {
-            println!("  note: {n}");
-        }
-        if let Some(u) = &report.unresolved {
-            println!("  NOT ALL CELLS KNOWN: {u}");
-        }
-        for c in &report.cells {
-            let what = match c.outcome {
-                CellOutcome::Applied => format!("revoked, seq {}", c.seq.unwrap_or(0)),
-                CellOutcome::Already => format!("already in force, seq {}", c.seq.unwrap_or(0)),
-                CellOutcome::Failed => format!(
-                    "FAILED after {} attempt(s): {}",
-                    c.attempts,
-                    c.error.as_deref().unwrap_or("no answer")
-                ),
-                CellOutcome::Unreachable => {
-                    format!("UNREACHABLE: {}", c.error.as_deref().unwrap_or("no answer"))
-                }
-            };
-            let edges = c.edges.as_ref().map_or(String::new(), |e| {
-                format!(
-                    "; edges {}/{} applied in {} ms",
-                    e.applied, e.live, e.waited_ms
-                )
-            });
-            println!("  {} ({}): {what}{edges}", c.cell, role_text(c.role));
-        }
-    }
-    if report.ok() {
-        return Ok(());
-    }
-    let bad: Vec<String> = report
-        .cells
-        .iter()
-        .filter(|c| !c.outcome.confirmed())
-        .map(|c| c.cell.to_string())
-        .chain(
-            report
-                .cells
-                .iter()
-                .filter(|c| c.edges.as_ref().is_some_and(|e| !e.complete()))
-                .map(|c| format!("{} (edges not all applied)", c.cell)),
-        )
-        .collect();
-    if bad.is_empty()
-        && let Some(u) = &report.unresolved
-    {
-        return Err(CtlError::Failed(format!(
-            "the revocation reached only some of the cells that matter: {u}"
-        )));
-    }
-    Err(CtlError::Failed(format!(
-        "the revocation was not confirmed by {} of {} cells: {}",
-        bad.len(),
-        report.cells.len(),
-        bad.join(", ")
-    )))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A session id is random base64url: one in 64 starts with `-`, and a security team
-    /// pastes it as it is.
-    #[test]
-    fn ids_that_start_with_a_hyphen_are_ids_not_flags() {
-        use clap::Parser as _;
-        let parse = |args: &[&str]| crate::cli::Cli::try_parse_from(args).map(|c| c.command);
-        let jti = "-nR2xZq0cV1b4w7yA8dE3f";
-        match parse(&[
-            "cellctl", "revoke", "session", jti, "--cell", "cell-01", "--reason", "lost",
-        ]) {
-            Ok(crate::cli::Command::Revoke {
-                command:
-                    RevokeCommand::Session {
-                        jti: got, audit, ..
-                    },
-            }) => {
-                assert_eq!(got.as_str(), jti);
-                assert_eq!(audit.reason, "lost");
-            }
-            other => panic!("{other:?}"),
-        }
-        match parse(&[
-            "cellctl", "revoke", "key", "-k1", "--cell", "cell-01", "--reason", "x",
-        ]) {
-            Ok(crate::cli::Command::Revoke {
-                command: RevokeCommand::Key { kid, .. },
-            }) => assert_eq!(kid.as_str(), "-k1"),
-            other => panic!("{other:?}"),
-        }
-        // A flag that is not one is still refused, not taken as an id of bad characters.
-        assert!(parse(&["cellctl", "revoke", "session", "--cel", "x"]).is_err());
-    }
 
     #[test]
     fn a_subject_names_its_contractor() {
@@ -721,37 +326,5 @@ mod tests {
         assert_eq!(contractor_of(&dotted).unwrap().as_str(), "c-7");
         assert!(contractor_of(&SubjectId::new("nodot").unwrap()).is_err());
         assert!(contractor_of(&SubjectId::new("C_X.t").unwrap()).is_err());
-    }
-
-    #[test]
-    fn only_confirmed_cells_make_a_report_ok() {
-        let line = |outcome| CellResult {
-            cell: CellId::new("cell-01").unwrap(),
-            role: Role::Owner,
-            outcome,
-            seq: Some(1),
-            attempts: 1,
-            error: None,
-            edges: None,
-        };
-        let report = |cells| RevokeReport {
-            revocation: RevocationKind::Cell { before: 1 },
-            reason: "r".into(),
-            by: "b".into(),
-            cells,
-            contractor: None,
-            note: None,
-            unresolved: None,
-        };
-        assert!(report(vec![line(CellOutcome::Applied), line(CellOutcome::Already)]).ok());
-        let mut partial = report(vec![line(CellOutcome::Applied)]);
-        partial.unresolved = Some("cell-01 could not be asked".into());
-        assert!(
-            !partial.ok(),
-            "a fan-out that could not be determined is not ok"
-        );
-        assert!(!report(vec![line(CellOutcome::Applied), line(CellOutcome::Failed)]).ok());
-        assert!(!report(vec![line(CellOutcome::Unreachable)]).ok());
-        assert!(!report(vec![]).ok());
     }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use devfleet::{FleetCell, FleetFile};
+use fleet_description::{FleetCell, FleetFile};
 use protocol::CellId;
 use protocol::admin::cell::{KidStatus, Rotation};
 use protocol::admin::placement::PLACEMENT_MAP_PATH;
@@ -103,7 +103,7 @@ async fn cell_report(admin: &AdminClient, cell: &FleetCell, now: u64) -> CellRep
 }
 
 fn load_fleet(path: &Path) -> Result<(FleetFile, AdminClient)> {
-    let f = crate::inventory::load(path)?;
+    let f = fleet_description::inventory::load(path)?;
     let admin = AdminClient::for_fleet(&f)?;
     Ok((f, admin))
 }

@@ -36,7 +36,7 @@ impl WithdrawReport {
 }
 
 fn cell_api(path: &Path, cell: &CellId) -> Result<(AdminClient, Api)> {
-    let fleet = crate::inventory::load(path)?;
+    let fleet = fleet_description::inventory::load(path)?;
     let c = fleet
         .cell(cell)
         .ok_or_else(|| CtlError::Config(format!("{cell} is not in {}", path.display())))?;

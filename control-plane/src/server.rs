@@ -93,7 +93,7 @@ impl FromRequestParts<CpState> for Admin {
 /// The fleet's signed placement map.
 #[utoipa::path(
     get,
-    path = "/v1/placement-map",
+    path = PLACEMENT_MAP_PATH,
     tag = "map",
     responses(
         (status = 200, description = "The signed map.", body = protocol::map::SignedMap),
@@ -119,7 +119,7 @@ async fn placement_map(State(st): State<CpState>) -> Result<Response> {
 /// The public key the map is signed with.
 #[utoipa::path(
     get,
-    path = "/v1/map-public-key",
+    path = MAP_PUBLIC_KEY_PATH,
     tag = "map",
     responses((status = 200, description = "The key.", body = MapPublicKey))
 )]
@@ -137,7 +137,7 @@ fn parse_contractor(s: &str) -> Result<ContractorId> {
 /// Where a contractor is placed.
 #[utoipa::path(
     get,
-    path = "/admin/v1/placements/{ctr}",
+    path = PLACEMENT_ROUTE,
     tag = "placements",
     security(("adminToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -164,7 +164,7 @@ async fn get_placement(
 /// Places a contractor (and publishes the map).
 #[utoipa::path(
     put,
-    path = "/admin/v1/placements/{ctr}",
+    path = PLACEMENT_ROUTE,
     tag = "placements",
     security(("adminToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -205,7 +205,7 @@ async fn put_placement(
 /// Publishes the map now.
 #[utoipa::path(
     post,
-    path = "/admin/v1/publish",
+    path = PUBLISH_PATH,
     tag = "placements",
     security(("adminToken" = [])),
     responses(

@@ -60,7 +60,7 @@ pub fn internal_router(state: AppState) -> Router {
 
 #[utoipa::path(
     put,
-    path = "/internal/v1/contractors",
+    path = CONTRACTORS_PATH,
     tag = "migration",
     security(("appInternalToken" = [])),
     request_body = SeedRequest,
@@ -82,7 +82,7 @@ async fn seed(
 
 #[utoipa::path(
     get,
-    path = "/internal/v1/contractors/{ctr}/export",
+    path = ContractorOp::Export.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -104,7 +104,7 @@ async fn export(
 
 #[utoipa::path(
     post,
-    path = "/internal/v1/contractors/{ctr}/import",
+    path = ContractorOp::Import.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -136,7 +136,7 @@ async fn import(
 /// Freezes the contractor (writes refused) for its export.
 #[utoipa::path(
     post,
-    path = "/internal/v1/contractors/{ctr}/freeze",
+    path = ContractorOp::Freeze.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -159,7 +159,7 @@ async fn freeze(
 /// Releases the contractor (it moved away).
 #[utoipa::path(
     post,
-    path = "/internal/v1/contractors/{ctr}/release",
+    path = ContractorOp::Release.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -192,7 +192,7 @@ async fn step(
 
 #[utoipa::path(
     post,
-    path = "/internal/v1/contractors/{ctr}/activate",
+    path = ContractorOp::Activate.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -219,7 +219,7 @@ async fn activate(
 
 #[utoipa::path(
     get,
-    path = "/internal/v1/contractors/{ctr}/completions",
+    path = ContractorOp::Completions.route(),
     tag = "migration",
     security(("appInternalToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),

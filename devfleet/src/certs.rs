@@ -1,4 +1,5 @@
-//! The dev fleet's local CA and its certificates (rcgen), and HTTPS clients that trust only it.
+//! The dev fleet's local CA and its certificates (rcgen). The HTTPS client that trusts only it
+//! is `fleet_description::client_trusting`.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -8,18 +9,12 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-use runtime::IoContext as _;
 use runtime::secret::{write_atomic, write_private};
-use runtime::tls::CaError;
 
-use crate::error::{FleetError, Result};
+use crate::error::Result;
 
 /// Mode of certificate files (public).
 pub const CERT_FILE_MODE: u32 = 0o644;
-/// Timeout of one request made by a client of [`client_trusting`], in milliseconds.
-pub const CLIENT_TIMEOUT_MS: u64 = 10_000;
-/// Connect timeout of a client of [`client_trusting`], in milliseconds.
-pub const CLIENT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 
 /// A CA that can issue leaf certificates.
 #[derive(Debug)]
@@ -86,24 +81,4 @@ impl LocalCa {
         write_atomic(cert_path, cert.as_bytes(), CERT_FILE_MODE)?;
         Ok(write_private(key_path, key.as_bytes())?)
     }
-}
-
-/// An HTTPS client that trusts only the CA certificates in `ca_pem`
-/// ([`runtime::tls::client_trusting`] with this fleet's timeouts): the one client builder of
-/// the dev fleet and of `cellctl` (whose admin client adds its retry policy on top).
-pub fn client_trusting(ca_pem: &[u8]) -> Result<reqwest::Client> {
-    let builder = runtime::tls::client_trusting(ca_pem).map_err(|e| match e {
-        CaError::Pem(e) => FleetError::from(e),
-        _ => FleetError::Config("the CA file holds no certificate".to_string()),
-    })?;
-    Ok(builder
-        .timeout(std::time::Duration::from_millis(CLIENT_TIMEOUT_MS))
-        .connect_timeout(std::time::Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS))
-        .build()?)
-}
-
-/// An HTTPS client that trusts only the CA certificate file at `path`.
-pub fn client_trusting_file(path: &Path) -> Result<reqwest::Client> {
-    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    client_trusting(&pem)
 }

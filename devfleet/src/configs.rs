@@ -10,8 +10,7 @@ use serde::Serialize;
 use crate::error::{FleetError, Result};
 use crate::ports::Listeners;
 
-/// Mode of a configuration file (it names token files, never holds a token).
-pub const CONFIG_FILE_MODE: u32 = 0o644;
+pub use fleet_description::CONFIG_FILE_MODE;
 
 /// Writes `value` as TOML to `path`.
 pub(crate) fn write_toml<T: Serialize>(path: &Path, value: &T) -> Result<()> {

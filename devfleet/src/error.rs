@@ -45,6 +45,21 @@ pub enum FleetError {
     Internal(String),
 }
 
+/// The description's errors keep their kind and their text (an exhaustive table: a new kind
+/// of description error does not compile until it is given its place here).
+impl From<fleet_description::Error> for FleetError {
+    fn from(e: fleet_description::Error) -> Self {
+        use fleet_description::Error as E;
+        match e {
+            E::Config(s) => FleetError::Config(s),
+            E::Io(e) => FleetError::Io(e),
+            E::Secret(e) => FleetError::Secret(e),
+            E::Http(s) => FleetError::Http(s),
+            E::Internal(s) => FleetError::Internal(s),
+        }
+    }
+}
+
 impl From<reqwest::Error> for FleetError {
     fn from(e: reqwest::Error) -> Self {
         FleetError::Http(e.to_string())

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use fleet_description::{
+    CellManagement, Demo, DemoUser, FLEET_FILE, FLEET_SCHEMA, FleetCell, FleetFile,
+    FleetManagement, JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
+    client_trusting,
+};
 use protocol::CellId;
 use runtime::IoContext as _;
 
-use crate::certs::client_trusting;
 use crate::children::{ChildProc, Supervision, kill_child, probe, spawn_child, stop_children};
 use crate::error::{FleetError, Result};
-use crate::fleet_file::{
-    self, CellManagement, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, FleetManagement,
-    JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
-};
 use crate::layout::{CellToken, Layout, SECRETS_DIR, lock_dir, mkdir};
 pub use crate::options::{
     AUTH_SERVICE_BIN, CELL_ENDPOINT_BIN, CONTROL_PLANE_BIN, DATABASE_URL_FILE, DEFAULT_CELLS,
@@ -317,7 +317,7 @@ impl Fleet {
             dispatchers.extend(DISPATCHERS.iter().map(|l| user(l)));
         }
         let file = FleetFile {
-            schema: fleet_file::FLEET_SCHEMA,
+            schema: FLEET_SCHEMA,
             ca_cert: layout.ca(),
             control_plane: Service {
                 url: cp_url.clone(),

@@ -26,7 +26,6 @@
 //!
 //! Children get a piped stdin and `CELLBIND_EXIT_ON_STDIN_EOF=1`, so they exit when this
 //! process goes away, however it goes. A child that dies is reported on stderr and left dead.
-
 //!
 //! It spawns the binaries by path (normally the directory of `cellctl`), so it depends on no
 //! server's code but the control plane's placement store and map key, which it seeds before the
@@ -34,9 +33,11 @@
 //!
 //! - [`fleet`]: [`Fleet::start`] / [`Fleet::stop`]; [`options`]: [`FleetOptions`] and the names
 //!   derived from a cell; `prepare`: the files written before any process starts.
-//! - [`fleet_file`]: `fleet.json` ([`FleetFile`], [`FleetCell`]) and the files `cellctl` keeps
-//!   beside it.
-//! - [`certs`]: the fleet's CA and [`client_trusting`], the HTTPS client that trusts only it.
+//! - `fleet.json` ([`FleetFile`], [`FleetCell`]), the files `cellctl` keeps beside it and
+//!   [`client_trusting`], the HTTPS client that trusts only the fleet's CA, are the
+//!   `fleet_description` crate's (re-exported here): `cellctl` reads a fleet through that crate
+//!   alone.
+//! - [`certs`]: the fleet's CA.
 //! - [`ports`], [`layout`]: where the fleet listens and where its files are.
 //! - [`seed`], [`seeding`]: the seed data and how it reaches the cells.
 //! - [`children`], [`configs`]: the child processes and their configuration files.
@@ -47,7 +48,6 @@ pub mod children;
 pub mod configs;
 pub mod error;
 pub mod fleet;
-pub mod fleet_file;
 pub mod layout;
 pub mod options;
 pub mod ports;
@@ -56,12 +56,13 @@ mod prepare;
 pub mod seed;
 pub mod seeding;
 
-pub use certs::{LocalCa, client_trusting, client_trusting_file};
+pub use certs::LocalCa;
 pub use error::{FleetError, Result};
 pub use fleet::{CellTlsFiles, Fleet};
-pub use fleet_file::{
-    Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, JOURNAL_FILE, MAP_FILE, PostgresInfo,
-    SESSION_FILE, Service, StoreKind,
+pub use fleet_description::{
+    CellManagement, Demo, DemoUser, FLEET_FILE, FleetCell, FleetFile, FleetManagement,
+    JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind, client_trusting,
+    client_trusting_file,
 };
 pub use layout::{
     CONTROL_PLANE_TOKEN_FILE, CellToken, MAP_KEY_FILE, SECRETS_DIR, cell_token_file,

@@ -9,9 +9,9 @@ use protocol::CellId;
 use runtime::IoContext as _;
 
 use crate::error::{FleetError, Result};
-use crate::fleet_file::StoreKind;
 use crate::ports::DEFAULT_PORT_BASE;
 use crate::seed;
+use fleet_description::StoreKind;
 
 /// Cells of a dev fleet.
 pub const DEFAULT_CELLS: u8 = 5;

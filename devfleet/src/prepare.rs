@@ -13,7 +13,6 @@ use control_plane::store::{Placement, Store};
 use crate::certs::{self, LocalCa};
 use crate::configs::{AppConfig, AuthPostgres, AuthServiceConfig, EdgeConfig, Urls, write_toml};
 use crate::error::Result;
-use crate::fleet_file::StoreKind;
 use crate::layout::{
     CellPlan, CellToken, Layout, ReplicaPlan, edge_instance_id, mkdir, write_edge_feed_credential,
 };
@@ -25,6 +24,7 @@ use crate::options::{
 use crate::ports::{Ports, cell_id, https};
 use crate::postgres::PgServer;
 use crate::seed::SeedPlan;
+use fleet_description::StoreKind;
 
 /// The child id (and TLS file name) of the control plane.
 pub(crate) const CONTROL_PLANE_ID: &str = "control-plane";

@@ -2,12 +2,33 @@
 //!
 //! This crate only converts and forwards: every rule lives in `cellbind-sdk`. Errors cross the
 //! boundary through exactly one table, `impl From<sdk::Error> for CellbindError`.
+//!
+//! This file is the whole foreign surface, as a UDL file would be: the callback traits the app
+//! implements, the records and enums that cross the boundary, the error, and the client object
+//! with its methods (each converts its arguments, calls the SDK's client and converts the
+//! answer). Everything here appears in the generated bindings and nothing else does: uniffi
+//! puts the module path of each declaration and exported method into the checksums the
+//! bindings verify, so these stay in the crate's root module. What they do is in files by
+//! responsibility:
+//!
+//! - [`records`]: the records' conversions from and to the SDK's types, and their `Debug`
+//!   (which never shows a secret).
+//! - [`callbacks`]: the adapters of the app's store and observers to the SDK's traits.
+//! - [`error`]: the one mapping table from the SDK's errors to [`CellbindError`].
 
 use std::sync::Arc;
 
-use protocol::{ContractorId, ErrorCode, Login, Password};
+use protocol::{ContractorId, Login, Password};
+
+use crate::callbacks::{ForeignObserver, ForeignOutboxObserver, ForeignStore};
+use crate::error::input;
+use crate::records::{http_method, info, queued, queued_all, report};
 
 uniffi::setup_scaffolding!("cellbind");
+
+pub mod callbacks;
+pub mod error;
+pub mod records;
 
 /// Which blob the SDK stores: each slot is saved, loaded and cleared on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
@@ -76,20 +97,6 @@ pub struct CellbindConfig {
     pub request_timeout_ms: Option<u64>,
 }
 
-impl std::fmt::Debug for CellbindConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CellbindConfig")
-            .field("map_bytes", &self.map.len())
-            .field("map_public_key", &self.map_public_key)
-            .field("extra_ca_pem", &self.extra_ca_pem.is_some())
-            .field("observer", &self.observer.is_some())
-            .field("outbox_observer", &self.outbox_observer.is_some())
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .finish_non_exhaustive()
-    }
-}
-
 /// A query parameter, unencoded (the SDK percent-encodes it).
 #[derive(uniffi::Record)]
 pub struct QueryParam {
@@ -104,24 +111,6 @@ pub struct QueryParam {
 pub struct Header {
     pub name: String,
     pub value: String,
-}
-
-/// Names only: a value may be secret.
-impl std::fmt::Debug for QueryParam {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueryParam")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Names only: a value may be secret.
-impl std::fmt::Debug for Header {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Header")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A request to the session's cell.
@@ -145,20 +134,6 @@ pub struct Request {
     /// retry a write safely after a `Network` error with `reached_cell` true.
     #[uniffi(default)]
     pub idempotency_key: Option<String>,
-}
-
-/// Never shows query or header values, the body or the key (any may be secret).
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
-            .field("method", &self.method)
-            .field("path", &self.path)
-            .field("query", &self.query.len())
-            .field("headers", &self.headers.len())
-            .field("body_bytes", &self.body.as_ref().map(Vec::len))
-            .field("idempotency_key", &self.idempotency_key.is_some())
-            .finish()
-    }
 }
 
 /// Why a request got no complete answer. `Connect`, `Tls` and `TimeoutBeforeSend` mean the
@@ -220,13 +195,6 @@ pub struct QueuedWrite {
     pub idempotency_key: String,
     /// Unix seconds.
     pub enqueued_at: u64,
-}
-
-/// Never shows query or header values, the body or the key (any may be secret).
-impl std::fmt::Debug for QueuedWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "QueuedWrite#{} {} {}", self.id, self.method, self.path)
-    }
 }
 
 /// A write refused for good (removed from the outbox).
@@ -381,287 +349,6 @@ pub enum CellbindError {
     SignInRequired { detail: String },
 }
 
-/// The one mapping table from SDK errors to the foreign error enum.
-impl From<sdk::Error> for CellbindError {
-    fn from(e: sdk::Error) -> Self {
-        use sdk::Error as E;
-        let detail = e.to_string();
-        let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs());
-        match e {
-            E::NotSignedIn => CellbindError::NotSignedIn { detail },
-            E::InvalidCredentials => CellbindError::InvalidCredentials { detail },
-            E::UnknownContractor => CellbindError::UnknownContractor { detail },
-            E::SessionExpired => CellbindError::SessionExpired { detail },
-            E::SessionRevoked => CellbindError::SessionRevoked { detail },
-            E::SessionInvalid => CellbindError::SessionInvalid { detail },
-            E::WrongCell {
-                owner_cell,
-                owner_endpoint,
-            } => CellbindError::WrongCell {
-                owner_cell: owner_cell.map(|c| c.to_string()),
-                owner_endpoint,
-                detail,
-            },
-            E::CellsDisagree { .. } => CellbindError::CellsDisagree { detail },
-            E::UntrustedRedirect { .. } => CellbindError::UntrustedRedirect { detail },
-            E::HandoffInProgress { retry_after } => CellbindError::HandoffInProgress {
-                retry_after_s: secs(retry_after),
-                detail,
-            },
-            E::RateLimited { retry_after } => CellbindError::RateLimited {
-                retry_after_s: secs(retry_after),
-                detail,
-            },
-            E::CellStateStale => CellbindError::CellStateStale { detail },
-            E::Upstream { status, .. } => CellbindError::UpstreamUnavailable { status, detail },
-            E::Rejected { code, .. } => match code {
-                ErrorCode::InvalidRequest => CellbindError::InvalidRequest { detail },
-                ErrorCode::SessionMissing => CellbindError::SessionMissing { detail },
-                ErrorCode::Forbidden => CellbindError::Forbidden { detail },
-                ErrorCode::PayloadTooLarge => CellbindError::PayloadTooLarge { detail },
-                ErrorCode::NotReady => CellbindError::NotReady { detail },
-                ErrorCode::NotFound => CellbindError::NotFound { detail },
-                ErrorCode::Internal => CellbindError::Internal { detail },
-                // a code the protocol gained after this table was written
-                other => CellbindError::UnknownErrorCode {
-                    code: other.as_str().to_owned(),
-                    status: other.status().as_u16(),
-                    detail,
-                },
-            },
-            E::Network {
-                kind, reached_cell, ..
-            } => CellbindError::Network {
-                kind: kind.into(),
-                reached_cell,
-                detail,
-            },
-            E::UnknownErrorCode { code, status, .. } => CellbindError::UnknownErrorCode {
-                code,
-                status,
-                detail,
-            },
-            E::PinMismatch { cell } => CellbindError::PinMismatch {
-                cell: cell.to_string(),
-                detail,
-            },
-            E::OutboxFull {
-                capacity,
-                capacity_bytes,
-            } => CellbindError::OutboxFull {
-                capacity: capacity as u64,
-                capacity_bytes: capacity_bytes as u64,
-                detail,
-            },
-            E::InvalidResponse(_) => CellbindError::InvalidResponse { detail },
-            E::MapRefused(_) => CellbindError::MapRefused { detail },
-            E::Store(_) => CellbindError::Store { detail },
-            E::Config(_) => CellbindError::Config { detail },
-            E::InvalidInput(_) => CellbindError::InvalidInput { detail },
-            E::SignInRequired => CellbindError::SignInRequired { detail },
-            _ => CellbindError::Internal { detail },
-        }
-    }
-}
-
-/// A foreign store method failed in a way its signature does not declare.
-impl From<uniffi::UnexpectedUniFFICallbackError> for CellbindError {
-    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
-        CellbindError::Store { detail: e.reason }
-    }
-}
-
-impl From<sdk::NetworkErrorKind> for NetworkErrorKind {
-    fn from(k: sdk::NetworkErrorKind) -> Self {
-        use sdk::NetworkErrorKind as K;
-        match k {
-            K::Connect => NetworkErrorKind::Connect,
-            K::Tls => NetworkErrorKind::Tls,
-            K::TimeoutBeforeSend => NetworkErrorKind::TimeoutBeforeSend,
-            K::TimeoutAfterSend => NetworkErrorKind::TimeoutAfterSend,
-            K::Interrupted => NetworkErrorKind::Interrupted,
-            // a kind the SDK gained after this table was written: the conservative "may have
-            // been sent"
-            _ => NetworkErrorKind::Interrupted,
-        }
-    }
-}
-
-fn input<T>(r: Result<T, protocol::IdError>) -> Result<T, CellbindError> {
-    r.map_err(|e| sdk::Error::from(e).into())
-}
-
-/// Adapts the foreign store to the SDK's store trait.
-struct ForeignStore(Arc<dyn SessionStore>);
-
-impl std::fmt::Debug for ForeignStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ForeignStore")
-    }
-}
-
-fn slot(s: sdk::StoreSlot) -> Result<StoreSlot, sdk::StoreError> {
-    match s {
-        sdk::StoreSlot::Session => Ok(StoreSlot::Session),
-        sdk::StoreSlot::Outbox => Ok(StoreSlot::Outbox),
-        sdk::StoreSlot::Device => Ok(StoreSlot::Device),
-        // a slot the SDK gained after this table was written: never into another slot's blob
-        other => Err(sdk::StoreError(format!(
-            "{other:?} has no foreign store slot in this library"
-        ))),
-    }
-}
-
-impl sdk::SessionStore for ForeignStore {
-    fn load(&self, s: sdk::StoreSlot) -> Result<Option<String>, sdk::StoreError> {
-        self.0
-            .load(slot(s)?)
-            .map_err(|e| sdk::StoreError(e.to_string()))
-    }
-    fn save(&self, s: sdk::StoreSlot, blob: &str) -> Result<(), sdk::StoreError> {
-        self.0
-            .save(slot(s)?, blob.to_owned())
-            .map_err(|e| sdk::StoreError(e.to_string()))
-    }
-    fn clear(&self, s: sdk::StoreSlot) -> Result<(), sdk::StoreError> {
-        self.0
-            .clear(slot(s)?)
-            .map_err(|e| sdk::StoreError(e.to_string()))
-    }
-}
-
-/// Adapts the foreign outbox observer to the SDK's.
-struct ForeignOutboxObserver(Arc<dyn OutboxObserver>);
-
-impl sdk::OutboxObserver for ForeignOutboxObserver {
-    fn on_delivered(&self, d: &sdk::Delivered) {
-        // An observer's failure never fails the flush.
-        let _ = self.0.on_delivered(queued(&d.write), d.response.status);
-    }
-    fn on_rejected(&self, r: &sdk::WriteRejection) {
-        let _ = self.0.on_rejected(rejection(r));
-    }
-}
-
-fn queued(w: &sdk::QueuedWrite) -> QueuedWrite {
-    QueuedWrite {
-        id: w.id,
-        method: w.method.as_str().to_owned(),
-        path: w.path.clone(),
-        query: w
-            .query
-            .iter()
-            .map(|(name, value)| QueryParam {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        headers: w
-            .headers
-            .iter()
-            .map(|(name, value)| Header {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        body: w.body.clone(),
-        content_type: w.content_type.clone(),
-        idempotency_key: w.idempotency_key.clone(),
-        enqueued_at: w.enqueued_at,
-    }
-}
-
-fn queued_all(ws: &[sdk::QueuedWrite]) -> Vec<QueuedWrite> {
-    ws.iter().map(queued).collect()
-}
-
-fn rejection(r: &sdk::WriteRejection) -> WriteRejection {
-    WriteRejection {
-        write: queued(&r.write),
-        status: r.status,
-        code: r.code.clone().unwrap_or_default(),
-        detail: r.refusal.detail(),
-    }
-}
-
-fn report(r: sdk::FlushReport) -> FlushReport {
-    FlushReport {
-        delivered: r.delivered.iter().map(|d| queued(&d.write)).collect(),
-        rejected: r.rejected.iter().map(rejection).collect(),
-        remaining: r.remaining as u64,
-        stopped: r.stopped.map(|e| CellbindError::from(e).to_string()),
-        session_ended: r.session_ended,
-    }
-}
-
-/// Adapts the foreign observer to the SDK's observer trait.
-struct ForeignObserver(Arc<dyn RequestObserver>);
-
-impl sdk::RequestObserver for ForeignObserver {
-    fn on_request(&self, e: &sdk::RequestEvent) {
-        // An observer's failure never fails the request.
-        let _ = self.0.on_request(event(e));
-    }
-}
-
-fn event(e: &sdk::RequestEvent) -> RequestEvent {
-    RequestEvent {
-        cell_id: e.cell_id.to_string(),
-        method: e.method.as_str().to_owned(),
-        path: e.path.clone(),
-        outcome: match &e.outcome {
-            sdk::RequestOutcome::Answered => RequestOutcome::Answered,
-            sdk::RequestOutcome::Network { kind } => RequestOutcome::Network {
-                kind: (*kind).into(),
-            },
-            sdk::RequestOutcome::Refused { code } => RequestOutcome::Refused { code: code.clone() },
-            // an outcome the SDK gained after this table was written
-            _ => RequestOutcome::Refused { code: None },
-        },
-        status: e.status,
-        reached_cell: e.reached_cell,
-        attempts: e.attempts,
-        duration_ms: u64::try_from(e.duration.as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
-/// The SDK's request for a foreign one (the SDK checks it when it is sent).
-fn request(r: Request) -> Result<sdk::Request, CellbindError> {
-    let mut out = sdk::Request::new(http_method(&r.method)?, r.path);
-    for q in r.query {
-        out = out.query(q.name, q.value);
-    }
-    for h in r.headers {
-        out = out.header(h.name, h.value);
-    }
-    out = match (r.body, r.content_type) {
-        (Some(b), Some(ct)) => out.body(b, ct),
-        (Some(b), None) => out.json(b),
-        (None, None) => out,
-        (None, Some(_)) => {
-            return Err(CellbindError::InvalidInput {
-                detail: "a content type without a body".into(),
-            });
-        }
-    };
-    if let Some(k) = r.idempotency_key {
-        out = out.idempotency_key(k);
-    }
-    Ok(out)
-}
-
-fn info(s: sdk::SessionInfo) -> SessionInfo {
-    SessionInfo {
-        session_id: s.session_id.to_string(),
-        contractor_id: s.contractor_id.to_string(),
-        subject: s.subject.to_string(),
-        cell_id: s.cell_id.to_string(),
-        endpoint: s.endpoint.into(),
-        generation: s.generation.get(),
-        expires_at: s.expires_at,
-    }
-}
-
 /// The Cellbind client.
 #[derive(Debug, uniffi::Object)]
 pub struct CellbindClient {
@@ -707,7 +394,7 @@ impl CellbindClient {
     /// Queues a write (POST, PUT, PATCH, DELETE) for a later flush and saves it to the store
     /// before returning. No network. Full: `OutboxFull`, nothing queued.
     pub fn enqueue(&self, request: Request) -> Result<QueuedWrite, CellbindError> {
-        Ok(queued(&self.client.enqueue(self::request(request)?)?))
+        Ok(queued(&self.client.enqueue(records::request(request)?)?))
     }
 
     /// Delivers the queued writes in order until the outbox is empty or a write has to wait.
@@ -759,7 +446,7 @@ impl CellbindClient {
     /// Sends a request with query parameters, headers, a body of any content type and an
     /// optional idempotency key of the caller's own to the session's cell.
     pub async fn send(&self, request: Request) -> Result<Response, CellbindError> {
-        let r = self.client.send(self::request(request)?).await?;
+        let r = self.client.send(records::request(request)?).await?;
         Ok(Response {
             status: r.status,
             body: r.body.to_vec(),
@@ -784,370 +471,5 @@ impl CellbindClient {
     /// Refreshes the placement map from the session's cell; returns the version in use.
     pub async fn refresh_map(&self) -> Result<u64, CellbindError> {
         Ok(self.client.refresh_map().await?.version)
-    }
-}
-
-fn http_method(m: &str) -> Result<http::Method, CellbindError> {
-    let upper = m.to_ascii_uppercase();
-    http::Method::from_bytes(upper.as_bytes()).map_err(|_| CellbindError::InvalidInput {
-        detail: format!("{m:?} is not an HTTP method"),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use protocol::CellId;
-
-    use super::*;
-
-    /// Every SDK error lands on its own foreign variant (a swapped row fails here, and in the
-    /// Python and Kotlin binding tests).
-    #[test]
-    fn the_error_table() {
-        let cell = || CellId::new("cell-02").unwrap();
-        let rejected = |code| sdk::Error::Rejected {
-            code,
-            status: code.status().as_u16(),
-            message: "m".into(),
-        };
-        let cases: Vec<(sdk::Error, &str)> = vec![
-            (sdk::Error::NotSignedIn, "NotSignedIn"),
-            (sdk::Error::InvalidCredentials, "InvalidCredentials"),
-            (sdk::Error::UnknownContractor, "UnknownContractor"),
-            (sdk::Error::SessionExpired, "SessionExpired"),
-            (sdk::Error::SessionRevoked, "SessionRevoked"),
-            (sdk::Error::SessionInvalid, "SessionInvalid"),
-            (
-                sdk::Error::WrongCell {
-                    owner_cell: Some(cell()),
-                    owner_endpoint: Some("https://127.0.0.2:8443".into()),
-                },
-                "WrongCell",
-            ),
-            (
-                sdk::Error::CellsDisagree {
-                    first: cell(),
-                    second: cell(),
-                    named_owner: None,
-                },
-                "CellsDisagree",
-            ),
-            (
-                sdk::Error::UntrustedRedirect {
-                    owner_cell: None,
-                    owner_endpoint: None,
-                },
-                "UntrustedRedirect",
-            ),
-            (
-                sdk::Error::HandoffInProgress {
-                    retry_after: Some(Duration::from_secs(3)),
-                },
-                "HandoffInProgress",
-            ),
-            (sdk::Error::RateLimited { retry_after: None }, "RateLimited"),
-            (sdk::Error::CellStateStale, "CellStateStale"),
-            (
-                sdk::Error::Upstream {
-                    status: 502,
-                    code: None,
-                },
-                "UpstreamUnavailable",
-            ),
-            (rejected(ErrorCode::InvalidRequest), "InvalidRequest"),
-            (rejected(ErrorCode::SessionMissing), "SessionMissing"),
-            (rejected(ErrorCode::Forbidden), "Forbidden"),
-            (rejected(ErrorCode::PayloadTooLarge), "PayloadTooLarge"),
-            (rejected(ErrorCode::NotReady), "NotReady"),
-            (rejected(ErrorCode::NotFound), "NotFound"),
-            (rejected(ErrorCode::Internal), "Internal"),
-            (
-                sdk::Error::Network {
-                    kind: sdk::NetworkErrorKind::TimeoutAfterSend,
-                    reached_cell: true,
-                    detail: "x".into(),
-                },
-                "Network",
-            ),
-            (
-                sdk::Error::UnknownErrorCode {
-                    code: "NEWER_CODE".into(),
-                    status: 422,
-                    message: "m".into(),
-                },
-                "UnknownErrorCode",
-            ),
-            (sdk::Error::InvalidResponse("x".into()), "InvalidResponse"),
-            (
-                sdk::Error::MapRefused(protocol::map::MapError::BadSignature),
-                "MapRefused",
-            ),
-            (sdk::Error::Store("x".into()), "Store"),
-            (sdk::Error::Config("x".into()), "Config"),
-            (sdk::Error::InvalidInput("x".into()), "InvalidInput"),
-            (sdk::Error::SignInRequired, "SignInRequired"),
-        ];
-        for (e, want) in cases {
-            let shown = format!("{e:?}");
-            let got = CellbindError::from(e);
-            let name = format!("{got:?}");
-            assert!(
-                name.starts_with(&format!("{want} ")) || name == want,
-                "{shown} mapped to {name}, want {want}"
-            );
-        }
-        match CellbindError::from(sdk::Error::HandoffInProgress {
-            retry_after: Some(Duration::from_secs(3)),
-        }) {
-            CellbindError::HandoffInProgress { retry_after_s, .. } => {
-                assert_eq!(retry_after_s, Some(3))
-            }
-            e => panic!("{e:?}"),
-        }
-        match CellbindError::from(sdk::Error::Network {
-            kind: sdk::NetworkErrorKind::Connect,
-            reached_cell: false,
-            detail: "refused".into(),
-        }) {
-            CellbindError::Network {
-                kind, reached_cell, ..
-            } => assert_eq!((kind, reached_cell), (NetworkErrorKind::Connect, false)),
-            e => panic!("{e:?}"),
-        }
-        match CellbindError::from(sdk::Error::UnknownErrorCode {
-            code: "NEWER_CODE".into(),
-            status: 422,
-            message: "m".into(),
-        }) {
-            CellbindError::UnknownErrorCode { code, status, .. } => {
-                assert_eq!((code.as_str(), status), ("NEWER_CODE", 422))
-            }
-            e => panic!("{e:?}"),
-        }
-    }
-
-    #[test]
-    fn every_network_kind_keeps_its_name() {
-        use sdk::NetworkErrorKind as K;
-        for (k, want) in [
-            (K::Connect, NetworkErrorKind::Connect),
-            (K::Tls, NetworkErrorKind::Tls),
-            (K::TimeoutBeforeSend, NetworkErrorKind::TimeoutBeforeSend),
-            (K::TimeoutAfterSend, NetworkErrorKind::TimeoutAfterSend),
-            (K::Interrupted, NetworkErrorKind::Interrupted),
-        ] {
-            assert_eq!(NetworkErrorKind::from(k), want);
-        }
-    }
-
-    #[test]
-    fn foreign_requests_convert_field_by_field() {
-        let r = request(Request {
-            method: "post".into(),
-            path: "/api/jobs/j-1/complete".into(),
-            query: vec![QueryParam {
-                name: "a".into(),
-                value: "b c".into(),
-            }],
-            headers: vec![Header {
-                name: "X-Request-Id".into(),
-                value: "r-1".into(),
-            }],
-            body: Some(b"x".to_vec()),
-            content_type: Some("text/plain".into()),
-            idempotency_key: Some("k-1".into()),
-        })
-        .unwrap();
-        assert_eq!(r.method(), http::Method::POST);
-        assert_eq!(r.path(), "/api/jobs/j-1/complete");
-        let shown = format!("{r:?}");
-        for part in [
-            "query_names: [\"a\"]",
-            "header_names: [\"X-Request-Id\"]",
-            "body_bytes: Some(1)",
-            "idempotency_key: true",
-        ] {
-            assert!(shown.contains(part), "{part} in {shown}");
-        }
-        assert!(matches!(
-            request(Request {
-                method: "GET".into(),
-                path: "/a".into(),
-                query: vec![],
-                headers: vec![],
-                body: None,
-                content_type: Some("text/plain".into()),
-                idempotency_key: None,
-            }),
-            Err(CellbindError::InvalidInput { .. })
-        ));
-    }
-
-    #[test]
-    fn every_slot_keeps_its_name() {
-        assert_eq!(slot(sdk::StoreSlot::Session).unwrap(), StoreSlot::Session);
-        assert_eq!(slot(sdk::StoreSlot::Outbox).unwrap(), StoreSlot::Outbox);
-    }
-
-    /// A foreign store that records which slot each call was for.
-    #[derive(Default)]
-    struct Slots(std::sync::Mutex<Vec<(StoreSlot, String)>>);
-
-    impl SessionStore for Slots {
-        fn load(&self, slot: StoreSlot) -> Result<Option<String>, CellbindError> {
-            self.0.lock().unwrap().push((slot, "load".into()));
-            Ok(Some(format!("{slot:?}")))
-        }
-        fn save(&self, slot: StoreSlot, blob: String) -> Result<(), CellbindError> {
-            self.0.lock().unwrap().push((slot, blob));
-            Ok(())
-        }
-        fn clear(&self, slot: StoreSlot) -> Result<(), CellbindError> {
-            self.0.lock().unwrap().push((slot, "clear".into()));
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn the_foreign_store_gets_each_call_for_its_own_slot() {
-        use sdk::SessionStore as _;
-        let slots = Arc::new(Slots::default());
-        let store = ForeignStore(slots.clone());
-        assert_eq!(
-            store.load(sdk::StoreSlot::Outbox).unwrap().as_deref(),
-            Some("Outbox")
-        );
-        store.save(sdk::StoreSlot::Session, "s").unwrap();
-        store.clear(sdk::StoreSlot::Outbox).unwrap();
-        assert_eq!(
-            *slots.0.lock().unwrap(),
-            vec![
-                (StoreSlot::Outbox, "load".to_owned()),
-                (StoreSlot::Session, "s".to_owned()),
-                (StoreSlot::Outbox, "clear".to_owned()),
-            ]
-        );
-    }
-
-    fn sample_write() -> sdk::QueuedWrite {
-        sdk::QueuedWrite {
-            id: 7,
-            method: http::Method::PUT,
-            path: "/api/jobs/j-1".into(),
-            query: vec![("a".into(), "b c".into())],
-            headers: vec![("X-Request-Id".into(), "r-1".into())],
-            body: Some(b"{}".to_vec()),
-            content_type: Some("application/json".into()),
-            idempotency_key: "k-7".into(),
-            enqueued_at: 1_800_000_000,
-        }
-    }
-
-    #[test]
-    fn queued_writes_convert_field_by_field() {
-        let w = queued(&sample_write());
-        assert_eq!(
-            (w.id, w.method.as_str(), w.path.as_str()),
-            (7, "PUT", "/api/jobs/j-1")
-        );
-        assert_eq!(
-            (w.query[0].name.as_str(), w.query[0].value.as_str()),
-            ("a", "b c")
-        );
-        assert_eq!(
-            (w.headers[0].name.as_str(), w.headers[0].value.as_str()),
-            ("X-Request-Id", "r-1")
-        );
-        assert_eq!(w.body.as_deref(), Some(&b"{}"[..]));
-        assert_eq!(w.content_type.as_deref(), Some("application/json"));
-        assert_eq!(
-            (w.idempotency_key.as_str(), w.enqueued_at),
-            ("k-7", 1_800_000_000)
-        );
-        let shown = format!("{w:?}");
-        assert!(!shown.contains("k-7") && !shown.contains("r-1"), "{shown}");
-    }
-
-    #[test]
-    fn flush_reports_and_rejections_convert() {
-        let answer = |status: u16, body: &str| sdk::Response {
-            status,
-            body: body.to_owned().into(),
-        };
-        let r = report(sdk::FlushReport {
-            delivered: vec![sdk::Delivered {
-                write: sample_write(),
-                response: answer(201, "{}"),
-            }],
-            rejected: vec![
-                sdk::WriteRejection {
-                    write: sample_write(),
-                    status: 400,
-                    code: Some("INVALID_REQUEST".into()),
-                    refusal: sdk::Refusal::Error(sdk::Error::Rejected {
-                        code: ErrorCode::InvalidRequest,
-                        status: 400,
-                        message: "bad job id".into(),
-                    }),
-                },
-                sdk::WriteRejection {
-                    write: sample_write(),
-                    status: 404,
-                    code: None,
-                    refusal: sdk::Refusal::Answer(answer(404, "no such job")),
-                },
-            ],
-            remaining: 3,
-            stopped: Some(sdk::Error::Network {
-                kind: sdk::NetworkErrorKind::TimeoutBeforeSend,
-                reached_cell: false,
-                detail: "connect timeout".into(),
-            }),
-            session_ended: false,
-        });
-        assert_eq!(r.delivered.len(), 1);
-        assert_eq!(r.delivered[0].id, 7);
-        assert_eq!(
-            (r.rejected[0].status, r.rejected[0].code.as_str()),
-            (400, "INVALID_REQUEST")
-        );
-        assert!(
-            r.rejected[0].detail.contains("bad job id"),
-            "{}",
-            r.rejected[0].detail
-        );
-        assert_eq!(
-            (
-                r.rejected[1].status,
-                r.rejected[1].code.as_str(),
-                r.rejected[1].detail.as_str()
-            ),
-            (404, "", "no such job")
-        );
-        assert_eq!(r.remaining, 3);
-        let stopped = r.stopped.unwrap();
-        assert!(
-            stopped.starts_with("network (TimeoutBeforeSend)"),
-            "{stopped}"
-        );
-        assert!(!r.session_ended);
-        let ended = report(sdk::FlushReport {
-            stopped: Some(sdk::Error::SessionRevoked),
-            session_ended: true,
-            ..Default::default()
-        });
-        assert!(ended.session_ended && ended.stopped.unwrap().starts_with("SESSION_REVOKED"));
-        assert_eq!(report(sdk::FlushReport::default()).stopped, None);
-    }
-
-    #[test]
-    fn methods_parse_case_insensitively() {
-        assert_eq!(http_method("get").unwrap(), http::Method::GET);
-        assert!(matches!(
-            http_method("GE T"),
-            Err(CellbindError::InvalidInput { .. })
-        ));
     }
 }

@@ -1,4 +1,20 @@
-//! Revocations (DESIGN §6): the five kinds and the matcher the edge runs on every request.
+//! Revocations (DESIGN §6): the five kinds, what each matches, and the matcher the edge and
+//! the auth-service run on every request.
+//!
+//! What a revocation matches is decided once, here, by exhaustive matches on
+//! [`RevocationKind`] (none has a catch-all arm, so a new kind does not compile until each rule
+//! decides what it does with it):
+//!
+//! | kind         | matches a session ([`RevocationKind::matches`])        | [`RevocationKind::revokes_issued_before`] |
+//! |--------------|--------------------------------------------------------|--------------------------------------------|
+//! | `session`    | with that id                                           | —                                          |
+//! | `subject`    | of that subject issued strictly before `before`        | `before`, for that subject                 |
+//! | `contractor` | of that contractor issued strictly before `before`     | `before`, for that contractor              |
+//! | `key`        | signed by that key                                     | —                                          |
+//! | `cell`       | issued strictly before `before`                        | `before`                                   |
+//!
+//! [`RevocationSet`] is the same rule as an index (O(1) per kind); the tests check it against
+//! [`RevocationKind::matches`] for one revocation of every kind the wire format knows.
 
 use std::collections::{HashMap, HashSet};
 
@@ -101,7 +117,96 @@ struct SealMessage<'a> {
 /// Version of [`SealMessage`]'s layout.
 const SEAL_MESSAGE_VERSION: u32 = 1;
 
-/// The in-memory matcher. Checking is O(1) per kind.
+/// A session as revocations see it: its id, owner, signing key and issue time. `jti` and `kid`
+/// are `None` where they are not known: a transfer ticket names its session's id and owner but
+/// that session was signed at another cell; a session about to be minted has neither yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRef<'a> {
+    pub jti: Option<&'a SessionId>,
+    pub sub: &'a SubjectId,
+    pub ctr: &'a ContractorId,
+    pub kid: Option<&'a Kid>,
+    pub iat: UnixSeconds,
+}
+
+impl<'a> SessionRef<'a> {
+    /// A verified session signed by `kid`.
+    pub fn of(claims: &'a SessionClaims, kid: &'a Kid) -> SessionRef<'a> {
+        SessionRef {
+            jti: Some(&claims.jti),
+            sub: &claims.sub,
+            ctr: &claims.ctr,
+            kid: Some(kid),
+            iat: claims.iat,
+        }
+    }
+}
+
+/// The one "before" rule: a session issued at `iat` is cut by `before` when it was issued
+/// strictly earlier (a session of the same second as `before` is not).
+fn issued_before(iat: UnixSeconds, before: UnixSeconds) -> bool {
+    iat < before
+}
+
+impl RevocationKind {
+    /// Whether a revocation of this kind revokes `session`.
+    pub fn matches(&self, session: &SessionRef<'_>) -> bool {
+        match self {
+            RevocationKind::Session { jti, .. } => session.jti == Some(jti),
+            RevocationKind::Key { kid } => session.kid == Some(kid),
+            RevocationKind::Subject { .. }
+            | RevocationKind::Contractor { .. }
+            | RevocationKind::Cell { .. } => self
+                .revokes_issued_before(session.sub, session.ctr)
+                .is_some_and(|before| issued_before(session.iat, before)),
+        }
+    }
+
+    /// The time before which this revocation revokes every session of subject `sub` of
+    /// contractor `ctr`, whatever its id and key: `Some(before)` for a subject, contractor or
+    /// cell revocation that concerns them, `None` otherwise (a session or key revocation
+    /// names sessions by id or key, never by owner). A session minted at `before` or later is
+    /// not revoked by it.
+    pub fn revokes_issued_before(
+        &self,
+        sub: &SubjectId,
+        ctr: &ContractorId,
+    ) -> Option<UnixSeconds> {
+        match self {
+            RevocationKind::Subject { sub: s, before } => (s == sub).then_some(*before),
+            RevocationKind::Contractor { ctr: c, before } => (c == ctr).then_some(*before),
+            RevocationKind::Cell { before } => Some(*before),
+            RevocationKind::Session { .. } | RevocationKind::Key { .. } => None,
+        }
+    }
+
+    /// The `before` of a subject, contractor or cell revocation; `None` for the kinds that name
+    /// sessions by id or key.
+    pub fn before(&self) -> Option<UnixSeconds> {
+        match self {
+            RevocationKind::Subject { before, .. }
+            | RevocationKind::Contractor { before, .. }
+            | RevocationKind::Cell { before } => Some(*before),
+            RevocationKind::Session { .. } | RevocationKind::Key { .. } => None,
+        }
+    }
+
+    /// The key a key revocation takes out of the signing-key ring. Such a revocation is for
+    /// good: it is never withdrawn, and never handed back to the cell after a restore (an
+    /// operator revokes the key again).
+    pub fn key(&self) -> Option<&Kid> {
+        match self {
+            RevocationKind::Key { kid } => Some(kid),
+            RevocationKind::Session { .. }
+            | RevocationKind::Subject { .. }
+            | RevocationKind::Contractor { .. }
+            | RevocationKind::Cell { .. } => None,
+        }
+    }
+}
+
+/// The in-memory matcher: [`RevocationKind::matches`] over many revocations, indexed so that
+/// checking is O(1) per kind.
 #[derive(Debug, Clone, Default)]
 pub struct RevocationSet {
     sessions: HashSet<SessionId>,
@@ -169,6 +274,7 @@ impl Revocation {
 }
 
 impl RevocationSet {
+    /// Adds a revocation in force.
     pub fn insert(&mut self, kind: &RevocationKind) {
         self.len += 1;
         match kind {
@@ -192,16 +298,36 @@ impl RevocationSet {
         }
     }
 
-    /// Whether a verified session is revoked.
+    /// Whether a verified session signed by `kid` is revoked.
     pub fn is_revoked(&self, claims: &SessionClaims, kid: &Kid) -> bool {
-        let iat = claims.iat;
-        self.sessions.contains(&claims.jti)
-            || self.keys.contains(kid)
-            || self.cell_before.is_some_and(|b| iat < b)
-            || self.subjects.get(&claims.sub).is_some_and(|b| iat < *b)
-            || self.contractors.get(&claims.ctr).is_some_and(|b| iat < *b)
+        self.revokes(&SessionRef::of(claims, kid))
     }
 
+    /// Whether any revocation held revokes `session` (what [`RevocationKind::matches`] answers
+    /// for one of them).
+    pub fn revokes(&self, session: &SessionRef<'_>) -> bool {
+        session.jti.is_some_and(|jti| self.sessions.contains(jti))
+            || session.kid.is_some_and(|kid| self.keys.contains(kid))
+            || self
+                .latest_before(session.sub, session.ctr)
+                .is_some_and(|before| issued_before(session.iat, before))
+    }
+
+    /// The latest [`RevocationKind::revokes_issued_before`] of the revocations held for a
+    /// session of `sub` of `ctr` (subject, contractor and cell revocations): a session minted
+    /// then or later is revoked by none of them.
+    pub fn latest_before(&self, sub: &SubjectId, ctr: &ContractorId) -> Option<UnixSeconds> {
+        [
+            self.subjects.get(sub).copied(),
+            self.contractors.get(ctr).copied(),
+            self.cell_before,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+
+    /// Whether sessions signed by `kid` are revoked (a key revocation is held).
     pub fn is_key_revoked(&self, kid: &Kid) -> bool {
         self.keys.contains(kid)
     }
@@ -211,6 +337,7 @@ impl RevocationSet {
         self.len
     }
 
+    /// Whether no revocation was inserted.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -225,3 +352,6 @@ impl<'a> FromIterator<&'a RevocationKind> for RevocationSet {
         s
     }
 }
+
+#[cfg(test)]
+mod tests;

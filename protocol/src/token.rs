@@ -1,7 +1,7 @@
 //! Session and transfer-ticket tokens (DESIGN §3): claims, minting, and the one strict verifier.
 //!
 //! The verifier runs these checks in this order and stops at the first failure
-//! (each row is an ATTACKS.md case):
+//! (each row is a row of the threat model, `docs/THREAT-MODEL.md`):
 //!
 //! | step | check | attack |
 //! |---|---|---|

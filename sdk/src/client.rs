@@ -1,7 +1,7 @@
 //! The client: map lookup, requests to the session's cell, renewal, restore, sign-out and map
 //! refresh (DESIGN §7). Its builder is in `client/builder.rs`, sign-in (at most one redirect)
 //! in `client/sign_in.rs`, transfer and rebind in `client/transfer.rs`, and the offline
-//! outbox's queue and flush in `client/outbox.rs` ([`crate::outbox`]).
+//! outbox's queueing and flushing in `client/flush.rs` ([`crate::outbox`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -561,7 +561,7 @@ fn session_from(
 }
 
 pub(crate) mod builder;
-mod outbox;
+mod flush;
 mod sign_in;
 mod transfer;
 

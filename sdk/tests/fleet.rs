@@ -31,7 +31,7 @@ const PROPAGATION_DEADLINE: Duration = Duration::from_secs(30);
 struct Ctx {
     file: FleetFile,
     /// Where each server's `/metrics` is.
-    management: devfleet::fleet_file::FleetManagement,
+    management: devfleet::FleetManagement,
     dir: PathBuf,
     http: reqwest::Client,
     ca_pem: Vec<u8>,

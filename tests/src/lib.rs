@@ -3,9 +3,8 @@
 //!
 //! The fleet's binaries must be built first: `cargo build --workspace --bins`.
 //!
-//! All end-to-end tests are modules of one test binary, so tests that used to run alone in
-//! their own process now share the machine: every test that runs a fleet holds a
-//! [`FleetSlot`] for as long as its fleet lives. Light tests share the slot with each other;
+//! All end-to-end tests are modules of one test binary, so the tests share the machine: every
+//! test that runs a fleet holds a [`FleetSlot`] for as long as its fleet lives. Light tests share the slot with each other;
 //! the game days and other tests that measure windows, latencies or deadlines take it alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test support: failing loudly is its job
 

@@ -1,5 +1,6 @@
 //! What the auth-service's benches share: a configuration in a scratch folder, with the
-//! sign-in throttles out of the way.
+//! sign-in throttles out of the way and the cell's feed secret taken as a feed credential (the
+//! benches long-poll the feed as a made-up instance).
 
 use std::path::Path;
 
@@ -20,6 +21,7 @@ data_dir = "{d}/data"
 kek_file = "{d}/kek"
 admin_token_file = "{d}/admin"
 feed_token_file = "{d}/feed"
+accept_shared_feed_token = true
 edge_token_file = "{d}/edge"
 tls_cert = "{d}/unused.pem"
 tls_key = "{d}/unused.key"

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::admin::cell::{
-    AuditFormat, AuditQuery, ContractorExport, DrainQuery, HeldRevocations, ImportUsers,
+    self, AuditFormat, AuditQuery, ContractorExport, DrainQuery, HeldRevocations, ImportUsers,
     KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk, OwnershipRecord,
     OwnershipSet, RevokeRequest, Status, UserCreated, UsersImported, WithdrawAnswer,
     WithdrawRequest,
@@ -37,7 +37,7 @@ pub(crate) const JSON_LINES: &str = "application/x-ndjson";
 /// `POST /admin/v1/users` [`NewUser`] → 201 [`UserCreated`].
 #[utoipa::path(
     post,
-    path = "/admin/v1/users",
+    path = cell::USERS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::NewUser,
@@ -65,7 +65,7 @@ pub(crate) async fn create_user(
 /// `POST /admin/v1/users/import` [`ImportUsers`] → 200 [`UsersImported`] (one transaction).
 #[utoipa::path(
     post,
-    path = "/admin/v1/users/import",
+    path = cell::USERS_IMPORT_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::ImportUsers,
@@ -93,7 +93,7 @@ pub(crate) async fn import_users(
 /// `PUT /admin/v1/ownership/{ctr}` [`OwnershipRecord`] → 200 [`OwnershipSet`].
 #[utoipa::path(
     put,
-    path = "/admin/v1/ownership/{ctr}",
+    path = cell::OWNERSHIP_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::ownership::OwnershipRecord,
@@ -124,7 +124,7 @@ pub(crate) async fn put_ownership(
 /// `PUT /admin/v1/ownership` [`OwnershipBulk`] → 200 [`OwnershipSet`] (one transaction).
 #[utoipa::path(
     put,
-    path = "/admin/v1/ownership",
+    path = cell::OWNERSHIP_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::OwnershipBulk,
@@ -147,7 +147,7 @@ pub(crate) async fn put_ownership_bulk(
 /// `GET /admin/v1/ownership/{ctr}` → the [`OwnershipRecord`] or 404.
 #[utoipa::path(
     get,
-    path = "/admin/v1/ownership/{ctr}",
+    path = cell::OWNERSHIP_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -171,7 +171,7 @@ pub(crate) async fn get_ownership(
 /// `GET /admin/v1/keys` → [`Keys`].
 #[utoipa::path(
     get,
-    path = "/admin/v1/keys",
+    path = cell::KEYS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     responses(
@@ -188,7 +188,7 @@ pub(crate) async fn keys(_: Admin, State(state): State<AppState>) -> Json<Keys> 
 /// `POST /admin/v1/keys/rotate` → `Rotation`.
 #[utoipa::path(
     post,
-    path = "/admin/v1/keys/rotate",
+    path = cell::KEYS_ROTATE_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     responses(
@@ -203,7 +203,7 @@ pub(crate) async fn rotate(_: Admin, State(state): State<AppState>) -> Result<Re
 /// `POST /admin/v1/keys/{kid}/revoke` [`KeyRevokeRequest`] → 200 [`KeyRevoked`].
 #[utoipa::path(
     post,
-    path = "/admin/v1/keys/{kid}/revoke",
+    path = cell::KEY_REVOKE_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::KeyRevokeRequest,
@@ -238,7 +238,7 @@ pub(crate) async fn revoke_key(
 /// `POST /admin/v1/revocations` [`RevokeRequest`] → 200 `RevokeAnswer`.
 #[utoipa::path(
     post,
-    path = "/admin/v1/revocations",
+    path = cell::REVOCATIONS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::RevokeRequest,
@@ -263,7 +263,7 @@ pub(crate) async fn revoke(
 /// number.
 #[utoipa::path(
     get,
-    path = "/admin/v1/revocations",
+    path = cell::REVOCATIONS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     responses(
@@ -281,7 +281,7 @@ pub(crate) async fn held_revocations(
 /// `POST /admin/v1/revocations/{seq}/withdraw` [`WithdrawRequest`] → 200 `WithdrawAnswer`.
 #[utoipa::path(
     post,
-    path = "/admin/v1/revocations/{seq}/withdraw",
+    path = cell::WITHDRAW_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::WithdrawRequest,
@@ -310,7 +310,7 @@ pub(crate) async fn withdraw(
 /// lines by default, a JSON array with `format=json`.
 #[utoipa::path(
     get,
-    path = "/admin/v1/audit/revocations",
+    path = cell::AUDIT_REVOCATIONS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     params(("after" = Option<u64>, Query, description = "Only entries with a larger sequence number."), ("limit" = Option<u64>, Query, description = "Page size (1 to 100000)."), ("format" = Option<protocol::admin::cell::AuditFormat>, Query, description = "`jsonl` (default) or `json`.")),
@@ -353,7 +353,7 @@ pub(crate) async fn audit_export(
 /// `GET /admin/v1/subjects/{sub}/sessions` → `SubjectSessions`.
 #[utoipa::path(
     get,
-    path = "/admin/v1/subjects/{sub}/sessions",
+    path = cell::SUBJECT_SESSIONS_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     params(("sub" = protocol::SubjectId, Path, description = "The subject.")),
@@ -374,7 +374,7 @@ pub(crate) async fn sessions_of_subject(
 /// `GET /admin/v1/sessions/{jti}` → `SessionRecordAnswer` or 404.
 #[utoipa::path(
     get,
-    path = "/admin/v1/sessions/{jti}",
+    path = cell::SESSION_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     params(("jti" = protocol::SessionId, Path, description = "The session id.")),
@@ -398,7 +398,7 @@ pub(crate) async fn session_record(
 /// `PUT /admin/v1/placement-map` with a `SignedMap` → 200 `MapAccepted` / 400.
 #[utoipa::path(
     put,
-    path = "/admin/v1/placement-map",
+    path = cell::PLACEMENT_MAP_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::map::SignedMap,
@@ -420,7 +420,7 @@ pub(crate) async fn put_map(
 /// `GET /admin/v1/status` → [`Status`].
 #[utoipa::path(
     get,
-    path = "/admin/v1/status",
+    path = cell::STATUS_PATH,
     tag = "admin",
     security(("adminToken" = [])),
     responses(
@@ -463,7 +463,7 @@ pub(crate) async fn status(_: Admin, State(state): State<AppState>) -> Result<Js
 /// `GET /admin/v1/contractors/{ctr}/export` → [`ContractorExport`].
 #[utoipa::path(
     get,
-    path = "/admin/v1/contractors/{ctr}/export",
+    path = cell::EXPORT_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
@@ -492,7 +492,7 @@ pub(crate) async fn export(
 /// `POST /admin/v1/contractors/{ctr}/import` [`ContractorExport`] → `ImportAnswer`.
 #[utoipa::path(
     post,
-    path = "/admin/v1/contractors/{ctr}/import",
+    path = cell::IMPORT_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     request_body = protocol::admin::cell::ContractorExport,
@@ -523,7 +523,7 @@ pub(crate) async fn import(
 /// `GET /admin/v1/drain/{ctr}?seq=S` ([`DrainQuery`]) → `DrainStatus`.
 #[utoipa::path(
     get,
-    path = "/admin/v1/drain/{ctr}",
+    path = cell::DRAIN_ROUTE,
     tag = "admin",
     security(("adminToken" = [])),
     params(("ctr" = protocol::ContractorId, Path, description = "The contractor."), ("seq" = u64, Query, description = "The feed sequence to wait for.")),

@@ -66,37 +66,34 @@ fn internal_only_routes() -> Router<AppState> {
             put(admin::put_ownership_bulk).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
         )
         .route(
-            "/admin/v1/ownership/{ctr}",
+            cell::OWNERSHIP_ROUTE,
             put(admin::put_ownership).get(admin::get_ownership),
         )
         .route(cell::KEYS_PATH, get(admin::keys))
         .route(cell::KEYS_ROTATE_PATH, post(admin::rotate))
-        .route("/admin/v1/keys/{kid}/revoke", post(admin::revoke_key))
+        .route(cell::KEY_REVOKE_ROUTE, post(admin::revoke_key))
         .route(
             cell::REVOCATIONS_PATH,
             post(admin::revoke).get(admin::held_revocations),
         )
-        .route(
-            "/admin/v1/revocations/{seq}/withdraw",
-            post(admin::withdraw),
-        )
+        .route(cell::WITHDRAW_ROUTE, post(admin::withdraw))
         .route(cell::AUDIT_REVOCATIONS_PATH, get(admin::audit_export))
         .route(
-            "/admin/v1/subjects/{sub}/sessions",
+            cell::SUBJECT_SESSIONS_ROUTE,
             get(admin::sessions_of_subject),
         )
-        .route("/admin/v1/sessions/{jti}", get(admin::session_record))
+        .route(cell::SESSION_ROUTE, get(admin::session_record))
         .route(
             cell::PLACEMENT_MAP_PATH,
             put(admin::put_map).layer(DefaultBodyLimit::max(MAP_BODY_LIMIT)),
         )
         .route(cell::STATUS_PATH, get(admin::status))
-        .route("/admin/v1/contractors/{ctr}/export", get(admin::export))
+        .route(cell::EXPORT_ROUTE, get(admin::export))
         .route(
-            "/admin/v1/contractors/{ctr}/import",
+            cell::IMPORT_ROUTE,
             post(admin::import).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
         )
-        .route("/admin/v1/drain/{ctr}", get(admin::drain))
+        .route(cell::DRAIN_ROUTE, get(admin::drain))
 }
 
 fn finish(routes: Router<AppState>, listener: Listener, state: AppState) -> Router {

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use protocol::api::{RebindRequest, TransferStatusRequest};
+use protocol::api::{RebindRequest, TRANSFER_STATUS_PATH, TransferStatusRequest};
 
 use crate::error::Result;
 use crate::routes::extract::{JsonBody, Session};
@@ -68,7 +68,7 @@ pub(crate) async fn rebind(
 /// `POST /v1/sessions/transfer/status` `{ticket}` → 200 `TransferStatusResponse`.
 #[utoipa::path(
     post,
-    path = "/v1/sessions/transfer/status",
+    path = TRANSFER_STATUS_PATH,
     tag = "sessions",
     request_body = protocol::api::RebindRequest,
     responses(

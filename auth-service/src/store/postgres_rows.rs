@@ -1,7 +1,7 @@
 //! Row plumbing of the PostgreSQL backend: the reads that several of its methods share (the
 //! feed position, feed entries, keys, ownership, users, JSON-document tables), each on one
-//! connection or transaction. The integer conversions and JSON columns are the SQLite files'
-//! (`sqlite_rows.rs`): both backends store the same shapes.
+//! connection or transaction. The integer conversions and JSON columns are shared with the
+//! SQLite backend (`portable.rs`): both backends store the same shapes.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,9 @@ use sqlx::PgConnection;
 use crate::error::{Error, Result};
 use crate::store::portable::{UserColumns, i, i_usize, u, unjson, user_parse};
 use crate::store::records::{KeyRow, KeyState, Position, UserRecord};
+
+/// `BEGIN` of the consistent reads (a load, a dump): every table from one moment.
+pub(super) const BEGIN_SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// The columns of a user row, in [`UserColumns`] order.
 pub(super) const USER_SELECT: &str =

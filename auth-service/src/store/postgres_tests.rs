@@ -53,17 +53,6 @@ async fn replica(url: &str, name: &str) -> (Arc<PgStore>, Arc<PgCoordination>) {
     (Arc::new(store), Arc::new(coordination))
 }
 
-/// Runs a blocking store call the way the service does: on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    store: &Arc<PgStore>,
-    f: impl FnOnce(&PgStore) -> T + Send + 'static,
-) -> T {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .unwrap()
-}
-
 /// The one value `sql` answers on `store`'s database.
 async fn one<T>(store: &PgStore, sql: &'static str) -> T
 where
@@ -78,40 +67,31 @@ where
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_commit_writes_nothing() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
-    blocking(&store, |s| contract::a_stale_commit_writes_nothing(s)).await;
+    contract::a_stale_commit_writes_nothing(&*store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dump_restores_everything_under_a_new_epoch() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
-    blocking(&store, |s| {
-        contract::a_dump_restores_everything_under_a_new_epoch(s)
-    })
-    .await;
+    contract::a_dump_restores_everything_under_a_new_epoch(&*store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
-    blocking(&store, |s| {
-        contract::a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position(s)
-    })
-    .await;
+    contract::a_withdrawal_leaves_the_held_set_and_is_audited_at_its_own_position(&*store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_id_is_burned_once_whatever_ticket_carries_it() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
-    blocking(&store, |s| contract::a_session_id_is_burned_once(s)).await;
+    contract::a_session_id_is_burned_once(&*store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_keeps_its_first_transfer_record_until_it_expires() {
     let (store, _) = replica(&fresh_url().await, "r0").await;
-    blocking(&store, |s| {
-        contract::a_session_keeps_its_first_transfer_record(s)
-    })
-    .await;
+    contract::a_session_keeps_its_first_transfer_record(&*store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -126,7 +106,7 @@ async fn replicas_starting_at_once_share_one_schema_and_one_epoch() {
     let stores = [a.unwrap().0, b.unwrap().0, c.unwrap().0].map(Arc::new);
     let mut positions = Vec::new();
     for s in &stores {
-        positions.push(blocking(s, |s| (s.position().unwrap(), s.epochs().unwrap())).await);
+        positions.push((s.position().await.unwrap(), s.epochs().await.unwrap()));
     }
     let (first, epochs) = &positions[0];
     assert_eq!(first.head, 0);
@@ -141,38 +121,28 @@ async fn replicas_see_each_others_commits_and_never_fork_the_feed() {
     let url = fresh_url().await;
     let (a, _) = replica(&url, "r0").await;
     let (b, _) = replica(&url, "r1").await;
-    let first = blocking(&a, |s| {
-        let c = contract::ownership(s, 1, 1);
-        s.commit(&c, 1_000).unwrap();
-        c
-    })
-    .await;
-    assert_eq!(blocking(&b, |s| s.position().unwrap()).await.head, 1);
-    assert_eq!(
-        blocking(&b, |s| s.entries_after(0, 10).unwrap()).await,
-        first.entries
-    );
+    let first = contract::ownership(&*a, 1, 1).await;
+    a.commit(&first, 1_000).await.unwrap();
+    assert_eq!(b.position().await.unwrap().head, 1);
+    assert_eq!(b.entries_after(0, 10).await.unwrap(), first.entries);
     // Built by b on the head it held before a's commit: refused, nothing written.
     let stale = Commit {
         writes: contract::ownership_write(2, 1),
         ..first.clone()
     };
-    let refused = blocking(&b, move |s| s.commit(&stale, 1_000)).await;
+    let refused = b.commit(&stale, 1_000).await;
     assert!(matches!(refused, Err(Error::Stale { stored: 1, base: 0 })));
-    assert_eq!(
-        blocking(&a, |s| s.load(1_000).unwrap().ownership.len()).await,
-        1
-    );
+    assert_eq!(a.load(1_000).await.unwrap().ownership.len(), 1);
 
     // Both replicas commit as fast as they can, catching up on Stale: one gap-free order.
     let per_replica = 15;
     let run = |store: Arc<PgStore>, ctr: u8| {
-        tokio::task::spawn_blocking(move || {
+        tokio::spawn(async move {
             let mut stale = 0;
             for g in 1..=per_replica {
                 loop {
-                    let c = contract::ownership(&*store, ctr, g);
-                    match store.commit(&c, 1_000) {
+                    let c = contract::ownership(&*store, ctr, g).await;
+                    match store.commit(&c, 1_000).await {
                         Ok(()) => break,
                         Err(Error::Stale { .. }) => stale += 1,
                         Err(e) => panic!("commit failed: {e}"),
@@ -184,7 +154,7 @@ async fn replicas_see_each_others_commits_and_never_fork_the_feed() {
     };
     let (sa, sb) = tokio::join!(run(a.clone(), 10), run(b.clone(), 11));
     let (sa, sb) = (sa.unwrap(), sb.unwrap());
-    let entries = blocking(&a, |s| s.entries_after(0, 1_000).unwrap()).await;
+    let entries = a.entries_after(0, 1_000).await.unwrap();
     let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
     let total = 1 + 2 * per_replica;
     assert_eq!(
@@ -192,7 +162,7 @@ async fn replicas_see_each_others_commits_and_never_fork_the_feed() {
         (1..=total).collect::<Vec<_>>(),
         "stale retries: {sa} + {sb}"
     );
-    assert_eq!(blocking(&b, |s| s.position().unwrap()).await.head, total);
+    assert_eq!(b.position().await.unwrap().head, total);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -207,11 +177,8 @@ async fn a_ticket_burned_at_two_replicas_at_once_passes_once() {
             sid: SessionId::from_random([n + 100; 16]),
             sexp: 5_000,
         };
-        let (x, y) = (burn.clone(), burn);
-        let (ra, rb) = tokio::join!(
-            blocking(&a, move |s| s.burn_ticket(&x, 900).unwrap()),
-            blocking(&b, move |s| s.burn_ticket(&y, 900).unwrap()),
-        );
+        let (ra, rb) = tokio::join!(a.burn_ticket(&burn, 900), b.burn_ticket(&burn, 900));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert!(ra ^ rb, "exactly one replica burns ticket {n}: {ra} {rb}");
     }
 }
@@ -262,11 +229,8 @@ async fn a_commit_wakes_the_other_replicas_feed_within_a_second() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished(), "woke before the commit ({round})");
         let committed = Instant::now();
-        blocking(&a, move |s| {
-            s.commit(&contract::ownership(s, 1, 1 + round), 100)
-                .unwrap()
-        })
-        .await;
+        let c = contract::ownership(&*a, 1, 1 + round).await;
+        a.commit(&c, 100).await.unwrap();
         tokio::time::timeout(Duration::from_secs(1), waiter)
             .await
             .unwrap_or_else(|_| panic!("no wake-up within 1 s ({round})"))
@@ -303,10 +267,8 @@ async fn a_commit_wakes_the_other_replicas_feed_within_a_second() {
         async move { cb.changed().await }
     });
     tokio::task::yield_now().await;
-    blocking(&a, |s| {
-        s.commit(&contract::ownership(s, 2, 1), 100).unwrap()
-    })
-    .await;
+    let c = contract::ownership(&*a, 2, 1).await;
+    a.commit(&c, 100).await.unwrap();
     tokio::time::timeout(Duration::from_secs(1), waiter)
         .await
         .expect("a wake-up after the reconnect's commit")

@@ -81,19 +81,3 @@ pub(super) fn record_transfer(
     tx.commit()?;
     transfer_record(held)
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::store::contract;
-    use crate::store::sqlite::SqliteStore;
-
-    #[test]
-    fn a_session_id_is_burned_once_whatever_ticket_carries_it() {
-        contract::a_session_id_is_burned_once(&SqliteStore::in_memory().unwrap());
-    }
-
-    #[test]
-    fn a_session_keeps_its_first_transfer_record_until_it_expires() {
-        contract::a_session_keeps_its_first_transfer_record(&SqliteStore::in_memory().unwrap());
-    }
-}

@@ -962,8 +962,8 @@ async fn revocations_are_dropped_once_nothing_they_match_can_be_valid() {
     assert!(f.reopen().await.revocations().is_empty());
 }
 
-/// A method a route does not take is `405 INVALID_REQUEST`, as the edge answers it (it was a
-/// `400`), with axum's `Allow`.
+/// A method a route does not take is `405 INVALID_REQUEST`, as the edge answers it, with
+/// axum's `Allow`.
 #[tokio::test]
 async fn a_wrong_method_is_405_with_the_typed_body() {
     let f = Fixture::new().await;

@@ -195,7 +195,7 @@ fn handback(epoch: &str, instance: &str, revocations: Vec<Value>) -> Value {
 }
 
 /// ATTACKS A32: after a restore, the edges' feed credential can hand back only what this cell
-/// sealed in the epoch it was restored over. The attack of the red team (a `cell` revocation
+/// sealed in the epoch it was restored over. The attack (a `cell` revocation
 /// dated 2100, a key revocation, forged copies of a real record) is refused and changes
 /// nothing; a fresh sign-in still works; a genuine record lost with the old database is taken
 /// back, at this cell's time and naming the instance; a withdrawn one never is.
@@ -227,7 +227,7 @@ async fn an_edge_hands_back_only_revocations_this_cell_sealed_in_the_epoch_it_wa
     assert_eq!(revoked_subjects(&b.feed(0).await), vec!["t-kept"]);
     let head = b.head().await;
 
-    // The red team's handback, with the feed credential of a real instance.
+    // An attacker's handback, with the feed credential of a real instance.
     let forged_seal = lost["seal"].clone();
     let attack = vec![
         json!({"seq": 2, "kind": "cell", "before": 4_102_444_800u64, "at": T0,

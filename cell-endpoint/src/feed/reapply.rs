@@ -51,12 +51,12 @@ pub(crate) async fn hand_back(edge: &Edge, restored: &Restored) {
         .with_jitter()
         .with_max_times(RETRY_TIMES);
     let instance = &edge.settings().instance_id;
-    // A key revocation is never taken back (an operator revokes the key again): this instance
-    // keeps enforcing it and does not send it.
+    // A key revocation is never taken back (`RevocationKind::key`: an operator revokes the key
+    // again): this instance keeps enforcing it and does not send it.
     let handed: Vec<Revocation> = restored
         .carried
         .iter()
-        .filter(|r| !matches!(r.kind, RevocationKind::Key { .. }))
+        .filter(|r| r.kind.key().is_none())
         .cloned()
         .collect();
     for chunk in handed.chunks(MAX_REAPPLY_REVOCATIONS) {

@@ -1,4 +1,4 @@
-//! ATTACKS.md table against the whole edge service, in-process: every forged, malformed or
+//! The token attacks of `docs/THREAT-MODEL.md` against the whole edge service, in-process: every forged, malformed or
 //! foreign token is a 401 with the right code, never a panic, never a forward to the app.
 
 use crate::common::*;

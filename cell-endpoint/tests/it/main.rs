@@ -2,7 +2,7 @@
 //! binary of its own. `common` builds in-process edges (keys, sessions, state, fake
 //! upstreams); `support` builds certificates, configs and real processes.
 //!
-//! - `attacks`: the ATTACKS.md table and the Wycheproof JWS vectors, in process.
+//! - `attacks`: the token attacks of `docs/THREAT-MODEL.md` and the Wycheproof JWS vectors, in process.
 //! - `edge`: forwarding, ownership and generation decisions, revocation, readiness, the write
 //!   lease, rate limits, the feed, persistence, rotation and the unknown-kid flood.
 //! - `browser`: CORS, the CSRF proof and cookie, the desk.

@@ -18,7 +18,7 @@ use backon::{BlockingRetryable as _, ExponentialBuilder};
 use protocol::{CellId, ContractorId, Generation};
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-pub use devfleet::JOURNAL_FILE;
+pub use fleet_description::JOURNAL_FILE;
 
 use crate::error::{CtlError, Result};
 use crate::migrate::step::Step;

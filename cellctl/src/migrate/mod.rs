@@ -42,7 +42,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use devfleet::FleetFile;
+use fleet_description::FleetFile;
 use protocol::admin::placement::Placement;
 use protocol::jwks::PublicKey;
 use protocol::ownership::OwnershipRecord;
@@ -423,7 +423,7 @@ pub async fn migrate(
     opts: &MigrateOptions,
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<MigrationReport> {
-    let fleet = crate::inventory::load(fleet_path)?;
+    let fleet = fleet_description::inventory::load(fleet_path)?;
     let admin = AdminClient::for_fleet(&fleet)?;
     let control_plane = Api::control_plane(&fleet)?;
     let map_key = protocol::map_key::parse(&fleet.map_public_key)

@@ -1,5 +1,5 @@
-//! `cellctl`'s integration tests, one binary: the migration journal's files, and the typed
-//! admin client and `cellctl client` against a real dev fleet.
+//! `cellctl`'s integration tests, one binary: the migration journal's files, the typed admin
+//! client and `cellctl client` against a real dev fleet, and what the shipped binary links.
 //!
 //! The fleet test needs the fleet's binaries next to this test's target directory
 //! (`cargo build --workspace --bins`); its port base can be moved with
@@ -8,3 +8,4 @@
 
 mod fleet;
 mod journal;
+mod shipped;

@@ -434,7 +434,7 @@ async fn the_map_pins_each_cells_certificate_and_a_next_certificate_publishes_a_
     );
 }
 
-/// A method a route does not take is a typed `405` (it was axum's empty one).
+/// A method a route does not take is a typed `405`, not axum's empty one.
 #[tokio::test]
 async fn a_wrong_method_is_a_typed_405() {
     let dir = tempfile::tempdir().unwrap();

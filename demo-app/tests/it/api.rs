@@ -460,7 +460,7 @@ async fn the_internal_listener_does_not_serve_the_api_even_with_the_edge_key() {
 }
 
 /// Every refusal is the typed error body: a method a route does not take (on both listeners)
-/// and a body over the limit, which were axum's empty `405` and plain-text `413`.
+/// and a body over the limit (not axum's empty `405` and plain-text `413`).
 #[tokio::test]
 async fn wrong_methods_and_oversized_bodies_are_typed_refusals() {
     let app = app();

@@ -1,5 +1,4 @@
-//! The demo app's integration tests, one binary (link time): each module was a test binary
-//! of its own.
+//! The demo app's integration tests, one binary (one link).
 //!
 //! - `api`: the HTTP behaviour of both listeners, through the routers.
 //! - `access_log`: one access-log line per request, no query, no token.

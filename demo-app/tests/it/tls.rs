@@ -260,8 +260,7 @@ internal_token_file = "app-internal.token"
 "#;
     std::fs::write(&p, valid).unwrap();
     Config::load(&p).unwrap();
-    // The key the app used to read the cell's admin token from, beside its own: refused,
-    // naming both.
+    // A key naming the cell's admin token, beside the app's own: refused, naming both.
     std::fs::write(&p, format!("{valid}admin_token_file = \"admin.token\"\n")).unwrap();
     let err = Config::load(&p).unwrap_err().to_string();
     assert!(

@@ -109,8 +109,7 @@ async fn a_postgres_fleet_runs_two_auth_service_replicas_per_cell() {
             assert_eq!(r.status(), 200, "{url}");
         }
         // Each replica has its own management listener, recorded in fleet.json.
-        let managed =
-            devfleet::fleet_file::FleetManagement::load(&fleet.fleet_file_path()).unwrap();
+        let managed = devfleet::FleetManagement::load(&fleet.fleet_file_path()).unwrap();
         assert_eq!(&managed, fleet.management());
         let m = managed.cell(&c.id).unwrap();
         assert_eq!(m.auth_services.len(), 2, "{m:?}");

@@ -56,23 +56,20 @@ impl ContractorOp {
         ContractorOp::Completions,
     ];
 
-    /// The last path segment.
+    /// The last path segment of its [`ContractorOp::route`] (`export`, `import`, …).
     pub fn as_str(self) -> &'static str {
-        match self {
-            ContractorOp::Export => "export",
-            ContractorOp::Import => "import",
-            ContractorOp::Freeze => "freeze",
-            ContractorOp::Activate => "activate",
-            ContractorOp::Release => "release",
-            ContractorOp::Completions => "completions",
-        }
+        let route = self.route();
+        route.rsplit_once('/').map_or(route, |(_, op)| op)
     }
 
     /// The HTTP method of the operation.
     pub fn method(self) -> ::http::Method {
         match self {
             ContractorOp::Export | ContractorOp::Completions => ::http::Method::GET,
-            _ => ::http::Method::POST,
+            ContractorOp::Import
+            | ContractorOp::Freeze
+            | ContractorOp::Activate
+            | ContractorOp::Release => ::http::Method::POST,
         }
     }
 
@@ -90,7 +87,7 @@ impl ContractorOp {
 
     /// The path of this operation for contractor `c` (a contractor id is path-safe).
     pub fn path(self, c: &ContractorId) -> String {
-        format!("{CONTRACTORS_PATH}/{c}/{}", self.as_str())
+        super::fill(self.route(), c.as_str())
     }
 }
 
@@ -222,7 +219,12 @@ mod tests {
         let c = ContractorId::new("c-40711").unwrap();
         for op in ContractorOp::ALL {
             assert_eq!(op.route().replace("{ctr}", c.as_str()), op.path(&c));
+            assert_eq!(
+                op.route(),
+                format!("{CONTRACTORS_PATH}/{{ctr}}/{}", op.as_str())
+            );
         }
+        assert_eq!(ContractorOp::Completions.as_str(), "completions");
         assert_eq!(
             ContractorOp::Export.path(&c),
             "/internal/v1/contractors/c-40711/export"

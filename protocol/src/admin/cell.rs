@@ -65,44 +65,61 @@ pub const PLACEMENT_MAP_PATH: &str = "/admin/v1/placement-map";
 /// `GET`: the cell's status.
 pub const STATUS_PATH: &str = "/admin/v1/status";
 
+/// `GET|PUT`: one contractor's ownership record ([`ownership_path`]).
+pub const OWNERSHIP_ROUTE: &str = "/admin/v1/ownership/{ctr}";
+/// `POST`: revoke a signing key ([`key_revoke_path`]).
+pub const KEY_REVOKE_ROUTE: &str = "/admin/v1/keys/{kid}/revoke";
+/// `GET`: a subject's sessions ([`subject_sessions_path`]).
+pub const SUBJECT_SESSIONS_ROUTE: &str = "/admin/v1/subjects/{sub}/sessions";
+/// `GET`: one recorded session ([`session_path`]).
+pub const SESSION_ROUTE: &str = "/admin/v1/sessions/{jti}";
+/// `POST`: withdraw the revocation in force at a sequence number ([`withdraw_path`]).
+pub const WITHDRAW_ROUTE: &str = "/admin/v1/revocations/{seq}/withdraw";
+/// `GET`: a contractor's export document ([`export_path`]).
+pub const EXPORT_ROUTE: &str = "/admin/v1/contractors/{ctr}/export";
+/// `POST`: import a contractor's export document ([`import_path`]).
+pub const IMPORT_ROUTE: &str = "/admin/v1/contractors/{ctr}/import";
+/// `GET`: the migration drain of a contractor ([`drain_path`]).
+pub const DRAIN_ROUTE: &str = "/admin/v1/drain/{ctr}";
+
 /// `GET|PUT /admin/v1/ownership/{ctr}`.
 pub fn ownership_path(ctr: &ContractorId) -> String {
-    format!("{OWNERSHIP_PATH}/{ctr}")
+    super::fill(OWNERSHIP_ROUTE, ctr.as_str())
 }
 
 /// `POST /admin/v1/keys/{kid}/revoke`.
 pub fn key_revoke_path(kid: &Kid) -> String {
-    format!("{KEYS_PATH}/{kid}/revoke")
+    super::fill(KEY_REVOKE_ROUTE, kid.as_str())
 }
 
 /// `GET /admin/v1/subjects/{sub}/sessions`.
 pub fn subject_sessions_path(sub: &SubjectId) -> String {
-    format!("{ADMIN_PREFIX}/subjects/{sub}/sessions")
+    super::fill(SUBJECT_SESSIONS_ROUTE, sub.as_str())
 }
 
 /// `GET /admin/v1/sessions/{jti}`.
 pub fn session_path(jti: &SessionId) -> String {
-    format!("{ADMIN_PREFIX}/sessions/{jti}")
+    super::fill(SESSION_ROUTE, jti.as_str())
 }
 
 /// `POST /admin/v1/revocations/{seq}/withdraw`.
 pub fn withdraw_path(seq: u64) -> String {
-    format!("{REVOCATIONS_PATH}/{seq}/withdraw")
+    super::fill(WITHDRAW_ROUTE, &seq.to_string())
 }
 
 /// `GET /admin/v1/contractors/{ctr}/export`.
 pub fn export_path(ctr: &ContractorId) -> String {
-    format!("{ADMIN_PREFIX}/contractors/{ctr}/export")
+    super::fill(EXPORT_ROUTE, ctr.as_str())
 }
 
 /// `POST /admin/v1/contractors/{ctr}/import`.
 pub fn import_path(ctr: &ContractorId) -> String {
-    format!("{ADMIN_PREFIX}/contractors/{ctr}/import")
+    super::fill(IMPORT_ROUTE, ctr.as_str())
 }
 
 /// `GET /admin/v1/drain/{ctr}` (add the [`DrainQuery`]).
 pub fn drain_path(ctr: &ContractorId) -> String {
-    format!("{ADMIN_PREFIX}/drain/{ctr}")
+    super::fill(DRAIN_ROUTE, ctr.as_str())
 }
 
 // ---- users ----------------------------------------------------------------------------------
@@ -531,94 +548,4 @@ pub struct DrainStatus {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn wire_shapes_keep_their_member_names() {
-        let ctr = ContractorId::new("c-1").unwrap();
-        let v = serde_json::to_value(RevokeAnswer {
-            seq: 4,
-            revoked: true,
-            outcome: RevokeOutcome::Applied,
-            head: 5,
-            kind: RevocationKind::Contractor {
-                ctr: ctr.clone(),
-                before: 9,
-            },
-        })
-        .unwrap();
-        assert_eq!(
-            v,
-            json!({"seq":4,"revoked":true,"outcome":"applied","head":5,
-                   "kind":"contractor","ctr":"c-1","before":9})
-        );
-        let req: RevokeRequest = serde_json::from_value(
-            json!({"kind":"subject","sub":"c-1.tech","before":3,"reason":"r","by":"b"}),
-        )
-        .unwrap();
-        assert_eq!(req.by, "b");
-        let user: NewUser = serde_json::from_value(
-            json!({"contractor_id":"c-1","login":"tech","role":"technician","password":"pw-123456"}),
-        )
-        .unwrap();
-        assert_eq!(user.status, UserStatus::Active);
-        assert!(!format!("{user:?}").contains("pw-123456"));
-        let exported = ExportedUser {
-            login: Login::new("tech").unwrap(),
-            role: Role::Technician,
-            password_hash: PasswordHash::new("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"),
-            status: UserStatus::Active,
-        };
-        assert!(!format!("{exported:?}").contains("argon2"));
-        assert_eq!(
-            serde_json::to_value(&exported).unwrap()["password_hash"],
-            "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"
-        );
-        let back = serde_json::to_value(&user).unwrap();
-        assert_eq!(back["password"], "pw-123456");
-        assert!(back.get("password_hash").is_none());
-        assert!(
-            serde_json::from_value::<NewUser>(
-                json!({"contractor_id":"c-1","login":"t","role":"technician","extra":1})
-            )
-            .is_err()
-        );
-        let q: AuditQuery = serde_json::from_value(json!({"format":"json"})).unwrap();
-        assert_eq!((q.after, q.format), (0, Some(AuditFormat::Json)));
-        assert_eq!(ownership_path(&ctr), "/admin/v1/ownership/c-1");
-        assert_eq!(drain_path(&ctr), "/admin/v1/drain/c-1");
-        for r in [Role::Technician, Role::Dispatcher] {
-            assert_eq!(Role::parse(r.as_str()), Some(r));
-        }
-        for s in [UserStatus::Active, UserStatus::Disabled] {
-            assert_eq!(UserStatus::parse(s.as_str()), Some(s));
-        }
-    }
-
-    #[test]
-    fn listed_sessions_flatten_the_record() {
-        let rec = SessionRecord {
-            session_id: SessionId::from_random([1; 16]),
-            subject: SubjectId::new("c-1.tech").unwrap(),
-            contractor: ContractorId::new("c-1").unwrap(),
-            client: ClientKind::Field,
-            kid: Kid::new("k-1").unwrap(),
-            generation: Generation(2),
-            issued_at: 10,
-            expires_at: 20,
-            auth_time: 10,
-        };
-        let v = serde_json::to_value(ListedSession {
-            session: rec,
-            last_seen: None,
-        })
-        .unwrap();
-        assert_eq!(v["kid"], "k-1");
-        assert_eq!(v["generation"], 2);
-        assert!(v["last_seen"].is_null());
-    }
-}
+mod tests;

@@ -19,9 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{CellId, ContractorId, Generation};
 
-/// Prefix of a contractor's placement (`/admin/v1/placements/{ctr}`).
-pub const PLACEMENTS_PATH: &str = "/admin/v1/placements";
-/// The route pattern a server registers for [`placement_path`].
+/// `GET|PUT`: a contractor's placement ([`placement_path`]).
 pub const PLACEMENT_ROUTE: &str = "/admin/v1/placements/{ctr}";
 /// `POST`: publish the map now.
 pub const PUBLISH_PATH: &str = "/admin/v1/publish";
@@ -32,7 +30,7 @@ pub const PLACEMENT_MAP_PATH: &str = "/v1/placement-map";
 
 /// `GET|PUT /admin/v1/placements/{ctr}`.
 pub fn placement_path(ctr: &ContractorId) -> String {
-    format!("{PLACEMENTS_PATH}/{ctr}")
+    super::fill(PLACEMENT_ROUTE, ctr.as_str())
 }
 
 /// Where a contractor is placed: the answer of `GET /admin/v1/placements/{ctr}` and the body of

@@ -1,11 +1,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Method;
 use protocol::{ContractorId, ErrorCode, Login, Password};
 
 use super::*;
 use crate::testing::{DAY, FakeFleet, NOW, Reply, eventually, transfer_answer};
-use crate::{Client, MemoryStore, SessionStore, SignOut, StoreSlot};
+use crate::{Client, MemoryStore, Request, SessionStore, SignOut, StoreSlot};
 
 const TRANSFER: &str = "POST /v1/sessions/transfer";
 const REBIND: &str = "POST /v1/sessions/rebind";

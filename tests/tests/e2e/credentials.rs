@@ -1,4 +1,4 @@
-//! Issue 12's acceptance table: the same credential presentations, sent to the edge (a
+//! The credential rule's table (ATTACKS A24): the same credential presentations, sent to the edge (a
 //! validated `/api/*` route and the forwarded `/v1/sessions/renew`, `/v1/sessions/transfer`
 //! and `DELETE /v1/sessions/current`) and to the auth-service's own public listener (renew,
 //! transfer, sign-out), get the same verdict everywhere, and every verdict is a typed 401

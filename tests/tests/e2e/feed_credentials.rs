@@ -1,6 +1,6 @@
 //! The feed credential is a read credential (ATTACKS A32, A37), on a real fleet:
 //!
-//! 1. After a backup and a restore, the red team's handback — a `cell` revocation dated 2100
+//! 1. After a backup and a restore, the attacker's handback — a `cell` revocation dated 2100
 //!    and a key revocation, sent with a real edge instance's feed credential — is refused and
 //!    records nothing; the cell's feed secret itself is no credential; a fresh sign-in works.
 //! 2. A planted revocation (every session of the cell) is withdrawn with `cellctl revoke
@@ -87,7 +87,7 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
         200
     );
 
-    // ---- 1. backup, restore, then the red team's handback with the feed credential.
+    // ---- 1. backup, restore, then the attacker's handback with the feed credential.
     let backup = t.dir.path().join("cell-03.backup");
     let taken = auth_service_command(&t, &cell.id, &["backup", "--out", backup.to_str().unwrap()]);
     let restored = auth_service_command(
@@ -116,9 +116,9 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
         "instance": instance.as_str(),
         "revocations": [
             {"seq": 1, "kind": "cell", "before": 4_102_444_800u64, "at": now,
-             "by": "ops", "reason": "red team"},
+             "by": "ops", "reason": "attack"},
             {"seq": 2, "kind": "key", "kid": kid, "at": now,
-             "by": "ops", "reason": "red team"},
+             "by": "ops", "reason": "attack"},
         ],
     });
     // The running auth-service follows the restore (it notices the new epoch by itself).
@@ -152,7 +152,7 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
     assert_eq!(s, 403, "the feed secret as a credential: {v}");
     // With a real instance's own credential: refused, revocation by revocation.
     let (s, v) = reapply(&t, &cell, &credential, &attack).await;
-    println!("feed credentials: the red team's handback after a restore answered {s} {v}");
+    println!("feed credentials: the attacker's handback after a restore answered {s} {v}");
     assert_eq!(s, 200, "{v}");
     assert_eq!(
         (v["recorded"].as_u64(), v["refused"].as_u64()),

@@ -97,7 +97,7 @@ async fn a_fresh_fleet_describes_itself_serves_tls_and_routes_sign_ins_to_owners
     for c in &t.file().cells {
         assert!(t.file().demo.technicians.iter().any(|u| u.cell_id == c.id));
     }
-    // The fleet file and the secrets are private; the tokens every cell used to share are gone.
+    // The fleet file and the secrets are private; no token is shared by every cell.
     use std::os::unix::fs::PermissionsExt as _;
     let mut private = vec![
         "fleet.json".to_owned(),

@@ -1,6 +1,6 @@
 //! The end-to-end tests and game days against a real local fleet, as one test binary (one
-//! link instead of one per file). Each module was once a test file of its own; the ones that
-//! start a fleet share the machine through `cellbind_tests::FleetSlot`.
+//! link instead of one per file); the modules that start a fleet share the machine through
+//! `cellbind_tests::FleetSlot`.
 //!
 //! The fleet's binaries must be built first: `cargo build --workspace --bins`. Run one
 //! module with a filter, e.g. `cargo test -p cellbind-tests layering`.

@@ -1,4 +1,4 @@
-//! The management listeners and the metrics on a real fleet (issue 14, part 3): `/metrics` is
+//! The management listeners and the metrics on a real fleet: `/metrics` is
 //! served by every server's management listener and by none of the public ones; a scripted mix
 //! of outcomes (good route loads, a wrong cell, a revoked session, a bad token, a missing one,
 //! sign-ins good and bad, a migration, an app that died, a flood over the rate limit) moves

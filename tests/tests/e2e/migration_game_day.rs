@@ -5,7 +5,7 @@
 //! Reported: route loads served, requests that reached a non-owning cell (each one answered
 //! `WRONG_CELL` and cost one transfer), writes accepted by a non-owning cell (from the apps'
 //! completion listings), the worst read-only window per contractor, and technicians who had
-//! to sign in again. Asserted: the goals (all route loads served, no write accepted by
+//! to sign in again. Asserted: the goals (all route loads served, no write accepted by
 //! a non-owning cell, no write lost or duplicated, read-only ≤ 5 s, nobody signs in again).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,4 +1,4 @@
-//! Game day of a production cell (issue: PostgreSQL, several replicas per cell): every cell runs
+//! Game day of a production cell (PostgreSQL, several replicas per cell): every cell runs
 //! two auth-service replicas on one PostgreSQL database. During a mixed storm — route loads and
 //! job completions on every cell, sign-ins and renewals at cell-02, revocations at cell-02
 //! through both replicas — cell-02's first replica is SIGKILLed, later the other replica's

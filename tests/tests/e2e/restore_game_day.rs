@@ -1,4 +1,4 @@
-//! Restore game day (issue: backup and restore, the feed epoch): a cell's auth-service is backed
+//! Restore game day (backup and restore, the feed epoch): a cell's auth-service is backed
 //! up with `cellbind-auth-service backup`; then a session is revoked and another signed in; then
 //! the backup is restored with `cellbind-auth-service restore` while everything keeps running.
 //! The documented outcome (auth-service/README.md, "Backup and restore"): the revocation made
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use cellbind_tests::{Slot, TestFleet, process_gone, route_load, session_for};
 use serde_json::{Value, json};
 
-/// The issue's bound for edges to serve the restored state.
+/// The bound for edges to serve the restored state.
 const GOAL: Duration = Duration::from_secs(5);
 
 fn auth_command(t: &TestFleet, cell: &protocol::CellId, args: &[&str]) -> Value {

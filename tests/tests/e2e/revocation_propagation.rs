@@ -26,7 +26,7 @@ const EDGES_PER_CELL: usize = 3;
 const RUN_DEADLINE: Duration = Duration::from_secs(5);
 /// Interval between two probes of one edge.
 const POLL: Duration = Duration::from_millis(5);
-/// The goal for the 99th percentile.
+/// The goal for the 99th percentile.
 const GOAL_P99: Duration = Duration::from_secs(2);
 /// Concurrent sign-ins while preparing.
 const SIGN_IN_CONCURRENCY: usize = 4;

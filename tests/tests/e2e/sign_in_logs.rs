@@ -1,4 +1,4 @@
-//! A refused sign-in never logs its login in any process of a real fleet (issue 28 point 9):
+//! A refused sign-in never logs its login in any process of a real fleet:
 //! a password typed into the login box, sent through the edge as a field client's JSON
 //! sign-in and as the desk's sign-in form, appears in no log file (the auth-services', the
 //! edges' with the access lines, the apps', the control plane's), while the refusals

@@ -1,4 +1,4 @@
-//! ATTACKS A33 (issue acceptance: 1,000 stalled connections per listener): from ONE source
+//! ATTACKS A33 (1,000 stalled connections per listener): from ONE source
 //! address (127.0.0.200; all of 127/8 is loopback), 1,000 TLS connections that send half a
 //! request head and stall, against every listener kind of a real dev fleet: the edge's public
 //! and management listeners, the auth-service's public, internal and management ones, the
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{Slot, bin_dir, fleet_slot, random_port_base, signal};
-use devfleet::fleet_file::FleetManagement;
+use devfleet::FleetManagement;
 use devfleet::{FleetFile, Ports, check_ports_free};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};

@@ -27,13 +27,13 @@
 
 use std::path::{Path, PathBuf};
 
-use devfleet::{Demo, FleetCell, FleetFile, Service};
 use protocol::{CellId, Endpoint};
 use runtime::IoContext as _;
 use runtime::Secret;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CtlError, Result};
+use crate::error::{Error, Result};
+use crate::fleet_file::{Demo, FLEET_SCHEMA, FleetCell, FleetFile, Service, StoreKind};
 
 /// Schema version of an inventory.
 pub const INVENTORY_SCHEMA: u32 = 1;
@@ -83,8 +83,8 @@ pub struct Inventory {
     pub cells: Vec<CellEntry>,
 }
 
-fn config(path: &Path, what: impl std::fmt::Display) -> CtlError {
-    CtlError::Config(format!("{}: {what}", path.display()))
+fn config(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Config(format!("{}: {what}", path.display()))
 }
 
 /// `p` relative to the folder of the inventory at `file` (absolute paths unchanged).
@@ -169,7 +169,7 @@ impl Inventory {
             });
         }
         Ok(FleetFile {
-            schema: devfleet::fleet_file::FLEET_SCHEMA,
+            schema: FLEET_SCHEMA,
             ca_cert: beside(path, &self.ca_cert),
             control_plane: Service {
                 url: self.control_plane.url.as_str().to_owned(),
@@ -178,7 +178,7 @@ impl Inventory {
             admin_token: cp_token,
             admin_token_file: cp_token_file,
             map_public_key: self.control_plane.map_public_key.clone(),
-            store: devfleet::StoreKind::default(),
+            store: StoreKind::default(),
             postgres: None,
             cells,
             demo: Demo {
@@ -191,7 +191,7 @@ impl Inventory {
     /// The inventory of a dev fleet: its services and the token files it wrote.
     pub fn of_fleet(f: &FleetFile) -> Result<Inventory> {
         let url = |field: &str, u: &str| {
-            Endpoint::parse(u).map_err(|e| CtlError::Config(format!("fleet file {field}: {e}")))
+            Endpoint::parse(u).map_err(|e| Error::Config(format!("fleet file {field}: {e}")))
         };
         let mut cells = Vec::with_capacity(f.cells.len());
         for c in &f.cells {
@@ -222,9 +222,8 @@ impl Inventory {
 
     /// Writes the inventory as TOML (it names token files, never holds a token).
     pub fn write(&self, path: &Path) -> Result<()> {
-        let text =
-            toml::to_string(self).map_err(|e| CtlError::Config(format!("inventory: {e}")))?;
-        runtime::secret::write_atomic(path, text.as_bytes(), devfleet::configs::CONFIG_FILE_MODE)
+        let text = toml::to_string(self).map_err(|e| Error::Config(format!("inventory: {e}")))?;
+        runtime::secret::write_atomic(path, text.as_bytes(), crate::CONFIG_FILE_MODE)
             .map_err(|e| config(path, e))
     }
 }

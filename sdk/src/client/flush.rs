@@ -1,4 +1,5 @@
-//! The client's side of the offline outbox ([`crate::outbox`]): queue, flush, list, take.
+//! The client's side of the offline outbox ([`crate::outbox`]): queueing a write, flushing
+//! the queue in order, listing it and handing it back.
 
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;

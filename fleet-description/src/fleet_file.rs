@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use protocol::{CellId, ContractorId, Endpoint};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{FleetError, Result};
+use crate::error::{Error, Result};
 use runtime::IoContext as _;
 use runtime::Secret;
 use runtime::secret::write_private;
@@ -50,12 +50,12 @@ impl std::fmt::Display for StoreKind {
 }
 
 impl std::str::FromStr for StoreKind {
-    type Err = FleetError;
+    type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "sqlite" => Ok(StoreKind::Sqlite),
             "postgres" => Ok(StoreKind::Postgres),
-            other => Err(FleetError::Config(format!(
+            other => Err(Error::Config(format!(
                 "unknown store {other:?} (sqlite or postgres)"
             ))),
         }
@@ -210,9 +210,8 @@ impl FleetManagement {
     /// The `management` of a fleet file (empty when it has none).
     pub fn load(path: &Path) -> Result<FleetManagement> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let extra: Extra = serde_json::from_slice(&bytes).map_err(|e| {
-            FleetError::Config(format!("{} is not a fleet file: {e}", path.display()))
-        })?;
+        let extra: Extra = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Config(format!("{} is not a fleet file: {e}", path.display())))?;
         Ok(extra.management)
     }
 
@@ -236,7 +235,7 @@ impl FleetManagement {
 
 /// A URL field of a fleet file as an [`Endpoint`].
 fn endpoint(field: &str, url: &str) -> Result<Endpoint> {
-    Endpoint::parse(url).map_err(|e| FleetError::Config(format!("fleet file {field}: {e}")))
+    Endpoint::parse(url).map_err(|e| Error::Config(format!("fleet file {field}: {e}")))
 }
 
 impl FleetCell {
@@ -289,25 +288,23 @@ impl FleetFile {
 
     pub fn load(path: &Path) -> Result<FleetFile> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let f: FleetFile = serde_json::from_slice(&bytes).map_err(|e| {
-            FleetError::Config(format!("{} is not a fleet file: {e}", path.display()))
-        })?;
+        let f: FleetFile = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Config(format!("{} is not a fleet file: {e}", path.display())))?;
         if f.schema != FLEET_SCHEMA {
-            return Err(FleetError::Config(format!(
+            return Err(Error::Config(format!(
                 "{} has schema {}, this build reads {FLEET_SCHEMA}",
                 path.display(),
                 f.schema
             )));
         }
         protocol::map_key::parse(&f.map_public_key)
-            .map_err(|e| FleetError::Config(format!("{}: map_public_key: {e}", path.display())))?;
+            .map_err(|e| Error::Config(format!("{}: map_public_key: {e}", path.display())))?;
         Ok(f)
     }
 
     /// Writes the file 0600 (it holds the admin tokens and the demo password).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes =
-            serde_json::to_vec_pretty(self).map_err(|e| FleetError::Internal(e.to_string()))?;
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(write_private(path, &bytes)?)
     }
 
@@ -317,7 +314,7 @@ impl FleetFile {
             file: self,
             management,
         })
-        .map_err(|e| FleetError::Internal(e.to_string()))?;
+        .map_err(|e| Error::Internal(e.to_string()))?;
         Ok(write_private(path, &bytes)?)
     }
 

@@ -1,0 +1,122 @@
+//! The adapters of the app's callback traits ([`SessionStore`], [`OutboxObserver`],
+//! [`RequestObserver`]) to the SDK's traits.
+
+use std::sync::Arc;
+
+use crate::records::{event, queued, rejection};
+use crate::{OutboxObserver, RequestObserver, SessionStore, StoreSlot};
+
+/// Adapts the foreign store to the SDK's store trait.
+pub(crate) struct ForeignStore(pub(crate) Arc<dyn SessionStore>);
+
+impl std::fmt::Debug for ForeignStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForeignStore")
+    }
+}
+
+pub(crate) fn slot(s: sdk::StoreSlot) -> Result<StoreSlot, sdk::StoreError> {
+    match s {
+        sdk::StoreSlot::Session => Ok(StoreSlot::Session),
+        sdk::StoreSlot::Outbox => Ok(StoreSlot::Outbox),
+        sdk::StoreSlot::Device => Ok(StoreSlot::Device),
+        // a slot the SDK gained after this table was written: never into another slot's blob
+        other => Err(sdk::StoreError(format!(
+            "{other:?} has no foreign store slot in this library"
+        ))),
+    }
+}
+
+impl sdk::SessionStore for ForeignStore {
+    fn load(&self, s: sdk::StoreSlot) -> Result<Option<String>, sdk::StoreError> {
+        self.0
+            .load(slot(s)?)
+            .map_err(|e| sdk::StoreError(e.to_string()))
+    }
+    fn save(&self, s: sdk::StoreSlot, blob: &str) -> Result<(), sdk::StoreError> {
+        self.0
+            .save(slot(s)?, blob.to_owned())
+            .map_err(|e| sdk::StoreError(e.to_string()))
+    }
+    fn clear(&self, s: sdk::StoreSlot) -> Result<(), sdk::StoreError> {
+        self.0
+            .clear(slot(s)?)
+            .map_err(|e| sdk::StoreError(e.to_string()))
+    }
+}
+
+/// Adapts the foreign outbox observer to the SDK's.
+pub(crate) struct ForeignOutboxObserver(pub(crate) Arc<dyn OutboxObserver>);
+
+impl sdk::OutboxObserver for ForeignOutboxObserver {
+    fn on_delivered(&self, d: &sdk::Delivered) {
+        // An observer's failure never fails the flush.
+        let _ = self.0.on_delivered(queued(&d.write), d.response.status);
+    }
+    fn on_rejected(&self, r: &sdk::WriteRejection) {
+        let _ = self.0.on_rejected(rejection(r));
+    }
+}
+
+/// Adapts the foreign observer to the SDK's observer trait.
+pub(crate) struct ForeignObserver(pub(crate) Arc<dyn RequestObserver>);
+
+impl sdk::RequestObserver for ForeignObserver {
+    fn on_request(&self, e: &sdk::RequestEvent) {
+        // An observer's failure never fails the request.
+        let _ = self.0.on_request(event(e));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::CellbindError;
+
+    use super::*;
+
+    #[test]
+    fn every_slot_keeps_its_name() {
+        assert_eq!(slot(sdk::StoreSlot::Session).unwrap(), StoreSlot::Session);
+        assert_eq!(slot(sdk::StoreSlot::Outbox).unwrap(), StoreSlot::Outbox);
+    }
+
+    /// A foreign store that records which slot each call was for.
+    #[derive(Default)]
+    struct Slots(std::sync::Mutex<Vec<(StoreSlot, String)>>);
+
+    impl SessionStore for Slots {
+        fn load(&self, slot: StoreSlot) -> Result<Option<String>, CellbindError> {
+            self.0.lock().unwrap().push((slot, "load".into()));
+            Ok(Some(format!("{slot:?}")))
+        }
+        fn save(&self, slot: StoreSlot, blob: String) -> Result<(), CellbindError> {
+            self.0.lock().unwrap().push((slot, blob));
+            Ok(())
+        }
+        fn clear(&self, slot: StoreSlot) -> Result<(), CellbindError> {
+            self.0.lock().unwrap().push((slot, "clear".into()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_foreign_store_gets_each_call_for_its_own_slot() {
+        use sdk::SessionStore as _;
+        let slots = Arc::new(Slots::default());
+        let store = ForeignStore(slots.clone());
+        assert_eq!(
+            store.load(sdk::StoreSlot::Outbox).unwrap().as_deref(),
+            Some("Outbox")
+        );
+        store.save(sdk::StoreSlot::Session, "s").unwrap();
+        store.clear(sdk::StoreSlot::Outbox).unwrap();
+        assert_eq!(
+            *slots.0.lock().unwrap(),
+            vec![
+                (StoreSlot::Outbox, "load".to_owned()),
+                (StoreSlot::Session, "s".to_owned()),
+                (StoreSlot::Outbox, "clear".to_owned()),
+            ]
+        );
+    }
+}
