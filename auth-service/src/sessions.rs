@@ -204,7 +204,7 @@ pub(crate) async fn mint(
         sub: grant.sub,
         ctr: grant.ctr,
         cell,
-        r#gen: grant.generation,
+        generation: grant.generation,
         iat,
         nbf: iat,
         exp,
@@ -292,7 +292,7 @@ pub(crate) async fn sign_out(state: &AppState, claims: &SessionClaims) -> Result
 /// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`; only while this cell serves the contractor at
 /// the session's generation and the user is still active.
 pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> {
-    check_renewal(state, &c.ctr, c.r#gen)?;
+    check_renewal(state, &c.ctr, c.generation)?;
     let user = state.store.user_by_subject(&c.sub).await?;
     if !user.is_some_and(|u| u.status == UserStatus::Active) {
         return Err(Error::SessionRevoked);
@@ -305,7 +305,7 @@ pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> 
         Grant {
             sub: c.sub,
             ctr: c.ctr,
-            generation: c.r#gen,
+            generation: c.generation,
             cli: c.cli,
             auth_time: c.auth_time,
         },

@@ -84,14 +84,14 @@ pub(crate) async fn transfer(
     }
     let (successor, successor_gen) = match state.read().ownership.get(&c.ctr) {
         Some(OwnershipRecord::Released {
-            r#gen,
+            generation,
             successor,
             successor_gen,
-        }) if *r#gen == c.r#gen => (successor.clone(), *successor_gen),
+        }) if *generation == c.generation => (successor.clone(), *successor_gen),
         _ => {
             return Err(TicketRefusal::NotReleased.with(format!(
                 "this cell did not release {} at generation {}",
-                c.ctr, c.r#gen
+                c.ctr, c.generation
             )));
         }
     };
@@ -122,7 +122,7 @@ pub(crate) async fn transfer(
         src: state.config.cell_id.clone(),
         sub: c.sub,
         ctr: c.ctr,
-        r#gen: c.r#gen,
+        generation: c.generation,
         new_gen: successor_gen,
         sid: c.jti,
         sexp: c.exp,
@@ -251,7 +251,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
         return Err(Error::SessionRevoked);
     }
     match state.read().ownership.get(&t.ctr) {
-        Some(OwnershipRecord::Active { r#gen }) if *r#gen == t.new_gen => {}
+        Some(OwnershipRecord::Active { generation }) if *generation == t.new_gen => {}
         _ => {
             return Err(TicketRefusal::WrongGeneration.with(format!(
                 "this cell is not active for {} at {}",

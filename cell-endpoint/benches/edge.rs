@@ -81,7 +81,7 @@ fn claims(i: usize) -> SessionClaims {
         sub: SubjectId::new(format!("c-40711.tech{}", i % 50)).unwrap(),
         ctr: ContractorId::new("c-40711").unwrap(),
         cell,
-        r#gen: Generation(1),
+        generation: Generation(1),
         iat: NOW,
         nbf: NOW,
         exp: NOW + DEFAULT_SESSION_LIFETIME_S,
@@ -117,7 +117,7 @@ fn main() {
         ownership: BTreeMap::from([(
             ContractorId::new("c-40711").unwrap(),
             OwnershipRecord::Active {
-                r#gen: Generation(1),
+                generation: Generation(1),
             },
         )]),
         revocations: vec![],
@@ -334,7 +334,7 @@ async fn loopback(key: &SigningKey) -> (f64, f64) {
         ownership: BTreeMap::from([(
             ContractorId::new("c-40711").unwrap(),
             OwnershipRecord::Active {
-                r#gen: Generation(1),
+                generation: Generation(1),
             },
         )]),
         revocations: vec![],

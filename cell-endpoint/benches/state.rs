@@ -102,7 +102,7 @@ fn claims(i: usize, contractors: usize) -> SessionClaims {
         sub: subject(c, (i / contractors) % SUBJECTS_PER_CONTRACTOR),
         ctr: contractor(c),
         cell,
-        r#gen: Generation(1),
+        generation: Generation(1),
         iat: NOW,
         nbf: NOW,
         exp: NOW + DEFAULT_SESSION_LIFETIME_S,
@@ -136,7 +136,7 @@ fn snapshot(key: &SigningKey, contractors: usize, revocations: usize) -> Snapsho
                 (
                     contractor(c),
                     OwnershipRecord::Active {
-                        r#gen: Generation(1),
+                        generation: Generation(1),
                     },
                 )
             })

@@ -104,7 +104,7 @@ pub(crate) async fn seed_cell(
         .iter()
         .map(|c| {
             let active = OwnershipRecord::Active {
-                r#gen: Generation::FIRST,
+                generation: Generation::FIRST,
             };
             ((*c).clone(), active)
         })

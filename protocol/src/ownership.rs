@@ -25,12 +25,19 @@ use crate::map::PlacementMap;
 #[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OwnershipRecord {
     /// This cell owns the contractor at `gen`.
-    Active { r#gen: Generation },
+    Active {
+        #[serde(rename = "gen")]
+        generation: Generation,
+    },
     /// This cell owns the contractor at `gen` but is handing it off: reads only.
-    Handoff { r#gen: Generation },
+    Handoff {
+        #[serde(rename = "gen")]
+        generation: Generation,
+    },
     /// This cell gave the contractor up at `gen`; `successor` owns it at `successor_gen`.
     Released {
-        r#gen: Generation,
+        #[serde(rename = "gen")]
+        generation: Generation,
         successor: CellId,
         successor_gen: Generation,
     },
@@ -39,9 +46,9 @@ pub enum OwnershipRecord {
 impl OwnershipRecord {
     pub fn generation(&self) -> Generation {
         match self {
-            OwnershipRecord::Active { r#gen }
-            | OwnershipRecord::Handoff { r#gen }
-            | OwnershipRecord::Released { r#gen, .. } => *r#gen,
+            OwnershipRecord::Active { generation }
+            | OwnershipRecord::Handoff { generation }
+            | OwnershipRecord::Released { generation, .. } => *generation,
         }
     }
 }
@@ -77,11 +84,11 @@ pub fn check_transition(
 ) -> Result<(), OwnershipError> {
     use OwnershipRecord::*;
     if let Released {
-        r#gen,
+        generation,
         successor_gen,
         ..
     } = new
-        && successor_gen <= r#gen
+        && successor_gen <= generation
     {
         return Err(OwnershipError::BadSuccessorGeneration);
     }
@@ -155,8 +162,10 @@ pub fn decide(
         Some(Released { successor, .. }) => Decision::WrongCell {
             owner: successor.clone(),
         },
-        Some(Active { r#gen } | Handoff { r#gen }) if session_gen > *r#gen => Decision::ViewBehind,
-        Some(Active { r#gen } | Handoff { r#gen }) if session_gen < *r#gen => {
+        Some(Active { generation } | Handoff { generation }) if session_gen > *generation => {
+            Decision::ViewBehind
+        }
+        Some(Active { generation } | Handoff { generation }) if session_gen < *generation => {
             Decision::StaleSessionHere
         }
         Some(Active { .. }) => Decision::Serve,
@@ -228,7 +237,7 @@ mod tests {
     /// Released at generation `n` to `successor`, which owns it at `n + 1`.
     fn released(n: u64, successor: &str) -> OwnershipRecord {
         Released {
-            r#gen: g(n),
+            generation: g(n),
             successor: cell(successor),
             successor_gen: g(n + 1),
         }
@@ -236,8 +245,8 @@ mod tests {
     /// A contractor's three records at generation `n`: active, in handoff, released.
     fn records(n: u64, successor: &str) -> [OwnershipRecord; 3] {
         [
-            Active { r#gen: g(n) },
-            Handoff { r#gen: g(n) },
+            Active { generation: g(n) },
+            Handoff { generation: g(n) },
             released(n, successor),
         ]
     }
@@ -320,16 +329,16 @@ mod tests {
 
     #[test]
     fn generations_only_go_up() {
-        let a2 = Active { r#gen: g(2) };
-        assert!(check_transition(Some(&a2), &Active { r#gen: g(1) }).is_err());
-        assert!(check_transition(Some(&a2), &Handoff { r#gen: g(2) }).is_ok());
+        let a2 = Active { generation: g(2) };
+        assert!(check_transition(Some(&a2), &Active { generation: g(1) }).is_err());
+        assert!(check_transition(Some(&a2), &Handoff { generation: g(2) }).is_ok());
         assert!(check_transition(Some(&a2), &a2).is_ok());
         let rel = released(2, "cell-02");
         assert!(check_transition(Some(&a2), &rel).is_ok());
-        assert!(check_transition(Some(&rel), &Active { r#gen: g(2) }).is_err());
-        assert!(check_transition(Some(&rel), &Active { r#gen: g(4) }).is_ok());
+        assert!(check_transition(Some(&rel), &Active { generation: g(2) }).is_err());
+        assert!(check_transition(Some(&rel), &Active { generation: g(4) }).is_ok());
         let bad = Released {
-            r#gen: g(2),
+            generation: g(2),
             successor: cell("cell-02"),
             successor_gen: g(2),
         };
@@ -338,7 +347,7 @@ mod tests {
 
     #[test]
     fn wire_shape() {
-        let v = serde_json::to_value(Active { r#gen: g(7) }).unwrap();
+        let v = serde_json::to_value(Active { generation: g(7) }).unwrap();
         assert_eq!(v, serde_json::json!({"state":"active","gen":7}));
     }
 }

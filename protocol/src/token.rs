@@ -53,7 +53,8 @@ pub struct SessionClaims {
     pub sub: SubjectId,
     pub ctr: ContractorId,
     pub cell: CellId,
-    pub r#gen: Generation,
+    #[serde(rename = "gen")]
+    pub generation: Generation,
     pub iat: UnixSeconds,
     pub nbf: UnixSeconds,
     pub exp: UnixSeconds,
@@ -76,7 +77,8 @@ pub struct TicketClaims {
     pub sub: SubjectId,
     pub ctr: ContractorId,
     /// The generation the source released (the old session's `gen`).
-    pub r#gen: Generation,
+    #[serde(rename = "gen")]
+    pub generation: Generation,
     /// The generation the target must be active at.
     pub new_gen: Generation,
     /// The old session's id and expiry: the new session never outlives it.
@@ -145,7 +147,7 @@ impl TokenClaims for TicketClaims {
     const TYP: &'static str = TICKET_TYP;
     registered_claims!();
     fn check(&self) -> Result<(), TokenError> {
-        if self.new_gen <= self.r#gen {
+        if self.new_gen <= self.generation {
             return Err(TokenError::BadClaims("new_gen not above gen".into()));
         }
         if self.src == self.aud {

@@ -281,7 +281,7 @@ impl TokenFixture {
             sub: id("t-40711-1"),
             ctr: id("c-40711"),
             cell: id(CELL),
-            r#gen: Generation(3),
+            generation: Generation(3),
             iat: NOW - 100,
             nbf: NOW - 100,
             exp: NOW - 100 + DEFAULT_SESSION_LIFETIME_S,
@@ -295,7 +295,7 @@ impl TokenFixture {
             src: id(OTHER_CELL),
             sub: id("t-40711-1"),
             ctr: id("c-40711"),
-            r#gen: Generation(3),
+            generation: Generation(3),
             new_gen: Generation(4),
             sid: SessionId::from_random([2; 16]),
             sexp: NOW + 1000,
@@ -507,7 +507,7 @@ fn verify_all(f: &TokenFixture, token: &str, cap: usize) -> Result<Outcome, Test
         let c = &v.claims;
         prop_assert_eq!(c.aud.as_str(), CELL);
         prop_assert_ne!(&c.src, &c.aud);
-        prop_assert!(c.new_gen > c.r#gen);
+        prop_assert!(c.new_gen > c.generation);
         prop_assert!(c.exp >= c.iat && c.exp - c.iat <= TICKET_MAX_LIFETIME_S);
         prop_assert!(NOW < c.exp + LEEWAY_S);
     }

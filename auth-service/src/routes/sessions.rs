@@ -98,7 +98,7 @@ fn issued(state: &AppState, claims: &SessionClaims) -> IssuedSession {
         session_id: claims.jti.clone(),
         cell_id: state.config.cell_id.clone(),
         endpoint: state.config.issuer.to_string(),
-        generation: claims.r#gen,
+        generation: claims.generation,
         expires_at: claims.exp,
         subject: claims.sub.clone(),
     }

@@ -30,7 +30,7 @@ fn sid(n: u8) -> SessionId {
 pub(in crate::store) async fn ownership(store: &impl Store, n: u8, g: u64) -> Commit {
     let Position { epoch, head } = store.position().await.unwrap();
     let record = OwnershipRecord::Active {
-        r#gen: Generation(g),
+        generation: Generation(g),
     };
     Commit {
         writes: vec![Write::Ownership {
@@ -55,7 +55,7 @@ pub(in crate::store) fn ownership_write(n: u8, g: u64) -> Vec<Write> {
     vec![Write::Ownership {
         contractor: ctr(n),
         record: OwnershipRecord::Active {
-            r#gen: Generation(g),
+            generation: Generation(g),
         },
     }]
 }
@@ -82,7 +82,7 @@ pub(in crate::store) async fn fill(store: &impl Store) {
         "lost phone",
     );
     let record = OwnershipRecord::Handoff {
-        r#gen: Generation(2),
+        generation: Generation(2),
     };
     let commit = Commit {
         writes: vec![
@@ -166,7 +166,7 @@ pub(in crate::store) async fn a_stale_commit_writes_nothing(store: &impl Store) 
         writes: vec![Write::Ownership {
             contractor: ctr(1),
             record: OwnershipRecord::Active {
-                r#gen: Generation(7),
+                generation: Generation(7),
             },
         }],
         ..first.clone()
@@ -193,7 +193,7 @@ pub(in crate::store) async fn a_stale_commit_writes_nothing(store: &impl Store) 
     assert_eq!(
         loaded.ownership[&ctr(1)],
         OwnershipRecord::Active {
-            r#gen: Generation(1)
+            generation: Generation(1)
         }
     );
     // Entries page, oldest first, and drop out of the retained window.

@@ -122,7 +122,7 @@ impl Drop for WriteGuard {
 /// request was validated.
 pub(crate) fn recheck(state: Option<&CellState>, claims: &SessionClaims) -> Result<(), Refusal> {
     let record = state.and_then(|s| s.ownership(&claims.ctr));
-    match decide(record, claims.r#gen, Access::Write) {
+    match decide(record, claims.generation, Access::Write) {
         Decision::Serve => Ok(()),
         _ => Err(Refusal::Handoff),
     }

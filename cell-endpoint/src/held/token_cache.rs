@@ -93,7 +93,7 @@ impl Validated {
             ),
             (
                 HeaderName::from_static(X_GENERATION),
-                HeaderValue::from(claims.r#gen.get()),
+                HeaderValue::from(claims.generation.get()),
             ),
             (
                 HeaderName::from_static(X_SESSION),
@@ -493,7 +493,7 @@ mod tests {
             sub: SubjectId::new(format!("c-1.t{i}")).unwrap(),
             ctr: ContractorId::new("c-1").unwrap(),
             cell,
-            r#gen: Generation(1),
+            generation: Generation(1),
             iat: 1_000,
             nbf: 1_000,
             exp: 2_000,

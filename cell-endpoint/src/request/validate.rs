@@ -230,7 +230,7 @@ impl Edge {
             Decision::Serve
         } else {
             let record = state.ownership(&c.ctr);
-            let decision = decide(record, c.r#gen, access);
+            let decision = decide(record, c.generation, access);
             // Served for any access (active here at the session's generation), and its key
             // and revocations checked under this view by `resolve_now`: remembered.
             if decision == Decision::Serve && matches!(record, Some(OwnershipRecord::Active { .. }))

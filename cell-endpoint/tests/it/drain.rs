@@ -95,7 +95,7 @@ async fn a_write_in_flight_at_the_handoff_is_reported_until_it_ends() {
                 change: Change::Ownership {
                     contractor: ctr.clone(),
                     record: OwnershipRecord::Handoff {
-                        r#gen: Generation(1),
+                        generation: Generation(1),
                     },
                 },
             }],

@@ -175,7 +175,7 @@ async fn a_session_older_than_the_owners_generation_is_sent_to_sign_in_here() {
             vec![Change::Ownership {
                 contractor: ContractorId::new(CTR).unwrap(),
                 record: OwnershipRecord::Active {
-                    r#gen: Generation(3),
+                    generation: Generation(3),
                 },
             }],
         ),
@@ -613,7 +613,7 @@ async fn state_survives_a_restart_through_the_disk_copy() {
                 vec![Change::Ownership {
                     contractor: ContractorId::new(CTR_NOWHERE).unwrap(),
                     record: OwnershipRecord::Active {
-                        r#gen: Generation(1),
+                        generation: Generation(1),
                     },
                 }],
             ),
@@ -816,7 +816,7 @@ async fn a_view_installed_anew_is_checked_anew_for_cached_sessions() {
     released.ownership.insert(
         ContractorId::new(CTR).unwrap(),
         OwnershipRecord::Released {
-            r#gen: Generation(1),
+            generation: Generation(1),
             successor: protocol::CellId::new(OTHER_CELL).unwrap(),
             successor_gen: Generation(2),
         },

@@ -280,7 +280,12 @@ impl Ctx {
             }
             Step::Handoff => {
                 let seq = self
-                    .set_ownership(deadline, src, c, &OwnershipRecord::Handoff { r#gen: g })
+                    .set_ownership(
+                        deadline,
+                        src,
+                        c,
+                        &OwnershipRecord::Handoff { generation: g },
+                    )
                     .await?;
                 rec.handoff_seq = Some(seq);
                 rec.handoff_at_ms = Some(now_ms());
@@ -290,8 +295,13 @@ impl Ctx {
                 let seq = match rec.handoff_seq {
                     Some(s) => s,
                     None => {
-                        self.set_ownership(deadline, src, c, &OwnershipRecord::Handoff { r#gen: g })
-                            .await?
+                        self.set_ownership(
+                            deadline,
+                            src,
+                            c,
+                            &OwnershipRecord::Handoff { generation: g },
+                        )
+                        .await?
                     }
                 };
                 self.wait_drained(deadline, src, c, seq).await?;
@@ -328,7 +338,9 @@ impl Ctx {
                 Ok(Step::Activate)
             }
             Step::Activate => {
-                let active = OwnershipRecord::Active { r#gen: new_gen };
+                let active = OwnershipRecord::Active {
+                    generation: new_gen,
+                };
                 let seq = self.set_ownership(deadline, dst, c, &active).await?;
                 let at = self.cell(dst)?;
                 self.until(deadline)
@@ -345,7 +357,9 @@ impl Ctx {
             Step::Release => {
                 // Both proofs, read again now: the target's durable acknowledgement and the
                 // published map. Never on a timer alone.
-                let active = OwnershipRecord::Active { r#gen: new_gen };
+                let active = OwnershipRecord::Active {
+                    generation: new_gen,
+                };
                 let acked = self.ownership(deadline, dst, c).await?.as_ref() == Some(&active);
                 let published = self.published_at(deadline, c, dst).await?;
                 if !(acked && published) {
@@ -354,7 +368,7 @@ impl Ctx {
                     )));
                 }
                 let released = OwnershipRecord::Released {
-                    r#gen: g,
+                    generation: g,
                     successor: dst.clone(),
                     successor_gen: new_gen,
                 };
@@ -405,8 +419,8 @@ async fn start(ctx: &Ctx, journal: &Journal, opts: &MigrateOptions) -> Result<(R
         return Ok((rec, false));
     }
     match ctx.ownership(deadline, &source, c).await? {
-        Some(OwnershipRecord::Active { r#gen } | OwnershipRecord::Handoff { r#gen })
-            if r#gen == g => {}
+        Some(OwnershipRecord::Active { generation } | OwnershipRecord::Handoff { generation })
+            if generation == g => {}
         other => {
             return Err(CtlError::Failed(format!(
                 "{source} does not own {c} at generation {g} (its record: {other:?})"

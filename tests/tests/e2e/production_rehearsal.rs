@@ -710,7 +710,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
             records: [(
                 contractor.clone(),
                 OwnershipRecord::Active {
-                    r#gen: Generation::FIRST,
+                    generation: Generation::FIRST,
                 },
             )]
             .into(),

@@ -62,7 +62,7 @@ pub fn claims(ctr: &str, generation: u64) -> SessionClaims {
         sub: SubjectId::new(format!("{ctr}.tech1")).unwrap(),
         ctr: ContractorId::new(ctr).unwrap(),
         cell: cell(),
-        r#gen: Generation(generation),
+        generation: Generation(generation),
         iat: NOW,
         nbf: NOW,
         exp: NOW + DEFAULT_SESSION_LIFETIME_S,
@@ -148,19 +148,19 @@ pub fn snapshot() -> Snapshot {
         (
             ContractorId::new(CTR).unwrap(),
             OwnershipRecord::Active {
-                r#gen: Generation(1),
+                generation: Generation(1),
             },
         ),
         (
             ContractorId::new(CTR_HANDOFF).unwrap(),
             OwnershipRecord::Handoff {
-                r#gen: Generation(1),
+                generation: Generation(1),
             },
         ),
         (
             ContractorId::new(CTR_RELEASED).unwrap(),
             OwnershipRecord::Released {
-                r#gen: Generation(1),
+                generation: Generation(1),
                 successor: CellId::new(OTHER_CELL).unwrap(),
                 successor_gen: Generation(2),
             },
