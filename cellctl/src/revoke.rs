@@ -37,8 +37,8 @@
 
 //!
 //! Files: this one chooses the cells and applies the revocation at each; `command` is the
-//! command line and what it prints, `report` what a revocation reports, `session` the fan-out
-//! of a session revocation (the minting cell's record of the session).
+//! command line, `report` what a revocation reports and how it is printed, `session` the
+//! minting cell's record of a session (which names the contractor whose cells are asked too).
 
 use std::path::Path;
 
@@ -56,9 +56,9 @@ mod command;
 mod report;
 mod session;
 
-pub use command::{AuditArgs, RevokeCommand, run};
+pub use command::{AuditArgs, RevokeCommand};
 pub use report::{CellOutcome, CellResult, RevokeReport, Role};
-use session::{SessionFanout, session_targets};
+use session::{SessionFanout, session_revocation};
 
 /// A cell that matters, why, and why it could not be asked (if so).
 type Target = (FleetCell, Role, Option<String>);
@@ -187,6 +187,11 @@ pub async fn revoke(path: &Path, command: &RevokeCommand) -> Result<RevokeReport
     Revoker::load(path)?.revoke(command).await
 }
 
+/// `cellctl revoke …`: prints each cell's outcome; fails unless every cell confirmed.
+pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result<()> {
+    revoke(path, command).await?.print(json_out)
+}
+
 /// A loaded fleet description with its admin client, for callers that revoke many times.
 #[derive(Debug)]
 pub struct Revoker {
@@ -231,7 +236,17 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
         RevokeCommand::Session { jti, cell, audit } => {
             let named_cell = named(&fleet.fleet, path, cell)?;
-            let (kind, targets, f) = session_targets(fleet, named_cell, jti, now).await;
+            let (kind, f) = session_revocation(&fleet.admin, named_cell, jti, now).await;
+            let mut targets = vec![(named_cell.clone(), Role::Named, None)];
+            if let Some(contractor) = &f.contractor {
+                targets.extend(
+                    fleet
+                        .cells_of_contractor(contractor)
+                        .await
+                        .into_iter()
+                        .filter(|(c, _, _)| c.id != named_cell.id),
+                );
+            }
             fanout = f;
             (kind, audit, targets)
         }

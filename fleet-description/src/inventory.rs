@@ -35,6 +35,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::fleet_file::{Demo, FLEET_SCHEMA, FleetCell, FleetFile, Service, StoreKind};
 
+/// Mode of a configuration file that names token files and holds none (the inventory, and the
+/// dev fleet's server configurations).
+pub const CONFIG_FILE_MODE: u32 = 0o644;
+
 /// Schema version of an inventory.
 pub const INVENTORY_SCHEMA: u32 = 1;
 /// File name of the inventory `cellctl dev` writes beside `fleet.json`.
@@ -223,7 +227,7 @@ impl Inventory {
     /// Writes the inventory as TOML (it names token files, never holds a token).
     pub fn write(&self, path: &Path) -> Result<()> {
         let text = toml::to_string(self).map_err(|e| Error::Config(format!("inventory: {e}")))?;
-        runtime::secret::write_atomic(path, text.as_bytes(), crate::CONFIG_FILE_MODE)
+        runtime::secret::write_atomic(path, text.as_bytes(), CONFIG_FILE_MODE)
             .map_err(|e| config(path, e))
     }
 }

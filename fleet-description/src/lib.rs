@@ -23,8 +23,4 @@ pub use fleet_file::{
     CellManagement, Demo, DemoUser, FLEET_FILE, FLEET_SCHEMA, FleetCell, FleetFile,
     FleetManagement, JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
 };
-pub use inventory::{INVENTORY_FILE, Inventory};
-
-/// Mode of a configuration file that names token files and holds none (the inventory, and the
-/// dev fleet's server configurations).
-pub const CONFIG_FILE_MODE: u32 = 0o644;
+pub use inventory::{CONFIG_FILE_MODE, INVENTORY_FILE, Inventory};

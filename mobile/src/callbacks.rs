@@ -3,11 +3,32 @@
 
 use std::sync::Arc;
 
-use crate::records::{event, queued, rejection};
-use crate::{OutboxObserver, RequestObserver, SessionStore, StoreSlot};
+use crate::records::{event, rejection};
+use crate::{OutboxObserver, QueuedWrite, RequestObserver, SessionStore, StoreSlot};
+
+impl dyn SessionStore {
+    /// The app's store as the SDK's.
+    pub(crate) fn into_sdk(self: Arc<Self>) -> Arc<dyn sdk::SessionStore> {
+        Arc::new(ForeignStore(self))
+    }
+}
+
+impl dyn OutboxObserver {
+    /// The app's outbox observer as the SDK's.
+    pub(crate) fn into_sdk(self: Arc<Self>) -> Arc<dyn sdk::OutboxObserver> {
+        Arc::new(ForeignOutboxObserver(self))
+    }
+}
+
+impl dyn RequestObserver {
+    /// The app's request observer as the SDK's.
+    pub(crate) fn into_sdk(self: Arc<Self>) -> Arc<dyn sdk::RequestObserver> {
+        Arc::new(ForeignObserver(self))
+    }
+}
 
 /// Adapts the foreign store to the SDK's store trait.
-pub(crate) struct ForeignStore(pub(crate) Arc<dyn SessionStore>);
+struct ForeignStore(Arc<dyn SessionStore>);
 
 impl std::fmt::Debug for ForeignStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,12 +67,14 @@ impl sdk::SessionStore for ForeignStore {
 }
 
 /// Adapts the foreign outbox observer to the SDK's.
-pub(crate) struct ForeignOutboxObserver(pub(crate) Arc<dyn OutboxObserver>);
+struct ForeignOutboxObserver(Arc<dyn OutboxObserver>);
 
 impl sdk::OutboxObserver for ForeignOutboxObserver {
     fn on_delivered(&self, d: &sdk::Delivered) {
         // An observer's failure never fails the flush.
-        let _ = self.0.on_delivered(queued(&d.write), d.response.status);
+        let _ = self
+            .0
+            .on_delivered(QueuedWrite::from(&d.write), d.response.status);
     }
     fn on_rejected(&self, r: &sdk::WriteRejection) {
         let _ = self.0.on_rejected(rejection(r));
@@ -59,7 +82,7 @@ impl sdk::OutboxObserver for ForeignOutboxObserver {
 }
 
 /// Adapts the foreign observer to the SDK's observer trait.
-pub(crate) struct ForeignObserver(pub(crate) Arc<dyn RequestObserver>);
+struct ForeignObserver(Arc<dyn RequestObserver>);
 
 impl sdk::RequestObserver for ForeignObserver {
     fn on_request(&self, e: &sdk::RequestEvent) {

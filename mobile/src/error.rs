@@ -111,8 +111,11 @@ impl From<sdk::NetworkErrorKind> for NetworkErrorKind {
     }
 }
 
-pub(crate) fn input<T>(r: Result<T, protocol::IdError>) -> Result<T, CellbindError> {
-    r.map_err(|e| sdk::Error::from(e).into())
+/// An argument the app passed that is not a valid id, login or password.
+impl From<protocol::IdError> for CellbindError {
+    fn from(e: protocol::IdError) -> Self {
+        sdk::Error::from(e).into()
+    }
 }
 
 #[cfg(test)]

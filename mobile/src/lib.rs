@@ -20,10 +20,6 @@ use std::sync::Arc;
 
 use protocol::{ContractorId, Login, Password};
 
-use crate::callbacks::{ForeignObserver, ForeignOutboxObserver, ForeignStore};
-use crate::error::input;
-use crate::records::{http_method, info, queued, queued_all, report};
-
 uniffi::setup_scaffolding!("cellbind");
 
 pub mod callbacks;
@@ -365,16 +361,15 @@ impl CellbindClient {
                 detail: format!("map public key: {e}"),
             }
         })?;
-        let mut b =
-            sdk::Client::builder(config.map, key).store(Arc::new(ForeignStore(config.store)));
+        let mut b = sdk::Client::builder(config.map, key).store(config.store.into_sdk());
         if let Some(pem) = config.extra_ca_pem {
             b = b.extra_ca_pem(pem.into_bytes());
         }
         if let Some(o) = config.observer {
-            b = b.observer(Arc::new(ForeignObserver(o)));
+            b = b.observer(o.into_sdk());
         }
         if let Some(o) = config.outbox_observer {
-            b = b.outbox_observer(Arc::new(ForeignOutboxObserver(o)));
+            b = b.outbox_observer(o.into_sdk());
         }
         if let Some(ms) = config.connect_timeout_ms {
             b = b.connect_timeout(std::time::Duration::from_millis(ms));
@@ -388,28 +383,40 @@ impl CellbindClient {
     /// Loads the saved session from the store. No network inside the call; with a session,
     /// a flush of the outbox starts in the background (results to the outbox observer).
     pub async fn restore(&self) -> Result<Option<SessionInfo>, CellbindError> {
-        Ok(self.client.restore()?.map(info))
+        Ok(self.client.restore()?.map(SessionInfo::from))
     }
 
     /// Queues a write (POST, PUT, PATCH, DELETE) for a later flush and saves it to the store
     /// before returning. No network. Full: `OutboxFull`, nothing queued.
     pub fn enqueue(&self, request: Request) -> Result<QueuedWrite, CellbindError> {
-        Ok(queued(&self.client.enqueue(records::request(request)?)?))
+        Ok(QueuedWrite::from(
+            &self.client.enqueue(sdk::Request::try_from(request)?)?,
+        ))
     }
 
     /// Delivers the queued writes in order until the outbox is empty or a write has to wait.
     pub async fn flush(&self) -> Result<FlushReport, CellbindError> {
-        Ok(report(self.client.flush().await?))
+        Ok(FlushReport::from(self.client.flush().await?))
     }
 
     /// The queued writes, oldest first (nothing removed).
     pub fn outbox(&self) -> Result<Vec<QueuedWrite>, CellbindError> {
-        Ok(queued_all(&self.client.outbox()?))
+        Ok(self
+            .client
+            .outbox()?
+            .iter()
+            .map(QueuedWrite::from)
+            .collect())
     }
 
     /// Hands back every queued write and empties the outbox.
     pub fn take_undelivered(&self) -> Result<Vec<QueuedWrite>, CellbindError> {
-        Ok(queued_all(&self.client.take_undelivered()?))
+        Ok(self
+            .client
+            .take_undelivered()?
+            .iter()
+            .map(QueuedWrite::from)
+            .collect())
     }
 
     /// Signs in at the contractor's cell and saves the session.
@@ -419,10 +426,10 @@ impl CellbindClient {
         login: String,
         password: String,
     ) -> Result<SessionInfo, CellbindError> {
-        let contractor = input(ContractorId::new(contractor_id))?;
-        let login = input(Login::new(login))?;
-        let password = input(Password::new(password))?;
-        Ok(info(
+        let contractor = ContractorId::new(contractor_id)?;
+        let login = Login::new(login)?;
+        let password = Password::new(password)?;
+        Ok(SessionInfo::from(
             self.client.sign_in(&contractor, &login, &password).await?,
         ))
     }
@@ -446,7 +453,7 @@ impl CellbindClient {
     /// Sends a request with query parameters, headers, a body of any content type and an
     /// optional idempotency key of the caller's own to the session's cell.
     pub async fn send(&self, request: Request) -> Result<Response, CellbindError> {
-        let r = self.client.send(records::request(request)?).await?;
+        let r = self.client.send(sdk::Request::try_from(request)?).await?;
         Ok(Response {
             status: r.status,
             body: r.body.to_vec(),
@@ -455,7 +462,7 @@ impl CellbindClient {
 
     /// The current session, if any.
     pub fn session(&self) -> Option<SessionInfo> {
-        self.client.session().map(info)
+        self.client.session().map(SessionInfo::from)
     }
 
     /// Signs out: the cell revokes the session (when reachable) and the store is cleared.
@@ -464,7 +471,7 @@ impl CellbindClient {
         let out = self.client.sign_out().await?;
         Ok(SignOutResult {
             revoked: matches!(out.outcome, sdk::SignOut::Revoked),
-            undelivered: queued_all(&out.undelivered),
+            undelivered: out.undelivered.iter().map(QueuedWrite::from).collect(),
         })
     }
 
@@ -472,4 +479,12 @@ impl CellbindClient {
     pub async fn refresh_map(&self) -> Result<u64, CellbindError> {
         Ok(self.client.refresh_map().await?.version)
     }
+}
+
+/// An HTTP method from the app's string (any case).
+pub(crate) fn http_method(m: &str) -> Result<http::Method, CellbindError> {
+    let upper = m.to_ascii_uppercase();
+    http::Method::from_bytes(upper.as_bytes()).map_err(|_| CellbindError::InvalidInput {
+        detail: format!("{m:?} is not an HTTP method"),
+    })
 }

@@ -3,7 +3,7 @@
 
 use crate::{
     CellbindConfig, CellbindError, FlushReport, Header, QueryParam, QueuedWrite, Request,
-    RequestEvent, RequestOutcome, SessionInfo, WriteRejection,
+    RequestEvent, RequestOutcome, SessionInfo, WriteRejection, http_method,
 };
 
 impl std::fmt::Debug for CellbindConfig {
@@ -59,54 +59,58 @@ impl std::fmt::Debug for QueuedWrite {
     }
 }
 
-pub(crate) fn queued(w: &sdk::QueuedWrite) -> QueuedWrite {
-    QueuedWrite {
-        id: w.id,
-        method: w.method.as_str().to_owned(),
-        path: w.path.clone(),
-        query: w
-            .query
-            .iter()
-            .map(|(name, value)| QueryParam {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        headers: w
-            .headers
-            .iter()
-            .map(|(name, value)| Header {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        body: w.body.clone(),
-        content_type: w.content_type.clone(),
-        idempotency_key: w.idempotency_key.clone(),
-        enqueued_at: w.enqueued_at,
+impl From<&sdk::QueuedWrite> for QueuedWrite {
+    fn from(w: &sdk::QueuedWrite) -> Self {
+        QueuedWrite {
+            id: w.id,
+            method: w.method.as_str().to_owned(),
+            path: w.path.clone(),
+            query: w
+                .query
+                .iter()
+                .map(|(name, value)| QueryParam {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            headers: w
+                .headers
+                .iter()
+                .map(|(name, value)| Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            body: w.body.clone(),
+            content_type: w.content_type.clone(),
+            idempotency_key: w.idempotency_key.clone(),
+            enqueued_at: w.enqueued_at,
+        }
     }
-}
-
-pub(crate) fn queued_all(ws: &[sdk::QueuedWrite]) -> Vec<QueuedWrite> {
-    ws.iter().map(queued).collect()
 }
 
 pub(crate) fn rejection(r: &sdk::WriteRejection) -> WriteRejection {
     WriteRejection {
-        write: queued(&r.write),
+        write: QueuedWrite::from(&r.write),
         status: r.status,
         code: r.code.clone().unwrap_or_default(),
         detail: r.refusal.detail(),
     }
 }
 
-pub(crate) fn report(r: sdk::FlushReport) -> FlushReport {
-    FlushReport {
-        delivered: r.delivered.iter().map(|d| queued(&d.write)).collect(),
-        rejected: r.rejected.iter().map(rejection).collect(),
-        remaining: r.remaining as u64,
-        stopped: r.stopped.map(|e| CellbindError::from(e).to_string()),
-        session_ended: r.session_ended,
+impl From<sdk::FlushReport> for FlushReport {
+    fn from(r: sdk::FlushReport) -> Self {
+        FlushReport {
+            delivered: r
+                .delivered
+                .iter()
+                .map(|d| QueuedWrite::from(&d.write))
+                .collect(),
+            rejected: r.rejected.iter().map(rejection).collect(),
+            remaining: r.remaining as u64,
+            stopped: r.stopped.map(|e| CellbindError::from(e).to_string()),
+            session_ended: r.session_ended,
+        }
     }
 }
 
@@ -132,47 +136,46 @@ pub(crate) fn event(e: &sdk::RequestEvent) -> RequestEvent {
 }
 
 /// The SDK's request for a foreign one (the SDK checks it when it is sent).
-pub(crate) fn request(r: Request) -> Result<sdk::Request, CellbindError> {
-    let mut out = sdk::Request::new(http_method(&r.method)?, r.path);
-    for q in r.query {
-        out = out.query(q.name, q.value);
-    }
-    for h in r.headers {
-        out = out.header(h.name, h.value);
-    }
-    out = match (r.body, r.content_type) {
-        (Some(b), Some(ct)) => out.body(b, ct),
-        (Some(b), None) => out.json(b),
-        (None, None) => out,
-        (None, Some(_)) => {
-            return Err(CellbindError::InvalidInput {
-                detail: "a content type without a body".into(),
-            });
+impl TryFrom<Request> for sdk::Request {
+    type Error = CellbindError;
+
+    fn try_from(r: Request) -> Result<sdk::Request, CellbindError> {
+        let mut out = sdk::Request::new(http_method(&r.method)?, r.path);
+        for q in r.query {
+            out = out.query(q.name, q.value);
         }
-    };
-    if let Some(k) = r.idempotency_key {
-        out = out.idempotency_key(k);
+        for h in r.headers {
+            out = out.header(h.name, h.value);
+        }
+        out = match (r.body, r.content_type) {
+            (Some(b), Some(ct)) => out.body(b, ct),
+            (Some(b), None) => out.json(b),
+            (None, None) => out,
+            (None, Some(_)) => {
+                return Err(CellbindError::InvalidInput {
+                    detail: "a content type without a body".into(),
+                });
+            }
+        };
+        if let Some(k) = r.idempotency_key {
+            out = out.idempotency_key(k);
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
-pub(crate) fn info(s: sdk::SessionInfo) -> SessionInfo {
-    SessionInfo {
-        session_id: s.session_id.to_string(),
-        contractor_id: s.contractor_id.to_string(),
-        subject: s.subject.to_string(),
-        cell_id: s.cell_id.to_string(),
-        endpoint: s.endpoint.into(),
-        generation: s.generation.get(),
-        expires_at: s.expires_at,
+impl From<sdk::SessionInfo> for SessionInfo {
+    fn from(s: sdk::SessionInfo) -> Self {
+        SessionInfo {
+            session_id: s.session_id.to_string(),
+            contractor_id: s.contractor_id.to_string(),
+            subject: s.subject.to_string(),
+            cell_id: s.cell_id.to_string(),
+            endpoint: s.endpoint.into(),
+            generation: s.generation.get(),
+            expires_at: s.expires_at,
+        }
     }
-}
-
-pub(crate) fn http_method(m: &str) -> Result<http::Method, CellbindError> {
-    let upper = m.to_ascii_uppercase();
-    http::Method::from_bytes(upper.as_bytes()).map_err(|_| CellbindError::InvalidInput {
-        detail: format!("{m:?} is not an HTTP method"),
-    })
 }
 
 #[cfg(test)]
@@ -183,7 +186,7 @@ mod tests {
 
     #[test]
     fn foreign_requests_convert_field_by_field() {
-        let r = request(Request {
+        let r = sdk::Request::try_from(Request {
             method: "post".into(),
             path: "/api/jobs/j-1/complete".into(),
             query: vec![QueryParam {
@@ -211,7 +214,7 @@ mod tests {
             assert!(shown.contains(part), "{part} in {shown}");
         }
         assert!(matches!(
-            request(Request {
+            sdk::Request::try_from(Request {
                 method: "GET".into(),
                 path: "/a".into(),
                 query: vec![],
@@ -240,7 +243,7 @@ mod tests {
 
     #[test]
     fn queued_writes_convert_field_by_field() {
-        let w = queued(&sample_write());
+        let w = QueuedWrite::from(&sample_write());
         assert_eq!(
             (w.id, w.method.as_str(), w.path.as_str()),
             (7, "PUT", "/api/jobs/j-1")
@@ -269,7 +272,7 @@ mod tests {
             status,
             body: body.to_owned().into(),
         };
-        let r = report(sdk::FlushReport {
+        let r = FlushReport::from(sdk::FlushReport {
             delivered: vec![sdk::Delivered {
                 write: sample_write(),
                 response: answer(201, "{}"),
@@ -326,13 +329,13 @@ mod tests {
             "{stopped}"
         );
         assert!(!r.session_ended);
-        let ended = report(sdk::FlushReport {
+        let ended = FlushReport::from(sdk::FlushReport {
             stopped: Some(sdk::Error::SessionRevoked),
             session_ended: true,
             ..Default::default()
         });
         assert!(ended.session_ended && ended.stopped.unwrap().starts_with("SESSION_REVOKED"));
-        assert_eq!(report(sdk::FlushReport::default()).stopped, None);
+        assert_eq!(FlushReport::from(sdk::FlushReport::default()).stopped, None);
     }
 
     #[test]

@@ -41,9 +41,10 @@
 //! dropped.
 
 //!
-//! Files: this one holds the public face (the report types, the observer, the limits); `queue`
-//! the persisted queue and its blob, `verdict` the outcome table; the client's methods that
-//! queue and flush are in `client/flush.rs`.
+//! Files: this one holds the public face (the report types, the observer, the settings);
+//! `queue` the persisted queue, its blob's schema and the default limits; `verdict` the outcome
+//! table and why a write is refused ([`Refusal`]); the client's methods that queue and flush
+//! are in `client/flush.rs`. Neither file imports this one.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -54,20 +55,10 @@ use crate::transport::Response;
 mod queue;
 mod verdict;
 
-pub use queue::QueuedWrite;
-pub(crate) use queue::{Outbox, Owner, decode, encode, is_write};
+pub use queue::{DEFAULT_OUTBOX_MAX_BYTES, DEFAULT_OUTBOX_MAX_WRITES, OUTBOX_SCHEMA, QueuedWrite};
+pub(crate) use queue::{OTHER_OWNER, Outbox, Owner, decode, encode, is_write};
+pub use verdict::Refusal;
 pub(crate) use verdict::{Verdict, verdict};
-
-/// Schema version of the outbox blob. Bump it when [`QueuedWrite`] or the blob change shape.
-pub const OUTBOX_SCHEMA: u32 = 1;
-/// Most writes the outbox holds by default.
-pub const DEFAULT_OUTBOX_MAX_WRITES: usize = 100;
-/// Most body bytes (all writes together) the outbox holds by default.
-pub const DEFAULT_OUTBOX_MAX_BYTES: usize = 1024 * 1024;
-
-/// Why the outbox refuses a user's write or holds its writes back.
-pub(crate) const OTHER_OWNER: &str =
-    "the outbox holds writes of another user: take them with take_undelivered() first";
 
 /// The outbox's share of the client (its methods are in `client/flush.rs`).
 #[derive(Debug)]
@@ -98,33 +89,6 @@ pub struct Delivered {
     pub write: QueuedWrite,
     /// The cell's answer (status below 400).
     pub response: Response,
-}
-
-/// Why a write was refused for good.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// A Cellbind error answer, or [`Error::InvalidInput`] when the write no longer passes the
-    /// SDK's checks (nothing was sent).
-    Error(Error),
-    /// The app's own answer of 400 or more, without a Cellbind error body.
-    Answer(Response),
-}
-
-/// Longest body text of an app's refusal kept in [`Refusal::detail`].
-const MAX_DETAIL_CHARS: usize = 1024;
-
-impl Refusal {
-    /// Human text: the error, or the start of the app's answer.
-    pub fn detail(&self) -> String {
-        match self {
-            Refusal::Error(e) => e.to_string(),
-            Refusal::Answer(r) => String::from_utf8_lossy(&r.body)
-                .chars()
-                .take(MAX_DETAIL_CHARS)
-                .collect(),
-        }
-    }
 }
 
 /// A write refused for good: removed from the outbox and reported.

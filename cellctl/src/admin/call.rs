@@ -1,17 +1,152 @@
-//! How an admin call is made: the retry policy, one attempt, the retries around it, and the
-//! typed answer (see the module documentation of [`crate::admin`]).
+//! The admin client's services ([`Api`]), its errors, and how an admin call is made: the retry
+//! policy, one attempt, the retries around it, and the typed answer (see the module
+//! documentation of [`crate::admin`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable as _};
-use protocol::ErrorBody;
+use fleet_description::{FleetCell, FleetFile};
+use protocol::{Endpoint, ErrorBody, ErrorCode};
 use reqwest::Method;
 use runtime::Secret;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{AdminClient, AdminError, Api, Attempted};
+/// One service's admin API: where it is (one URL, or its replicas' in order) and the token it
+/// accepts.
+#[derive(Debug, Clone)]
+pub struct Api {
+    /// At least one; a retry goes to the next (a replica that died is skipped).
+    bases: Vec<Endpoint>,
+    token: Secret,
+}
+
+impl Api {
+    /// A service at `base` accepting `token`.
+    pub fn new(base: Endpoint, token: Secret) -> Self {
+        Api {
+            bases: vec![base],
+            token,
+        }
+    }
+
+    /// A cell's auth-service admin API (its replicas' internal listeners, replica 0 first, the
+    /// cell's own admin token): each retry of a call goes to the next replica.
+    pub fn auth(cell: &FleetCell) -> fleet_description::Result<Api> {
+        let mut bases = vec![cell.auth_admin_endpoint()?];
+        for r in cell.replicas().iter().skip(1) {
+            bases.push(Endpoint::parse(&r.url).map_err(|e| {
+                fleet_description::Error::Config(format!("cells[].auth_services[].url: {e}"))
+            })?);
+        }
+        Ok(Api {
+            bases,
+            token: cell.admin(),
+        })
+    }
+
+    /// A cell's app migration interface (its internal listener, the app's own internal token;
+    /// never the cell's admin token, which the app does not hold).
+    pub fn app(cell: &FleetCell) -> fleet_description::Result<Api> {
+        Ok(Api::new(cell.app_internal_endpoint()?, cell.app_internal()))
+    }
+
+    /// The control plane's admin API (the control plane's own token).
+    pub fn control_plane(fleet: &FleetFile) -> fleet_description::Result<Api> {
+        Ok(Api::new(
+            fleet.control_plane_endpoint()?,
+            fleet.control_plane_admin(),
+        ))
+    }
+
+    /// The service's (first) base URL.
+    pub fn base(&self) -> &Endpoint {
+        &self.bases[0]
+    }
+
+    /// The URL of `path` at the base of attempt `n` (1-based): attempts rotate over the bases.
+    fn url(&self, n: usize, path: &str) -> String {
+        self.bases[n.saturating_sub(1) % self.bases.len()].join(path)
+    }
+}
+
+/// Why an admin call failed (after its retries).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// No answer: connect error, timeout, or a broken answer.
+    #[error("{call}: {message}")]
+    Transport { call: String, message: String },
+    /// The service answered with a status other than the one expected.
+    #[error("{call} answered {status}: {detail}")]
+    Refused {
+        call: String,
+        status: u16,
+        /// The error code of the answer, when it was an [`ErrorBody`].
+        code: Option<ErrorCode>,
+        detail: String,
+    },
+    /// A 2xx answer that is not the endpoint's answer type.
+    #[error("{call}: unexpected answer: {message}")]
+    Decode { call: String, message: String },
+}
+
+impl AdminError {
+    /// The status the service answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            AdminError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A result with the number of attempts it took.
+#[derive(Debug)]
+pub struct Attempted<T> {
+    pub result: Result<T, AdminError>,
+    pub attempts: usize,
+}
+
+/// The typed admin client (see the module documentation). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    http: reqwest::Client,
+    policy: RetryPolicy,
+    deadline: Option<Instant>,
+}
+
+impl AdminClient {
+    /// A client over `http` (an HTTPS client trusting the fleet's CA) with the default policy.
+    pub fn new(http: reqwest::Client) -> Self {
+        AdminClient {
+            http,
+            policy: RetryPolicy::default(),
+            deadline: None,
+        }
+    }
+
+    /// A client trusting the CA of `fleet`.
+    pub fn for_fleet(fleet: &FleetFile) -> fleet_description::Result<Self> {
+        Ok(AdminClient::new(fleet_description::client_trusting_file(
+            &fleet.ca_cert,
+        )?))
+    }
+
+    /// The same client, retrying until `deadline` instead of a number of attempts.
+    pub fn until(&self, deadline: Instant) -> Self {
+        AdminClient {
+            deadline: Some(deadline),
+            ..self.clone()
+        }
+    }
+
+    /// The HTTPS client underneath (for the few calls that are not admin calls).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+}
 
 /// Attempts of a call without a deadline, the first included.
 pub const MAX_ATTEMPTS: usize = 5;

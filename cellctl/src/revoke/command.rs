@@ -1,16 +1,10 @@
-//! `cellctl revoke …` on the command line: its arguments and what it prints.
-
-use std::path::Path;
+//! `cellctl revoke …` on the command line: its arguments (what it prints: `report`).
 
 use clap::Subcommand;
 use protocol::time::UnixSeconds;
 use protocol::{CellId, ContractorId, Kid, SessionId, SubjectId};
-use serde_json::json;
 
-use super::report::{CellOutcome, Role};
-use super::revoke;
 use crate::edges::operator;
-use crate::error::{CtlError, Result};
 
 /// `cellctl revoke …`.
 #[derive(Debug, Subcommand)]
@@ -104,95 +98,6 @@ impl AuditArgs {
     pub(super) fn by(&self) -> String {
         operator(self.by.as_ref())
     }
-}
-
-fn role_text(r: Role) -> &'static str {
-    match r {
-        Role::Named => "named",
-        Role::Owner => "owner",
-        Role::PreviousOwner => "previous owner",
-        Role::Placement => "placement",
-        Role::Unknown => "unknown",
-    }
-}
-
-/// `cellctl revoke …`: prints each cell's outcome; fails unless every cell confirmed.
-pub async fn run(path: &Path, command: &RevokeCommand, json_out: bool) -> Result<()> {
-    let report = revoke(path, command).await?;
-    if json_out {
-        println!(
-            "{}",
-            serde_json::to_string(&json!({ "ok": report.ok(), "report": report }))
-                .map_err(|e| CtlError::Internal(e.to_string()))?
-        );
-    } else {
-        println!(
-            "revoking {} (by {}, reason: {})",
-            serde_json::to_string(&report.revocation)
-                .map_err(|e| CtlError::Internal(e.to_string()))?,
-            report.by,
-            report.reason
-        );
-        if let Some(c) = &report.contractor {
-            println!("  the session's contractor: {c} (every cell that holds it is asked)");
-        }
-        if let Some(n) = &report.note {
-            println!("  note: {n}");
-        }
-        if let Some(u) = &report.unresolved {
-            println!("  NOT ALL CELLS KNOWN: {u}");
-        }
-        for c in &report.cells {
-            let what = match c.outcome {
-                CellOutcome::Applied => format!("revoked, seq {}", c.seq.unwrap_or(0)),
-                CellOutcome::Already => format!("already in force, seq {}", c.seq.unwrap_or(0)),
-                CellOutcome::Failed => format!(
-                    "FAILED after {} attempt(s): {}",
-                    c.attempts,
-                    c.error.as_deref().unwrap_or("no answer")
-                ),
-                CellOutcome::Unreachable => {
-                    format!("UNREACHABLE: {}", c.error.as_deref().unwrap_or("no answer"))
-                }
-            };
-            let edges = c.edges.as_ref().map_or(String::new(), |e| {
-                format!(
-                    "; edges {}/{} applied in {} ms",
-                    e.applied, e.live, e.waited_ms
-                )
-            });
-            println!("  {} ({}): {what}{edges}", c.cell, role_text(c.role));
-        }
-    }
-    if report.ok() {
-        return Ok(());
-    }
-    let bad: Vec<String> = report
-        .cells
-        .iter()
-        .filter(|c| !c.outcome.confirmed())
-        .map(|c| c.cell.to_string())
-        .chain(
-            report
-                .cells
-                .iter()
-                .filter(|c| c.edges.as_ref().is_some_and(|e| !e.complete()))
-                .map(|c| format!("{} (edges not all applied)", c.cell)),
-        )
-        .collect();
-    if bad.is_empty()
-        && let Some(u) = &report.unresolved
-    {
-        return Err(CtlError::Failed(format!(
-            "the revocation reached only some of the cells that matter: {u}"
-        )));
-    }
-    Err(CtlError::Failed(format!(
-        "the revocation was not confirmed by {} of {} cells: {}",
-        bad.len(),
-        report.cells.len(),
-        bad.join(", ")
-    )))
 }
 
 #[cfg(test)]

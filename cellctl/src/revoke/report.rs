@@ -4,7 +4,10 @@ use protocol::revocation::RevocationKind;
 use protocol::{CellId, ContractorId};
 use serde::{Deserialize, Serialize};
 
+use serde_json::json;
+
 use crate::edges::EdgesApplied;
+use crate::error::{CtlError, Result};
 
 /// Why a cell is part of a revocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +85,98 @@ impl RevokeReport {
             && self.cells.iter().all(|c| {
                 c.outcome.confirmed() && c.edges.as_ref().is_none_or(EdgesApplied::complete)
             })
+    }
+}
+
+fn role_text(r: Role) -> &'static str {
+    match r {
+        Role::Named => "named",
+        Role::Owner => "owner",
+        Role::PreviousOwner => "previous owner",
+        Role::Placement => "placement",
+        Role::Unknown => "unknown",
+    }
+}
+
+impl RevokeReport {
+    /// Prints each cell's outcome (one JSON object with `json_out`); fails unless every cell
+    /// confirmed.
+    pub fn print(&self, json_out: bool) -> Result<()> {
+        let report = self;
+        if json_out {
+            println!(
+                "{}",
+                serde_json::to_string(&json!({ "ok": report.ok(), "report": report }))
+                    .map_err(|e| CtlError::Internal(e.to_string()))?
+            );
+        } else {
+            println!(
+                "revoking {} (by {}, reason: {})",
+                serde_json::to_string(&report.revocation)
+                    .map_err(|e| CtlError::Internal(e.to_string()))?,
+                report.by,
+                report.reason
+            );
+            if let Some(c) = &report.contractor {
+                println!("  the session's contractor: {c} (every cell that holds it is asked)");
+            }
+            if let Some(n) = &report.note {
+                println!("  note: {n}");
+            }
+            if let Some(u) = &report.unresolved {
+                println!("  NOT ALL CELLS KNOWN: {u}");
+            }
+            for c in &report.cells {
+                let what = match c.outcome {
+                    CellOutcome::Applied => format!("revoked, seq {}", c.seq.unwrap_or(0)),
+                    CellOutcome::Already => format!("already in force, seq {}", c.seq.unwrap_or(0)),
+                    CellOutcome::Failed => format!(
+                        "FAILED after {} attempt(s): {}",
+                        c.attempts,
+                        c.error.as_deref().unwrap_or("no answer")
+                    ),
+                    CellOutcome::Unreachable => {
+                        format!("UNREACHABLE: {}", c.error.as_deref().unwrap_or("no answer"))
+                    }
+                };
+                let edges = c.edges.as_ref().map_or(String::new(), |e| {
+                    format!(
+                        "; edges {}/{} applied in {} ms",
+                        e.applied, e.live, e.waited_ms
+                    )
+                });
+                println!("  {} ({}): {what}{edges}", c.cell, role_text(c.role));
+            }
+        }
+        if report.ok() {
+            return Ok(());
+        }
+        let bad: Vec<String> = report
+            .cells
+            .iter()
+            .filter(|c| !c.outcome.confirmed())
+            .map(|c| c.cell.to_string())
+            .chain(
+                report
+                    .cells
+                    .iter()
+                    .filter(|c| c.edges.as_ref().is_some_and(|e| !e.complete()))
+                    .map(|c| format!("{} (edges not all applied)", c.cell)),
+            )
+            .collect();
+        if bad.is_empty()
+            && let Some(u) = &report.unresolved
+        {
+            return Err(CtlError::Failed(format!(
+                "the revocation reached only some of the cells that matter: {u}"
+            )));
+        }
+        Err(CtlError::Failed(format!(
+            "the revocation was not confirmed by {} of {} cells: {}",
+            bad.len(),
+            report.cells.len(),
+            bad.join(", ")
+        )))
     }
 }
 

@@ -6,7 +6,6 @@ use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::{ContractorId, SessionId};
 
-use super::{Revoker, Role, Target};
 use crate::admin::{AdminClient, Api};
 
 /// What the cell that minted a session says about it.
@@ -39,51 +38,38 @@ async fn look_up_session(admin: &AdminClient, cell: &FleetCell, jti: &SessionId)
     }
 }
 
-/// The revocation and the cells of `revoke session JTI --cell CELL`, with a note or an
-/// unresolved fan-out for the report.
-pub(super) async fn session_targets(
-    fleet: &Revoker,
+/// The revocation of `revoke session JTI --cell CELL`, and what the fan-out adds to the report:
+/// the session's contractor when the minting cell knows it (every cell that holds the
+/// contractor is then asked too), or a note or an unresolved fan-out when it does not.
+pub(super) async fn session_revocation(
+    admin: &AdminClient,
     named_cell: &FleetCell,
     jti: &SessionId,
     now: UnixSeconds,
-) -> (RevocationKind, Vec<Target>, SessionFanout) {
-    let named = (named_cell.clone(), Role::Named, None);
+) -> (RevocationKind, SessionFanout) {
     // Without the record the expiry is unknown: the longest a session can live is an upper
     // bound (the minting cell keeps it until the recorded expiry anyway).
     let longest = now + protocol::token::DEFAULT_SESSION_LIFETIME_S + protocol::token::LEEWAY_S;
-    match look_up_session(&fleet.admin, named_cell, jti).await {
+    match look_up_session(admin, named_cell, jti).await {
         SessionLookup::Known {
             contractor,
             expires_at,
-        } => {
-            let kind = RevocationKind::Session {
+        } => (
+            RevocationKind::Session {
                 jti: jti.clone(),
                 // Every cell keeps it as long as the session (and so any ticket for it) lives.
                 exp: expires_at.saturating_add(protocol::token::LEEWAY_S),
-            };
-            let mut targets = vec![named];
-            targets.extend(
-                fleet
-                    .cells_of_contractor(&contractor)
-                    .await
-                    .into_iter()
-                    .filter(|(c, _, _)| c.id != named_cell.id),
-            );
-            (
-                kind,
-                targets,
-                SessionFanout {
-                    contractor: Some(contractor),
-                    ..SessionFanout::default()
-                },
-            )
-        }
+            },
+            SessionFanout {
+                contractor: Some(contractor),
+                ..SessionFanout::default()
+            },
+        ),
         SessionLookup::Unknown => (
             RevocationKind::Session {
                 jti: jti.clone(),
                 exp: longest,
             },
-            vec![named],
             SessionFanout {
                 note: Some(format!(
                     "{} holds no record of this session: revoked there only, no other cell asked",
@@ -97,7 +83,6 @@ pub(super) async fn session_targets(
                 jti: jti.clone(),
                 exp: longest,
             },
-            vec![named],
             SessionFanout {
                 unresolved: Some(format!(
                     "{} could not be asked which contractor the session belongs to, so the cells \

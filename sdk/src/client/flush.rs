@@ -70,7 +70,10 @@ impl Client {
             request,
             key,
             now,
-            &self.inner.outbox.settings,
+            (
+                self.inner.outbox.settings.max_writes,
+                self.inner.outbox.settings.max_bytes,
+            ),
         )?;
         self.save_outbox(&o)?;
         self.inner.outbox.pending.store(true, Ordering::SeqCst);

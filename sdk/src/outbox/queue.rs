@@ -9,13 +9,23 @@ use serde::{Deserialize, Serialize};
 use protocol::time::UnixSeconds;
 use protocol::{ContractorId, SubjectId};
 
-use super::{OTHER_OWNER, OUTBOX_SCHEMA, OutboxSettings};
 use crate::Error;
 use crate::request::Request;
 use crate::session::Session;
 
 /// The methods that may be queued (writes).
 const WRITE_METHODS: [Method; 4] = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
+
+/// Schema version of the outbox blob. Bump it when [`QueuedWrite`] or the blob change shape.
+pub const OUTBOX_SCHEMA: u32 = 1;
+/// Most writes the outbox holds by default.
+pub const DEFAULT_OUTBOX_MAX_WRITES: usize = 100;
+/// Most body bytes (all writes together) the outbox holds by default.
+pub const DEFAULT_OUTBOX_MAX_BYTES: usize = 1024 * 1024;
+
+/// Why the outbox refuses a user's write or holds its writes back.
+pub(crate) const OTHER_OWNER: &str =
+    "the outbox holds writes of another user: take them with take_undelivered() first";
 
 /// A write waiting in the outbox (or handed back by [`Client::take_undelivered`](crate::Client::take_undelivered)).
 /// `Debug` shows no query or header value, no body and no key.
@@ -119,14 +129,15 @@ impl Outbox {
         self.owner.as_ref() == Some(&Owner::of(session))
     }
 
-    /// Queues `request` (already checked, with its key) for `owner`, within `limits`.
+    /// Queues `request` (already checked, with its key) for `owner`, within the limits: at
+    /// most `max_writes` writes and `max_bytes` body bytes in all.
     pub fn push(
         &mut self,
         owner: Owner,
         request: Request,
         idempotency_key: String,
         now: UnixSeconds,
-        limits: &OutboxSettings,
+        (max_writes, max_bytes): (usize, usize),
     ) -> Result<QueuedWrite, Error> {
         if !self.entries.is_empty() && self.owner.as_ref() != Some(&owner) {
             return Err(Error::InvalidInput(OTHER_OWNER.into()));
@@ -137,11 +148,10 @@ impl Outbox {
         };
         let held: usize = self.entries.iter().map(QueuedWrite::body_len).sum();
         let adding = body.as_ref().map_or(0, Vec::len);
-        if self.entries.len() >= limits.max_writes || held.saturating_add(adding) > limits.max_bytes
-        {
+        if self.entries.len() >= max_writes || held.saturating_add(adding) > max_bytes {
             return Err(Error::OutboxFull {
-                capacity: limits.max_writes,
-                capacity_bytes: limits.max_bytes,
+                capacity: max_writes,
+                capacity_bytes: max_bytes,
             });
         }
         let write = QueuedWrite {

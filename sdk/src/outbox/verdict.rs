@@ -3,9 +3,35 @@
 
 use protocol::ErrorCode;
 
-use super::Refusal;
 use crate::Error;
 use crate::transport::Response;
+
+/// Why a write was refused for good.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// A Cellbind error answer, or [`Error::InvalidInput`] when the write no longer passes the
+    /// SDK's checks (nothing was sent).
+    Error(Error),
+    /// The app's own answer of 400 or more, without a Cellbind error body.
+    Answer(Response),
+}
+
+/// Longest body text of an app's refusal kept in [`Refusal::detail`].
+const MAX_DETAIL_CHARS: usize = 1024;
+
+impl Refusal {
+    /// Human text: the error, or the start of the app's answer.
+    pub fn detail(&self) -> String {
+        match self {
+            Refusal::Error(e) => e.to_string(),
+            Refusal::Answer(r) => String::from_utf8_lossy(&r.body)
+                .chars()
+                .take(MAX_DETAIL_CHARS)
+                .collect(),
+        }
+    }
+}
 
 /// What happens to a write after one attempt to deliver it.
 #[derive(Debug)]
