@@ -78,12 +78,26 @@ pub fn add_edge_answers(doc: &mut Value) {
     );
     add_errors(
         doc,
-        forwarded,
-        502,
+        |p: &str, _: &str| to_auth(p),
+        503,
         &[C::UpstreamUnavailable],
-        "the upstream (auth-service or app) could not be reached or timed out.",
+        "the auth-service could not be reached or did not answer in time; retry after a moment.",
     );
     let app = |p: &str, _: &str| to_app(p);
+    add_errors(
+        doc,
+        app,
+        502,
+        &[C::UpstreamUnavailable],
+        "the app could not be reached.",
+    );
+    add_errors(
+        doc,
+        app,
+        504,
+        &[C::UpstreamUnavailable],
+        "the app did not answer in time.",
+    );
     add_errors(
         doc,
         app,
