@@ -46,7 +46,7 @@ use fleet_description::{FleetCell, FleetFile};
 use protocol::admin::cell::{RevokeOutcome, RevokeRequest};
 use protocol::ownership::OwnershipRecord;
 use protocol::revocation::RevocationKind;
-use protocol::{CellId, ContractorId, SubjectId};
+use protocol::{ContractorId, SubjectId};
 
 use crate::admin::{AdminClient, AdminError, Api, Attempted};
 use crate::edges::wait_edges;
@@ -174,12 +174,6 @@ fn failure_text(e: &AdminError) -> String {
     }
 }
 
-fn named<'f>(fleet: &'f FleetFile, path: &Path, cell: &CellId) -> Result<&'f FleetCell> {
-    fleet
-        .cell(cell)
-        .ok_or_else(|| CtlError::Config(format!("{cell} is not in {}", path.display())))
-}
-
 /// Runs a revocation against the fleet described by `path` and reports every cell's outcome.
 /// Fails only when nothing could be attempted (bad arguments, no cell knows the contractor);
 /// per-cell failures are in the report (see [`RevokeReport::ok`]).
@@ -235,7 +229,7 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
     let mut fanout = SessionFanout::default();
     let (kind, audit, targets): (RevocationKind, &AuditArgs, Vec<Target>) = match command {
         RevokeCommand::Session { jti, cell, audit } => {
-            let named_cell = named(&fleet.fleet, path, cell)?;
+            let named_cell = fleet.fleet.named_cell(cell, path)?;
             let (kind, f) = session_revocation(&fleet.admin, named_cell, jti, now).await;
             let mut targets = vec![(named_cell.clone(), Role::Named, None)];
             if let Some(contractor) = &f.contractor {
@@ -253,14 +247,14 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
-            vec![(named(&fleet.fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(fleet.fleet.named_cell(cell, path)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Cell { cell, audit } => (
             RevocationKind::Cell {
                 before: before(audit),
             },
             audit,
-            vec![(named(&fleet.fleet, path, cell)?.clone(), Role::Named, None)],
+            vec![(fleet.fleet.named_cell(cell, path)?.clone(), Role::Named, None)],
         ),
         RevokeCommand::Subject { sub, audit } => {
             let ctr = contractor_of(sub)?;

@@ -216,9 +216,7 @@ pub async fn run_status(path: &Path, json: bool) -> Result<()> {
 /// Rotates one cell's keys.
 pub async fn rotate(path: &Path, cell: &CellId) -> Result<Rotation> {
     let (f, admin) = load_fleet(path)?;
-    let c = f
-        .cell(cell)
-        .ok_or_else(|| CtlError::Config(format!("{cell} is not in {}", path.display())))?;
+    let c = f.named_cell(cell, path)?;
     Ok(admin.rotate_keys(&Api::auth(c)?).await?)
 }
 

@@ -37,10 +37,7 @@ impl WithdrawReport {
 
 fn cell_api(path: &Path, cell: &CellId) -> Result<(AdminClient, Api)> {
     let fleet = fleet_description::inventory::load(path)?;
-    let c = fleet
-        .cell(cell)
-        .ok_or_else(|| CtlError::Config(format!("{cell} is not in {}", path.display())))?;
-    let api = Api::auth(c)?;
+    let api = Api::auth(fleet.named_cell(cell, path)?)?;
     Ok((AdminClient::for_fleet(&fleet)?, api))
 }
 

@@ -322,6 +322,13 @@ impl FleetFile {
         self.cells.iter().find(|c| &c.id == id)
     }
 
+    /// The cell an operator named, or a configuration error naming `path` (the file this
+    /// description was read from).
+    pub fn named_cell(&self, id: &CellId, path: &Path) -> Result<&FleetCell> {
+        self.cell(id)
+            .ok_or_else(|| Error::Config(format!("{id} is not in {}", path.display())))
+    }
+
     /// Every pid of the fleet (control plane, then per cell: its auth-service replicas, edge,
     /// app).
     pub fn pids(&self) -> Vec<u32> {

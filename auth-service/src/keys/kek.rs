@@ -65,7 +65,7 @@ fn restrict(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
             tracing::warn!(path = %path.display(), "key-encryption key file was readable by group or others: made 0600");
             Ok(())
         }
-        Err(_) if meta.uid() == ROOT_UID && meta.mode() & OTHERS_BITS == 0 => {
+        Err(_) if meta.uid() == ROOT_UID && meta.mode() & runtime::secret::OTHERS_BITS == 0 => {
             tracing::info!(path = %path.display(), "key-encryption key file is a root-owned secret readable by its group (kept as it is)");
             Ok(())
         }
@@ -82,8 +82,6 @@ fn restrict(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
 
 /// The owner a mounted secret may have besides this process's user.
 const ROOT_UID: u32 = 0;
-/// Permission bits for users other than the owner and the group.
-const OTHERS_BITS: u32 = 0o007;
 
 impl Kek {
     /// Reads the key file, or creates it (32 random bytes, mode 0600) if it does not exist.
