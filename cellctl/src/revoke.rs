@@ -247,14 +247,22 @@ async fn revoke_in(fleet: &Revoker, command: &RevokeCommand) -> Result<RevokeRep
         RevokeCommand::Key { kid, cell, audit } => (
             RevocationKind::Key { kid: kid.clone() },
             audit,
-            vec![(fleet.fleet.named_cell(cell, path)?.clone(), Role::Named, None)],
+            vec![(
+                fleet.fleet.named_cell(cell, path)?.clone(),
+                Role::Named,
+                None,
+            )],
         ),
         RevokeCommand::Cell { cell, audit } => (
             RevocationKind::Cell {
                 before: before(audit),
             },
             audit,
-            vec![(fleet.fleet.named_cell(cell, path)?.clone(), Role::Named, None)],
+            vec![(
+                fleet.fleet.named_cell(cell, path)?.clone(),
+                Role::Named,
+                None,
+            )],
         ),
         RevokeCommand::Subject { sub, audit } => {
             let ctr = contractor_of(sub)?;

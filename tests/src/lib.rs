@@ -240,6 +240,24 @@ pub async fn sign_in_as(
     (s, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `GET url` with a bearer token (an admin token, a feed credential): its JSON answer, which
+/// must be a `T` (panics otherwise).
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+    bearer: &str,
+) -> T {
+    client
+        .get(url)
+        .bearer_auth(bearer)
+        .send()
+        .await
+        .expect("GET request")
+        .json()
+        .await
+        .expect("a JSON answer of the expected shape")
+}
+
 /// `POST url` with a JSON body and, when given, a bearer session: (status, body or null).
 pub async fn post_json(
     client: &reqwest::Client,

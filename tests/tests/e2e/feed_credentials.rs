@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{
-    Slot, TestFleet, auth_service_command, bin_dir, route_load, session_for, sign_in,
+    Slot, TestFleet, auth_service_command, bin_dir, get_json, post_json, route_load, session_for,
+    sign_in,
 };
 use cellctl::migrate::{MigrateOptions, migrate};
 use devfleet::{CellToken, edge_instance_id};
@@ -33,32 +34,17 @@ async fn reapply(
     token: &str,
     body: &Value,
 ) -> (u16, Value) {
-    let r = t
-        .client
-        .post(format!(
-            "{}{}",
-            cell.auth_service.url,
-            protocol::feed::REAPPLY_PATH
-        ))
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
+    let url = format!("{}{}", cell.auth_service.url, protocol::feed::REAPPLY_PATH);
+    post_json(&t.client, &url, Some(token), body.clone()).await
 }
 
 async fn held(t: &TestFleet, cell: &devfleet::FleetCell) -> Value {
-    t.client
-        .get(format!("{}/admin/v1/revocations", cell.auth_service.url))
-        .bearer_auth(&cell.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(
+        &t.client,
+        &format!("{}/admin/v1/revocations", cell.auth_service.url),
+        &cell.admin_token,
+    )
+    .await
 }
 
 /// Waits until `token` gets `want` at `endpoint`; answers how long that took.
@@ -97,16 +83,12 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
     );
     let old_epoch = taken["epoch"].as_str().unwrap().to_owned();
     assert_ne!(restored["epoch"], taken["epoch"]);
-    let kid = t
-        .client
-        .get(format!("{}/admin/v1/keys", cell.auth_service.url))
-        .bearer_auth(&cell.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap()["keys"][0]["kid"]
+    let kid = get_json::<Value>(
+        &t.client,
+        &format!("{}/admin/v1/keys", cell.auth_service.url),
+        &cell.admin_token,
+    )
+    .await["keys"][0]["kid"]
         .clone();
     let instance = edge_instance_id(&cell.id, 1).unwrap();
     let now = protocol::time::system_clock().now();
@@ -125,20 +107,16 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
     let probe = t.edge_feed_credential(&cell.id, "feed-credentials-probe");
     let followed = Instant::now();
     loop {
-        let feed: Value = t
-            .client
-            .get(format!(
+        let feed: Value = get_json(
+            &t.client,
+            &format!(
                 "{}/internal/v1/feed?since={}&instance=feed-credentials-probe&wait_ms=0",
                 cell.auth_service.url,
                 u64::MAX
-            ))
-            .bearer_auth(&probe)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            ),
+            &probe,
+        )
+        .await;
         if feed["epoch"] == restored["epoch"] {
             break;
         }
@@ -240,19 +218,15 @@ async fn after_a_restore_the_feed_credential_writes_nothing_and_a_planted_revoca
         "{took:?} (served again after {served_again:?})"
     );
     // Audited: the audit log holds the withdrawal, who and why.
-    let audit: Vec<Value> = t
-        .client
-        .get(format!(
+    let audit: Vec<Value> = get_json(
+        &t.client,
+        &format!(
             "{}/admin/v1/audit/revocations?format=json",
             cell.auth_service.url
-        ))
-        .bearer_auth(&cell.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        &cell.admin_token,
+    )
+    .await;
     assert!(
         audit
             .iter()
@@ -340,16 +314,12 @@ async fn a_made_up_instance_polling_the_feed_cannot_hold_a_migration_drain() {
     assert!(polls > 0);
     assert!(read_only <= READ_ONLY_BOUND_MS, "{read_only} ms");
     // The instance list never held it.
-    let status: Value = t
-        .client
-        .get(format!("{}/admin/v1/status", source.auth_service.url))
-        .bearer_auth(&source.admin_token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: Value = get_json(
+        &t.client,
+        &format!("{}/admin/v1/status", source.auth_service.url),
+        &source.admin_token,
+    )
+    .await;
     assert!(
         status["instances"]
             .as_array()

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::revocation_support::*;
-use cellbind_tests::{TestFleet, session_for, signal};
+use cellbind_tests::{TestFleet, post_json, session_for, signal};
 use cellctl::migrate::{MigrateOptions, Step, migrate};
 use cellctl::revoke::{AuditArgs, RevokeCommand, Revoker};
 use devfleet::DemoUser;
@@ -35,21 +35,6 @@ fn revoke_subject(u: &DemoUser, reason: &str) -> RevokeCommand {
             wait_edges: false,
         },
     }
-}
-
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    token: Option<&str>,
-    body: Value,
-) -> (u16, Value) {
-    let mut req = client.post(url).json(&body);
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let r = req.send().await.unwrap();
-    let s = r.status().as_u16();
-    (s, r.json().await.unwrap_or(Value::Null))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,7 +145,7 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
             route(&t.client, &source_ep, &s.token).await,
             (401, "SESSION_REVOKED".to_owned())
         );
-        let (st, v) = post(
+        let (st, v) = post_json(
             &t.client,
             &format!("{source_ep}/v1/sessions/transfer"),
             Some(&s.token),
@@ -179,11 +164,11 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
     let rebind_url = format!("{target_ep}/v1/sessions/rebind");
     let mut tickets = Vec::new();
     for token in [&s3.token, &s3b.token, &s3c_token] {
-        let (st, v) = post(&t.client, &transfer_url, Some(token), json!({})).await;
+        let (st, v) = post_json(&t.client, &transfer_url, Some(token), json!({})).await;
         assert_eq!(st, 200, "{v}");
         tickets.push(v["ticket"].as_str().unwrap().to_owned());
     }
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
@@ -232,7 +217,7 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
             .any(|l| l.trim_start().starts_with(&format!("{target} ("))),
         "the target is among the cells revoked at: {printed}"
     );
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
@@ -275,7 +260,7 @@ async fn revocations_follow_a_contractor_to_its_new_cell() {
         .await
         .unwrap();
     assert!(r.ok(), "{r:?}");
-    let (st, v) = post(
+    let (st, v) = post_json(
         &t.client,
         &rebind_url,
         None,
