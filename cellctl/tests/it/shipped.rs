@@ -2,7 +2,9 @@
 //! package and the image carry) include no server and not the dev-fleet harness. `cellctl dev`
 //! runs the dev fleet's own binary instead (`src/dev.rs`).
 
+use std::io::ErrorKind;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// Workspace crates the shipped `cellctl` must not link.
 const NOT_SHIPPED: [&str; 5] = [
@@ -63,12 +65,23 @@ fn an_installed_cellctl_without_the_dev_fleet_says_so() {
     let cellctl = dir.path().join("cellctl");
     std::fs::copy(env!("CARGO_BIN_EXE_cellctl"), &cellctl).unwrap();
     let fleet_dir = dir.path().join("fleet");
-    let out = Command::new(&cellctl)
-        .arg("dev")
-        .arg("--dir")
-        .arg(&fleet_dir)
-        .output()
-        .unwrap();
+    // Another test of this binary may fork while the copy's write handle is still open, and
+    // its child holds that handle until it execs: exec then fails with "text file busy"
+    // (ETXTBSY) for that moment. Try again until it runs, within a deadline.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        match Command::new(&cellctl)
+            .arg("dev")
+            .arg("--dir")
+            .arg(&fleet_dir)
+            .output()
+        {
+            Err(e) if e.kind() == ErrorKind::ExecutableFileBusy && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let err = String::from_utf8_lossy(&out.stderr);
     println!("{}", err.trim());
     assert!(!out.status.success());
