@@ -45,6 +45,7 @@ mod sqlite_schema;
 #[cfg(test)]
 mod sqlite_tests;
 mod sqlite_thread;
+mod sqlite_writes;
 
 /// The durable store. Bulk inputs (a restore's dump, an import's users) are taken by value: the
 /// SQLite thread takes them over without a copy.

@@ -226,22 +226,7 @@ impl Store for PgStore {
 
     async fn upsert_users(&self, users: Vec<UserRecord>) -> Result<u64> {
         let mut tx = self.pool.begin().await?;
-        for user in &users {
-            sqlx::query(
-                "INSERT INTO users (contractor_id, login, subject, role, password_hash, status)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT (contractor_id, login) DO UPDATE SET
-                   role = $4, password_hash = $5, status = $6",
-            )
-            .bind(user.contractor_id.as_str())
-            .bind(user.login.as_str())
-            .bind(user.subject.as_str())
-            .bind(user.role.as_str())
-            .bind(user.password_hash.expose())
-            .bind(user.status.as_str())
-            .execute(&mut *tx)
-            .await?;
-        }
+        writes::users(&mut tx, &users).await?;
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
             .fetch_one(&mut *tx)
             .await?;

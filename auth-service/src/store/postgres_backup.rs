@@ -124,40 +124,14 @@ pub(super) async fn restore(pool: &PgPool, dump: &Dump, epoch: &str) -> Result<(
             .execute(&mut *tx)
             .await?;
     }
-    for user in &dump.users {
-        sqlx::query(
-            "INSERT INTO users (contractor_id, login, subject, role, password_hash, status)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(user.contractor_id.as_str())
-        .bind(user.login.as_str())
-        .bind(user.subject.as_str())
-        .bind(user.role.as_str())
-        .bind(user.password_hash.expose())
-        .bind(user.status.as_str())
-        .execute(&mut *tx)
-        .await?;
-    }
-    for k in &keys {
-        sqlx::query(
-            "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(k.kid.as_str())
-        .bind(k.state.as_str())
-        .bind(&k.public[..])
-        .bind(k.sealed_seed.as_deref())
-        .bind(i(k.created_at))
-        .bind(i(k.state_at))
-        .execute(&mut *tx)
-        .await?;
+    writes::users(&mut tx, &dump.users).await?;
+    // Users, keys and ownership go in as a commit or an import writes them (the tables are empty: nothing to update).
+    for k in keys {
+        writes::write(&mut tx, &Write::Key(k)).await?;
     }
     for (contractor, record) in &dump.ownership {
-        sqlx::query("INSERT INTO ownership (contractor_id, record) VALUES ($1, $2)")
-            .bind(contractor.as_str())
-            .bind(json(record)?)
-            .execute(&mut *tx)
-            .await?;
+        let (contractor, record) = (contractor.clone(), record.clone());
+        writes::write(&mut tx, &Write::Ownership { contractor, record }).await?;
     }
     for r in &dump.revocations {
         sqlx::query("INSERT INTO revocations (seq, body) VALUES ($1, $2)")

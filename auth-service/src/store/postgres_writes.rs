@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use crate::error::Result;
 use crate::store::portable::{i, json};
 use crate::store::postgres_coordination::FEED_CHANNEL;
-use crate::store::records::{MintedSession, Write, audit_position};
+use crate::store::records::{MintedSession, UserRecord, Write, audit_position};
 
 /// Writes one state change inside a commit's transaction.
 pub(super) async fn write(conn: &mut PgConnection, w: &Write) -> Result<()> {
@@ -65,6 +65,28 @@ pub(super) async fn write(conn: &mut PgConnection, w: &Write) -> Result<()> {
             .execute(conn)
             .await?;
         }
+    }
+    Ok(())
+}
+
+/// Inserts users, or updates the role, password hash and status of those already there,
+/// inside the caller's transaction.
+pub(super) async fn users(conn: &mut PgConnection, users: &[UserRecord]) -> Result<()> {
+    for user in users {
+        sqlx::query(
+            "INSERT INTO users (contractor_id, login, subject, role, password_hash, status)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (contractor_id, login) DO UPDATE SET
+               role = $4, password_hash = $5, status = $6",
+        )
+        .bind(user.contractor_id.as_str())
+        .bind(user.login.as_str())
+        .bind(user.subject.as_str())
+        .bind(user.role.as_str())
+        .bind(user.password_hash.expose())
+        .bind(user.status.as_str())
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }

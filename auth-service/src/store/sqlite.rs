@@ -6,7 +6,7 @@
 //!
 //! The connection is owned by a thread of its own (`sqlite_thread.rs`) that runs the calls one
 //! at a time. The schema is in `sqlite_schema.rs`, backup and restore in `sqlite_backup.rs`,
-//! the shared reads in `sqlite_rows.rs`.
+//! the shared reads in `sqlite_rows.rs`, a commit's state changes in `sqlite_writes.rs`.
 
 use std::path::Path;
 
@@ -23,14 +23,15 @@ use crate::store::Store;
 use crate::store::portable::{i, json, u};
 use crate::store::records::{
     Commit, Dump, KeyRow, Loaded, MintedSession, Position, TicketBurn, TransferRecord, UserRecord,
-    Write,
 };
 use crate::store::sqlite_rows::{
-    USER_COLUMNS, json_row, json_rows, read_epochs, read_feed, read_keys, read_ownership,
-    read_position, users_where,
+    json_row, json_rows, read_epochs, read_feed, read_keys, read_ownership, read_position,
+    users_where,
 };
 use crate::store::sqlite_thread::SqliteThread;
-use crate::store::{sqlite_backup, sqlite_migration, sqlite_revocations, sqlite_schema};
+use crate::store::{
+    sqlite_backup, sqlite_migration, sqlite_revocations, sqlite_schema, sqlite_writes,
+};
 
 /// How long a writer waits for a lock held by another connection, in milliseconds.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -251,50 +252,7 @@ fn write_commit(conn: &mut Connection, commit: &Commit, retain: u64) -> Result<(
         });
     }
     for w in &commit.writes {
-        match w {
-            Write::Key(k) => {
-                tx.execute(
-                    "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT(kid) DO UPDATE SET state = ?2, state_at = ?6,
-                       sealed_seed = CASE WHEN ?2 IN ('revoked', 'expired') THEN NULL
-                                          ELSE COALESCE(?4, sealed_seed) END",
-                    params![
-                        k.kid.as_str(),
-                        k.state.as_str(),
-                        &k.public[..],
-                        k.sealed_seed,
-                        i(k.created_at),
-                        i(k.state_at)
-                    ],
-                )?;
-            }
-            Write::Ownership { contractor, record } => {
-                tx.execute(
-                    "INSERT INTO ownership (contractor_id, record) VALUES (?1, ?2)
-                     ON CONFLICT(contractor_id) DO UPDATE SET record = ?2",
-                    params![contractor.as_str(), json(record)?],
-                )?;
-            }
-            Write::Revocation(r) => {
-                tx.execute(
-                    "INSERT INTO revocations (seq, body) VALUES (?1, ?2)",
-                    params![i(r.seq), json(r)?],
-                )?;
-                sqlite_revocations::audit(&tx, r)?;
-            }
-            Write::Withdrawal(r) => {
-                tx.execute("DELETE FROM revocations WHERE seq = ?1", params![i(r.seq)])?;
-                sqlite_revocations::audit(&tx, r)?;
-            }
-            Write::Map(m) => {
-                tx.execute(
-                    "INSERT INTO placement_map (id, version, body) VALUES (1, ?1, ?2)
-                     ON CONFLICT(id) DO UPDATE SET version = ?1, body = ?2",
-                    params![i(m.map.version), json(m)?],
-                )?;
-            }
-        }
+        sqlite_writes::write(&tx, w)?;
     }
     for e in &commit.entries {
         tx.execute(
@@ -330,23 +288,7 @@ fn delete_revocations(conn: &mut Connection, seqs: &[u64]) -> Result<()> {
 /// Inserts or replaces users in one transaction; answers the total number of users.
 fn upsert_users(conn: &mut Connection, users: &[UserRecord]) -> Result<u64> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    {
-        let mut st = tx.prepare(&format!(
-            "INSERT INTO users ({USER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT(contractor_id, login) DO UPDATE SET
-               role = ?4, password_hash = ?5, status = ?6"
-        ))?;
-        for user in users {
-            st.execute(params![
-                user.contractor_id.as_str(),
-                user.login.as_str(),
-                user.subject.as_str(),
-                user.role.as_str(),
-                user.password_hash.expose(),
-                user.status.as_str(),
-            ])?;
-        }
-    }
+    sqlite_writes::users(&tx, users)?;
     let n: i64 = tx.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?;
     tx.commit()?;
     Ok(u(n))

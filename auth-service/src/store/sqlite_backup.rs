@@ -8,12 +8,12 @@ use crate::error::Result;
 use crate::store::portable::{
     RESTORED_TABLES, check_restorable, dump_key, history, i, json, stored_id, u, undump_key,
 };
-use crate::store::records::{BACKUP_SCHEMA, Dump, DumpBurn, DumpTransfer, Position};
-use crate::store::sqlite_revocations;
+use crate::store::records::{BACKUP_SCHEMA, Dump, DumpBurn, DumpTransfer, Position, Write};
 use crate::store::sqlite_rows::{
-    USER_COLUMNS, json_row, json_rows, read_epochs, read_feed, read_keys, read_ownership,
-    read_position, users_where,
+    json_row, json_rows, read_epochs, read_feed, read_keys, read_ownership, read_position,
+    users_where,
 };
+use crate::store::{sqlite_revocations, sqlite_writes};
 
 /// Everything the database holds.
 pub(super) fn dump(conn: &mut Connection) -> Result<Dump> {
@@ -113,38 +113,14 @@ pub(super) fn restore(conn: &mut Connection, dump: &Dump, epoch: &str) -> Result
     for table in RESTORED_TABLES {
         tx.execute(&format!("DELETE FROM {table}"), [])?;
     }
-    for user in &dump.users {
-        tx.execute(
-            &format!("INSERT INTO users ({USER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
-            params![
-                user.contractor_id.as_str(),
-                user.login.as_str(),
-                user.subject.as_str(),
-                user.role.as_str(),
-                user.password_hash.expose(),
-                user.status.as_str(),
-            ],
-        )?;
-    }
-    for k in &keys {
-        tx.execute(
-            "INSERT INTO keys (kid, state, public_key, sealed_seed, created_at, state_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                k.kid.as_str(),
-                k.state.as_str(),
-                &k.public[..],
-                k.sealed_seed,
-                i(k.created_at),
-                i(k.state_at)
-            ],
-        )?;
+    sqlite_writes::users(&tx, &dump.users)?;
+    // Users, keys and ownership go in as a commit or an import writes them (the tables are empty: nothing to update).
+    for k in keys {
+        sqlite_writes::write(&tx, &Write::Key(k))?;
     }
     for (contractor, record) in &dump.ownership {
-        tx.execute(
-            "INSERT INTO ownership (contractor_id, record) VALUES (?1, ?2)",
-            params![contractor.as_str(), json(record)?],
-        )?;
+        let (contractor, record) = (contractor.clone(), record.clone());
+        sqlite_writes::write(&tx, &Write::Ownership { contractor, record })?;
     }
     for r in &dump.revocations {
         tx.execute(
@@ -156,10 +132,7 @@ pub(super) fn restore(conn: &mut Connection, dump: &Dump, epoch: &str) -> Result
         sqlite_revocations::audit(&tx, r)?;
     }
     if let Some(m) = &dump.map {
-        tx.execute(
-            "INSERT INTO placement_map (id, version, body) VALUES (1, ?1, ?2)",
-            params![i(m.map.version), json(m)?],
-        )?;
+        sqlite_writes::write(&tx, &Write::Map(Box::new(m.clone())))?;
     }
     for e in &dump.feed {
         tx.execute(
