@@ -32,11 +32,23 @@ pub enum ErrorCode {
     NotReady,
     NotFound,
     Internal,
+    /// A bound session came without a `DPoP` proof (RFC 9449).
+    DpopProofMissing,
+    /// The `DPoP` proof is malformed, badly signed, or for another method, URL or session.
+    DpopProofInvalid,
+    /// The `DPoP` proof was presented before (its `jti` is in this server's replay set).
+    DpopProofReplayed,
+    /// The `DPoP` proof carries no nonce, or one another server issued: retry with `DPoP-Nonce`.
+    DpopNonceRequired,
+    /// The `DPoP` proof's nonce has expired: retry with `DPoP-Nonce`.
+    DpopNonceStale,
+    /// The `DPoP` proof is signed by another key than the one the session is bound to.
+    DpopKeyMismatch,
 }
 
 impl ErrorCode {
     /// Every code, for tables and tests.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidCredentials,
         ErrorCode::SessionMissing,
@@ -54,6 +66,12 @@ impl ErrorCode {
         ErrorCode::NotReady,
         ErrorCode::NotFound,
         ErrorCode::Internal,
+        ErrorCode::DpopProofMissing,
+        ErrorCode::DpopProofInvalid,
+        ErrorCode::DpopProofReplayed,
+        ErrorCode::DpopNonceRequired,
+        ErrorCode::DpopNonceStale,
+        ErrorCode::DpopKeyMismatch,
     ];
 
     /// The HTTP status this code is answered with. The one mapping table for statuses: a
@@ -66,7 +84,13 @@ impl ErrorCode {
             | ErrorCode::SessionMissing
             | ErrorCode::SessionInvalid
             | ErrorCode::SessionExpired
-            | ErrorCode::SessionRevoked => StatusCode::UNAUTHORIZED,
+            | ErrorCode::SessionRevoked
+            | ErrorCode::DpopProofMissing
+            | ErrorCode::DpopProofInvalid
+            | ErrorCode::DpopProofReplayed
+            | ErrorCode::DpopNonceRequired
+            | ErrorCode::DpopNonceStale
+            | ErrorCode::DpopKeyMismatch => StatusCode::UNAUTHORIZED,
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::UnknownContractor | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::WrongCell | ErrorCode::HandoffInProgress => StatusCode::CONFLICT,
@@ -98,6 +122,12 @@ impl ErrorCode {
             ErrorCode::NotReady => "NOT_READY",
             ErrorCode::NotFound => "NOT_FOUND",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::DpopProofMissing => "DPOP_PROOF_MISSING",
+            ErrorCode::DpopProofInvalid => "DPOP_PROOF_INVALID",
+            ErrorCode::DpopProofReplayed => "DPOP_PROOF_REPLAYED",
+            ErrorCode::DpopNonceRequired => "DPOP_NONCE_REQUIRED",
+            ErrorCode::DpopNonceStale => "DPOP_NONCE_STALE",
+            ErrorCode::DpopKeyMismatch => "DPOP_KEY_MISMATCH",
         }
     }
 }

@@ -56,6 +56,10 @@ pub const X_EDGE_KEY: &str = "x-cellbind-edge-key";
 /// with a valid [`X_EDGE_KEY`].
 pub const X_CLIENT_IP: &str = "x-cellbind-client-ip";
 
+/// The thumbprint of the device key whose `DPoP` proof the edge verified for this request
+/// (`protocol::dpop`); trusted by the auth-service only together with a valid [`X_EDGE_KEY`].
+pub const X_DPOP_JKT: &str = "x-cellbind-dpop-jkt";
+
 /// The scheme prefix of a bearer `Authorization` header, matched exactly.
 pub const BEARER_PREFIX: &str = "Bearer ";
 
@@ -211,8 +215,11 @@ fn bearer_token(value: &HeaderValue) -> Result<&str, CredentialError> {
         });
     }
     let text = header_text(value).ok_or(CredentialError::NotText)?;
+    // A bound session may come with RFC 9449's `DPoP` scheme; whether it must come with a
+    // proof is decided by its `cnf` claim, not by the scheme.
     let token = text
         .strip_prefix(BEARER_PREFIX)
+        .or_else(|| text.strip_prefix(crate::dpop::DPOP_SCHEME_PREFIX))
         .ok_or(CredentialError::NotBearer)?;
     if token.is_empty() {
         return Err(CredentialError::Empty);

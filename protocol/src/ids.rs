@@ -175,6 +175,29 @@ string_id!(
         |b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 );
 
+/// Length of a key thumbprint (`cnf.jkt`): a SHA-256 digest, base64url without padding.
+pub const JKT_CHARS: usize = 43;
+
+string_id!(
+    /// The RFC 7638 thumbprint of a device's proof key (`cnf.jkt` of a bound session, `jkt` of
+    /// a transfer ticket): a SHA-256 digest as 43 base64url characters.
+    Jkt, "Jkt", |s| {
+        check("key thumbprint", s, JKT_CHARS, "[A-Za-z0-9_-]", is_b64url)?;
+        if s.len() != JKT_CHARS {
+            return Err(IdError::WrongLength { kind: "key thumbprint", len: JKT_CHARS });
+        }
+        Ok(())
+    }
+);
+
+impl Jkt {
+    /// The thumbprint of a SHA-256 digest.
+    pub fn from_digest(digest: [u8; 32]) -> Self {
+        use base64::Engine as _;
+        Self(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest))
+    }
+}
+
 /// Length of a session id (`jti`): 128 random bits, base64url without padding.
 pub const SESSION_ID_CHARS: usize = 22;
 

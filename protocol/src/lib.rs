@@ -6,6 +6,8 @@
 //! - [`api`]: the HTTP bodies of sign-in, renewal, transfer and rebind (DESIGN §4).
 //! - [`ids`]: parsed newtypes (`CellId`, `ContractorId`, `Generation`, `Kid`, `SessionToken`, …).
 //! - [`error`]: the public error codes of DESIGN §4 and the JSON error body.
+//! - [`dpop`]: DPoP proofs (RFC 9449) of a device key: the strict parser and verifier, the
+//!   thumbprint, the stateless server nonces, and the client's proof builder.
 //! - [`token`]: session and transfer-ticket claims, minting and the strict verifier every
 //!   component uses (edge, auth-service, tests).
 //! - [`json`]: strict reading of network JSON: a document must be an object.
@@ -23,6 +25,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod dpop;
 pub mod endpoint;
 pub mod error;
 pub mod feed;
@@ -42,6 +45,6 @@ pub mod token;
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ErrorBody, ErrorCode};
 pub use ids::{
-    CellId, ClientKind, ContractorId, Generation, IdError, InstanceId, Kid, Login, Password,
+    CellId, ClientKind, ContractorId, Generation, IdError, InstanceId, Jkt, Kid, Login, Password,
     PasswordHash, SessionId, SessionToken, SubjectId,
 };

@@ -23,8 +23,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CellId, ClientKind, ContractorId, Generation, Kid, SessionId, SubjectId};
-use crate::ids::{MAX_TOKEN_HEADER_BYTES, SessionToken};
+use crate::ids::MAX_TOKEN_HEADER_BYTES;
+#[cfg(feature = "mint")]
+use crate::ids::SessionToken;
+use crate::ids::{CellId, ClientKind, ContractorId, Generation, Jkt, Kid, SessionId, SubjectId};
 use crate::jwks::{KeySet, PublicKey};
 use crate::time::{MAX_JSON_SAFE_INT, UnixSeconds};
 
@@ -61,6 +63,26 @@ pub struct SessionClaims {
     pub auth_time: UnixSeconds,
     pub jti: SessionId,
     pub cli: ClientKind,
+    /// The device key the session is bound to (RFC 9449 §6.1): absent for a bearer session.
+    /// A bound session is accepted only with a `DPoP` proof by that key (`dpop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<Confirmation>,
+}
+
+/// The confirmation claim of a bound session: the thumbprint of its device key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Confirmation {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub jkt: Jkt,
+}
+
+impl SessionClaims {
+    /// The thumbprint of the key this session is bound to, if it is bound.
+    pub fn jkt(&self) -> Option<&Jkt> {
+        self.cnf.as_ref().map(|c| &c.jkt)
+    }
 }
 
 /// Claims of a transfer ticket: signed by the source cell for the target cell (`aud`).
@@ -91,6 +113,11 @@ pub struct TicketClaims {
     pub exp: UnixSeconds,
     /// The ticket's own id (burned at the target: single use).
     pub jti: SessionId,
+    /// The old session's device-key thumbprint: the target rebinds only with a proof by the
+    /// same key, and the new session is bound to it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub jkt: Option<Jkt>,
 }
 
 /// What a token kind must provide to the verifier.
@@ -387,6 +414,8 @@ pub fn verify<C: TokenClaims>(
 pub struct SigningKey {
     kid: Kid,
     key: ed25519_dalek::SigningKey,
+    /// The key as PKCS#8, the form jsonwebtoken signs with (minting only).
+    #[cfg(feature = "mint")]
     pkcs8: zeroize::Zeroizing<Vec<u8>>,
 }
 
@@ -399,15 +428,20 @@ impl std::fmt::Debug for SigningKey {
 impl SigningKey {
     /// From a 32-byte seed (the caller supplies the randomness).
     pub fn from_seed(kid: Kid, seed: &[u8; 32]) -> Result<Self, TokenError> {
-        use ed25519_dalek::pkcs8::EncodePrivateKey as _;
         let key = ed25519_dalek::SigningKey::from_bytes(seed);
-        let pkcs8 = key
-            .to_pkcs8_der()
-            .map_err(|e| TokenError::Signing(e.to_string()))?;
+        #[cfg(feature = "mint")]
+        let pkcs8 = {
+            use ed25519_dalek::pkcs8::EncodePrivateKey as _;
+            let der = key
+                .to_pkcs8_der()
+                .map_err(|e| TokenError::Signing(e.to_string()))?;
+            zeroize::Zeroizing::new(der.as_bytes().to_vec())
+        };
         Ok(Self {
             kid,
             key,
-            pkcs8: zeroize::Zeroizing::new(pkcs8.as_bytes().to_vec()),
+            #[cfg(feature = "mint")]
+            pkcs8,
         })
     }
 
@@ -435,7 +469,9 @@ impl SigningKey {
     }
 
     /// Mints a compact JWS with header `{"alg":"EdDSA","typ":C::TYP,"kid":kid}` through
-    /// jsonwebtoken (rust_crypto backend).
+    /// jsonwebtoken (rust_crypto backend). Only with the `mint` feature: the servers mint,
+    /// clients only verify.
+    #[cfg(feature = "mint")]
     pub fn mint<C: TokenClaims>(&self, claims: &C) -> Result<SessionToken, TokenError> {
         let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
         header.typ = Some(C::TYP.to_owned());

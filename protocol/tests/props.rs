@@ -288,6 +288,7 @@ impl TokenFixture {
             auth_time: NOW - 1000,
             jti: SessionId::from_random([1; 16]),
             cli: ClientKind::Field,
+            cnf: None,
         };
         let ticket = TicketClaims {
             iss: "https://127.0.0.4:8443".into(),
@@ -305,6 +306,7 @@ impl TokenFixture {
             nbf: NOW - 10,
             exp: NOW + 200,
             jti: SessionId::from_random([3; 16]),
+            jkt: None,
         };
         let mint = |t: Result<protocol::SessionToken, TokenError>| match t {
             Ok(t) => t.expose().to_owned(),

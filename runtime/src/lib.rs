@@ -4,7 +4,7 @@
 //! secrets and owner-only files ([`secret`]), I/O errors with their context ([`io`]), opening
 //! SQLite files and checking their schema ([`sqlite`]), an edge instance's feed credential
 //! ([`feed_credential`]), the HTTPS client that trusts one CA
-//! ([`tls`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
+//! ([`tls`]), the DPoP proof verifier of one instance ([`dpop`]), the single-flight refetch gate ([`refetch`]), the access log of the servers'
 //! two listeners ([`access`]), the HTTP answer of an error ([`answer`]), the protections of
 //! every listener (timeouts, the per-address connection cap: [`listener`]) and the management
 //! listener every server runs for health, readiness and metrics ([`management`]).
@@ -12,6 +12,7 @@
 pub mod access;
 pub mod answer;
 pub mod config;
+pub mod dpop;
 pub mod feed_credential;
 pub mod files;
 pub mod io;

@@ -25,6 +25,7 @@ fn claims() -> SessionClaims {
         auth_time: NOW,
         jti: SessionId::from_random([1; 16]),
         cli: ClientKind::Field,
+        cnf: None,
     }
 }
 
