@@ -35,6 +35,13 @@ const ISSUER: &str = "https://127.0.0.3:8443";
 /// Samples per measurement; each sample times a batch and divides.
 const SAMPLES: usize = 41;
 
+/// The request line every benchmarked validation is for (no DPoP: these sessions are bearer).
+const CTX: cellbind_cell_endpoint::ProofContext<'static> = cellbind_cell_endpoint::ProofContext {
+    method: "GET",
+    path: "/api/routes/today",
+    connection: None,
+};
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -88,6 +95,7 @@ fn claims(i: usize) -> SessionClaims {
         auth_time: NOW,
         jti: SessionId::from_random(jti),
         cli: ClientKind::Field,
+        cnf: None,
     }
 }
 
@@ -161,7 +169,10 @@ fn main() {
             let h = &fresh_headers[i];
             let edge = &edge;
             async move {
-                edge.validate(h, Access::Read).settle(h).await.unwrap();
+                edge.validate(h, Access::Read, &CTX)
+                    .settle(h, &CTX)
+                    .await
+                    .unwrap();
             }
         },
     ));
@@ -172,7 +183,10 @@ fn main() {
             let edge = &edge;
             let h = &repeat;
             async move {
-                edge.validate(h, Access::Read).settle(h).await.unwrap();
+                edge.validate(h, Access::Read, &CTX)
+                    .settle(h, &CTX)
+                    .await
+                    .unwrap();
             }
         },
         |_| async {},

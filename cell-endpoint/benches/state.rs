@@ -70,6 +70,13 @@ const SESSIONS_PER_CONTRACTOR: usize = 10;
 /// Subjects per contractor.
 const SUBJECTS_PER_CONTRACTOR: usize = 5;
 
+/// The request line every benchmarked validation is for (no DPoP: these sessions are bearer).
+const CTX: cellbind_cell_endpoint::ProofContext<'static> = cellbind_cell_endpoint::ProofContext {
+    method: "GET",
+    path: "/api/routes/today",
+    connection: None,
+};
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -109,6 +116,7 @@ fn claims(i: usize, contractors: usize) -> SessionClaims {
         auth_time: NOW,
         jti: SessionId::from_random(jti),
         cli: ClientKind::Field,
+        cnf: None,
     }
 }
 
@@ -200,7 +208,10 @@ fn hit_path(
                 let v = &values[(from + k) % spread];
                 h.insert("authorization", HeaderValue::from_str(v).unwrap());
                 let t = Instant::now();
-                edge.validate(&h, Access::Read).settle(&h).await.unwrap();
+                edge.validate(&h, Access::Read, &CTX)
+                    .settle(&h, &CTX)
+                    .await
+                    .unwrap();
                 ns.push(u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX));
             }
         })
@@ -238,7 +249,10 @@ fn fill(
     rt.block_on(async {
         for i in from..to {
             let h = bearer(key.mint(&claims(i, contractors)).unwrap().expose());
-            edge.validate(&h, Access::Read).settle(&h).await.unwrap();
+            edge.validate(&h, Access::Read, &CTX)
+                .settle(&h, &CTX)
+                .await
+                .unwrap();
         }
     });
 }

@@ -206,6 +206,17 @@ pub struct Serving {
     /// session). Allow ~25% headroom over the sessions you want held; a session beyond the
     /// bound costs a signature check, never a wrong verdict.
     pub token_cache_capacity: usize,
+    /// Device binding per client kind (`[binding]`: `field`, `desk`; each `"required"`,
+    /// `"optional"` or `"off"`). The edge refuses an unbound session of a `"required"` kind;
+    /// a bound session always needs a valid DPoP proof by its key, whatever the mode.
+    pub binding: runtime::dpop::Binding,
+    /// Verify every DPoP proof's signature, even on a connection that proved its key already
+    /// (default false). Connections from `trusted_proxies` without PROXY protocol (a proxy
+    /// that terminates TLS and multiplexes clients) are always verified per request.
+    pub dpop_verify_per_request: bool,
+    /// Most DPoP proofs this instance accepts per nonce step (60 s): the bound of its replay
+    /// set (16 bytes a proof, two steps held); past it new proofs get 429 until the step ends.
+    pub dpop_max_proofs_per_step: usize,
 }
 
 impl Default for Serving {
@@ -224,6 +235,9 @@ impl Default for Serving {
             client_ip_header: ClientIpHeader::default(),
             proxy_protocol: false,
             token_cache_capacity: DEFAULT_TOKEN_CACHE_CAPACITY,
+            binding: runtime::dpop::Binding::default(),
+            dpop_verify_per_request: false,
+            dpop_max_proofs_per_step: runtime::dpop::DEFAULT_MAX_PROOFS_PER_STEP,
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct Inner {
     gate: Arc<ConnectionGate>,
     state_dir: Option<PathBuf>,
     in_flight: Arc<InFlight>,
+    /// This instance's DPoP nonces and replay set (`runtime::dpop`): nothing shared with the
+    /// cell's other edge instances.
+    dpop: runtime::dpop::DpopVerifier,
 }
 
 impl std::ops::Deref for Edge {
@@ -93,7 +96,17 @@ impl Edge {
             metrics.connections_refused(),
         ));
         let cache = TokenCache::with_capacity(settings.serving.token_cache_capacity);
+        // The nonce key is 32 bytes from the system's CSPRNG; without one the edge cannot
+        // serve bound sessions safely, and nothing else it does works without randomness
+        // either (TLS): an invariant of a working host.
+        #[allow(clippy::expect_used)]
+        let dpop = runtime::dpop::DpopVerifier::new(
+            &settings.instance_id,
+            settings.serving.dpop_max_proofs_per_step,
+        )
+        .expect("the system CSPRNG gives 32 bytes");
         Edge(Arc::new(Inner {
+            dpop,
             public_authority,
             gate,
             settings,
@@ -128,6 +141,11 @@ impl Edge {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// This instance's DPoP proof verifier.
+    pub(crate) fn dpop(&self) -> &runtime::dpop::DpopVerifier {
+        &self.dpop
     }
 
     pub(crate) fn clock(&self) -> &SharedClock {

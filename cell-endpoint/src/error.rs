@@ -91,6 +91,12 @@ pub enum Refusal {
     BodyTimeout,
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    /// A bound session's DPoP proof (or a sign-in's, a rebind's) was refused.
+    #[error("DPoP proof refused: {0}")]
+    Dpop(protocol::dpop::ProofError),
+    /// An unbound session of a client kind whose binding is `required`.
+    #[error("this cell requires device-bound sessions of this kind")]
+    Unbound,
     /// The edge's own failure while answering (a verified session's identity that cannot be
     /// written as a header); the client sees only `INTERNAL`.
     #[error("internal: {0}")]
@@ -103,7 +109,8 @@ impl Refusal {
     /// refusal a refusal with its code.
     pub(crate) fn outcome(&self, code: ErrorCode) -> Outcome {
         match self {
-            Refusal::RateLimited { .. } => Outcome::RateLimited,
+            Refusal::RateLimited { .. }
+            | Refusal::Dpop(protocol::dpop::ProofError::ReplaySetFull) => Outcome::RateLimited,
             Refusal::AuthUnavailable => Outcome::UpstreamUnavailable(Upstream::Auth),
             Refusal::AppUnavailable | Refusal::AppTimeout => {
                 Outcome::UpstreamUnavailable(Upstream::App)
@@ -160,6 +167,8 @@ pub(crate) fn exception(refusal: &Refusal) -> Option<StatusCode> {
         | Refusal::Csrf(_)
         | Refusal::CsrfProof(_)
         | Refusal::BadRequest(_)
+        | Refusal::Dpop(_)
+        | Refusal::Unbound
         | Refusal::Internal(_) => None,
     }
 }
@@ -235,6 +244,19 @@ fn body(refusal: &Refusal) -> ErrorBody {
         ),
         Refusal::BadRequest(why) => ErrorBody::new(ErrorCode::InvalidRequest, *why),
         Refusal::Internal(_) => ErrorBody::new(ErrorCode::Internal, "internal error"),
+        Refusal::Dpop(e) => {
+            let body = ErrorBody::new(e.code(), e.to_string());
+            match e {
+                protocol::dpop::ProofError::ReplaySetFull => {
+                    body.retry_after(protocol::dpop::NONCE_STEP_S)
+                }
+                _ => body,
+            }
+        }
+        Refusal::Unbound => ErrorBody::new(
+            ErrorCode::SessionInvalid,
+            "this cell requires device-bound sessions: sign in again with a DPoP proof",
+        ),
     }
 }
 
@@ -279,6 +301,14 @@ mod tests {
             Refusal::BodyTimeout,
             Refusal::BadRequest("x"),
             Refusal::Internal("x"),
+            Refusal::Dpop(protocol::dpop::ProofError::Missing),
+            Refusal::Dpop(protocol::dpop::ProofError::BadSignature),
+            Refusal::Dpop(protocol::dpop::ProofError::Replayed),
+            Refusal::Dpop(protocol::dpop::ProofError::NonceUnknown),
+            Refusal::Dpop(protocol::dpop::ProofError::NonceStale),
+            Refusal::Dpop(protocol::dpop::ProofError::KeyMismatch),
+            Refusal::Dpop(protocol::dpop::ProofError::ReplaySetFull),
+            Refusal::Unbound,
         ]
     }
 
@@ -287,7 +317,7 @@ mod tests {
     #[test]
     fn every_refusal_has_its_status_code_and_retry_after() {
         use ErrorCode as C;
-        let expected: [(u16, ErrorCode, Option<u64>); 23] = [
+        let expected: [(u16, ErrorCode, Option<u64>); 31] = [
             (503, C::NotReady, Some(STALE_RETRY_AFTER_S)),
             (401, C::SessionMissing, None),
             (401, C::SessionExpired, None),
@@ -311,6 +341,14 @@ mod tests {
             (408, C::InvalidRequest, None),
             (400, C::InvalidRequest, None),
             (500, C::Internal, None),
+            (401, C::DpopProofMissing, None),
+            (401, C::DpopProofInvalid, None),
+            (401, C::DpopProofReplayed, None),
+            (401, C::DpopNonceRequired, None),
+            (401, C::DpopNonceStale, None),
+            (401, C::DpopKeyMismatch, None),
+            (429, C::RateLimited, Some(protocol::dpop::NONCE_STEP_S)),
+            (401, C::SessionInvalid, None),
         ];
         let all = every_refusal();
         assert_eq!(all.len(), expected.len());
@@ -337,7 +375,11 @@ mod tests {
                     assert!(REFUSAL_CODES.contains(&code), "{r:?}: {code}");
                     assert!(status.as_u16() >= 400, "{r:?}");
                 }
-                Outcome::RateLimited => assert!(matches!(r, Refusal::RateLimited { .. })),
+                Outcome::RateLimited => assert!(matches!(
+                    r,
+                    Refusal::RateLimited { .. }
+                        | Refusal::Dpop(protocol::dpop::ProofError::ReplaySetFull)
+                )),
                 Outcome::UpstreamUnavailable(Upstream::Auth) => {
                     assert!(matches!(r, Refusal::AuthUnavailable))
                 }

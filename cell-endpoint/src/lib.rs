@@ -51,6 +51,7 @@ mod settings;
 pub use config::Config;
 pub use edge::Edge;
 pub use error::EdgeError;
+pub use request::validate::ProofContext;
 pub use server::run;
 pub use service::app;
 pub use settings::Settings;

@@ -161,7 +161,7 @@ pub(crate) const OUTCOME_KINDS: [&str; 5] = [
 
 /// The protocol error codes the edge refuses requests with (`rescue`); `RATE_LIMITED` and
 /// `UPSTREAM_UNAVAILABLE` are outcomes of their own.
-pub(crate) const REFUSAL_CODES: [ErrorCode; 14] = [
+pub(crate) const REFUSAL_CODES: [ErrorCode; 20] = [
     ErrorCode::InvalidRequest,
     ErrorCode::SessionMissing,
     ErrorCode::SessionInvalid,
@@ -176,6 +176,12 @@ pub(crate) const REFUSAL_CODES: [ErrorCode; 14] = [
     ErrorCode::NotReady,
     ErrorCode::NotFound,
     ErrorCode::Internal,
+    ErrorCode::DpopProofMissing,
+    ErrorCode::DpopProofInvalid,
+    ErrorCode::DpopProofReplayed,
+    ErrorCode::DpopNonceRequired,
+    ErrorCode::DpopNonceStale,
+    ErrorCode::DpopKeyMismatch,
 ];
 
 /// The series of `requests` resolved once, by index.
@@ -209,6 +215,8 @@ pub struct Metrics {
     feed_syncs: Counter,
     feed_epoch_changes: Counter,
     key_refetches: Counter<u64, AtomicU64>,
+    /// DPoP proofs accepted: `[signature verified, key remembered on the connection]`.
+    dpop_proofs: [Counter<u64, AtomicU64>; 2],
     connections_refused: runtime::listener::RefusedConnections,
 }
 
@@ -318,6 +326,22 @@ impl Metrics {
             "Key refetches caused by an unknown kid (single-flight, rate-limited)",
             Counter::default(),
         );
+        let dpop_family = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "dpop_proofs",
+            "DPoP proofs of bound sessions accepted, by whether their signature was verified \
+             (`verified`) or their key had been proved on the connection (`remembered`)",
+            dpop_family.clone(),
+        );
+        // One `get_or_create` per statement: each holds the family's read lock until the end
+        // of its statement, and the next needs the write lock.
+        let verified = dpop_family
+            .get_or_create(&vec![("signature", "verified")])
+            .clone();
+        let remembered = dpop_family
+            .get_or_create(&vec![("signature", "remembered")])
+            .clone();
+        let dpop_proofs = [verified, remembered];
         let connections_refused = runtime::listener::RefusedConnections::register(
             &mut registry,
             &["public", "management"],
@@ -350,6 +374,7 @@ impl Metrics {
             feed_syncs,
             feed_epoch_changes,
             key_refetches,
+            dpop_proofs,
             connections_refused,
         }
     }
@@ -454,6 +479,16 @@ impl Metrics {
 
     pub fn feed_epoch_change_count(&self) -> u64 {
         self.feed_epoch_changes.get()
+    }
+
+    /// One DPoP proof accepted; `signature_checked` false when its connection had proved the key.
+    pub(crate) fn dpop_proof(&self, signature_checked: bool) {
+        self.dpop_proofs[usize::from(!signature_checked)].inc();
+    }
+
+    /// DPoP proofs accepted: (signature verified, key remembered).
+    pub fn dpop_proof_counts(&self) -> (u64, u64) {
+        (self.dpop_proofs[0].get(), self.dpop_proofs[1].get())
     }
 
     pub(crate) fn key_refetched(&self) {

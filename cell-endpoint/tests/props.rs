@@ -283,7 +283,12 @@ fn prop_edge_credentials() {
     props_support::run("edge_credentials", edge_input(), |input| {
         let headers = edge_headers(&s, &input);
         let access = Access::of_method(input.method.as_str());
-        match edge.validate(&headers, access) {
+        let ctx = cellbind_cell_endpoint::ProofContext {
+            method: input.method.as_str(),
+            path: "/api/routes/today",
+            connection: None,
+        };
+        match edge.validate(&headers, access, &ctx) {
             Validation::Decided(Ok(v)) => {
                 // Only a session minted with the cell's key, unchanged, is accepted.
                 prop_assert!(s.claims.contains(&v.claims), "accepted {:?}", v.claims);

@@ -500,6 +500,7 @@ mod tests {
             auth_time: 1_000,
             jti: SessionId::from_random(rand::random()),
             cli: ClientKind::Field,
+            cnf: None,
         };
         let verified = protocol::token::Verified {
             kid: Kid::new("k-1").unwrap(),

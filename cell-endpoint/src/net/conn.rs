@@ -24,6 +24,7 @@ use std::task::{Context, Poll};
 
 use axum_server::accept::Accept;
 use prometheus_client::metrics::counter::Counter;
+use runtime::dpop::ConnectionProofs;
 use runtime::listener::{AdmitFuture, Gate, Gated, Timeouts};
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
@@ -126,6 +127,10 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GateAcceptor {
                     inner: service,
                     peer: proxied.map(ProxiedPeer),
                     drop_forwarding: gate.proxy_protocol,
+                    // A trusted proxy without PROXY protocol terminates TLS and carries many
+                    // clients on one connection: nothing is remembered for it, every DPoP
+                    // proof's signature is verified (`runtime::dpop`).
+                    proofs: (!trusted || gate.proxy_protocol).then(ConnectionProofs::new),
                 },
             ))
         })
@@ -161,13 +166,15 @@ pub(crate) async fn read_proxy_v2(stream: &mut TcpStream) -> io::Result<Option<S
     })
 }
 
-/// Puts the [`ProxiedPeer`] of the connection into every request's extensions; with
-/// `proxy_protocol` on, removes every forwarding header first (see the module doc).
+/// Puts the [`ProxiedPeer`] of the connection and what the connection proved of DPoP keys
+/// ([`ConnectionProofs`]) into every request's extensions; with `proxy_protocol` on, removes
+/// every forwarding header first (see the module doc).
 #[derive(Debug, Clone)]
 pub(crate) struct AddProxiedPeer<S> {
     inner: S,
     peer: Option<ProxiedPeer>,
     drop_forwarding: bool,
+    proofs: Option<Arc<ConnectionProofs>>,
 }
 
 impl<S, B> tower::Service<http::Request<B>> for AddProxiedPeer<S>
@@ -190,6 +197,9 @@ where
         }
         if let Some(p) = self.peer {
             req.extensions_mut().insert(p);
+        }
+        if let Some(p) = &self.proofs {
+            req.extensions_mut().insert(p.clone());
         }
         self.inner.call(req)
     }

@@ -9,18 +9,21 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
+use protocol::dpop::{DPOP_HEADER, DPOP_NONCE_HEADER};
 use protocol::http::{
-    BEARER_PREFIX, Source, X_CLIENT_IP, X_EDGE_KEY, cookies_without_session, is_cellbind_header,
-    session_cookie_request,
+    BEARER_PREFIX, Source, X_CLIENT_IP, X_DPOP_JKT, X_EDGE_KEY, cookies_without_session,
+    is_cellbind_header, session_cookie_request,
 };
 use protocol::ownership::Access;
+use runtime::dpop::ConnectionProofs;
 
 use crate::edge::Edge;
-use crate::error::{Refusal, rescue};
+use crate::error::Refusal;
 use crate::held::token_cache::Validated;
 use crate::metrics::{Outcome, StatusClass, Upstream};
 use crate::net::limits::client_ip;
 use crate::net::upstream::SendError;
+use crate::request::validate::ProofContext;
 
 /// Whether a client's request header is never forwarded (ATTACKS A25, A26): hop-by-hop
 /// headers (RFC 9110 §7.6.1), `Host` and `Content-Length` (the upstream request has its own),
@@ -50,6 +53,7 @@ fn never_forwarded(name: &str) -> bool {
             | "content-length"
             | "authorization"
             | "cookie"
+            | "dpop"
             | "forwarded"
             | "x-forwarded-for"
             | "x-forwarded-host"
@@ -239,15 +243,28 @@ pub(crate) async fn send_to_auth(
 
 /// `/v1/sessions*` → the auth-service. Only the credential the rule chose travels: the bearer
 /// header or the session cookie, never both, never the other cookies; a cookie request with an
-/// unsafe method has passed the CSRF proof here.
+/// unsafe method has passed the CSRF proof here; a DPoP proof has been verified here and only
+/// its key's thumbprint travels (`X-Cellbind-Dpop-Jkt`, believed with the edge token).
 pub(crate) async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
+    let proved = req.headers().contains_key(DPOP_HEADER);
     match forward_auth(&edge, route, req).await {
         Ok(r) => {
             let status = r.status();
-            forwarded(Upstream::Auth, status, r)
+            with_nonce(&edge, proved, forwarded(Upstream::Auth, status, r))
         }
-        Err(e) => rescue(&e),
+        Err(e) => edge.rescue(&e),
     }
+}
+
+/// The answer to a request that carried a DPoP proof carries this instance's current nonce
+/// (RFC 9449 §8.2): the client's next proof uses it, and needs no challenge round trip.
+fn with_nonce(edge: &Edge, proved: bool, mut resp: Response) -> Response {
+    if proved {
+        let nonce = edge.dpop().nonce(edge.clock().now());
+        resp.headers_mut()
+            .insert(HeaderName::from_static(DPOP_NONCE_HEADER), nonce);
+    }
+    resp
 }
 
 /// The answer to a request `upstream` answered with `status`, marked as forwarded (with the
@@ -265,12 +282,42 @@ pub(crate) fn forwarded(
 
 async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<Response, Refusal> {
     let ip = client_ip(&req);
+    let connection = req.extensions().get::<Arc<ConnectionProofs>>().cloned();
     let (parts, body) = read_request(edge, req).await?;
     let mut headers = outbound_headers(&parts.headers, ip);
+    let ctx = ProofContext {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        connection: connection.as_deref(),
+    };
+    let jkt = match route {
+        // No session: a proof, when there is one, is verified on its own (its key binds the
+        // new session, or must be the ticket's: the auth-service compares).
+        SessionRoute::SignIn | SessionRoute::Rebind => {
+            edge.check_binding(None, None, &parts.headers, &ctx)?
+        }
+        SessionRoute::TransferStatus => None,
+        SessionRoute::Current | SessionRoute::Renew | SessionRoute::Transfer => None,
+    };
+    if let Some(jkt) = jkt
+        && let Ok(v) = HeaderValue::from_str(jkt.as_str())
+    {
+        headers.insert(HeaderName::from_static(X_DPOP_JKT), v);
+    }
     if route.uses_session() {
         let chosen = edge
             .resolve_credential(&parts.headers, &parts.method)
             .await?;
+        // A bound session's proof, by its key, for this very request.
+        if let Some(jkt) = edge.check_binding(
+            Some(&chosen.validated.claims),
+            Some(chosen.token),
+            &parts.headers,
+            &ctx,
+        )? && let Ok(v) = HeaderValue::from_str(jkt.as_str())
+        {
+            headers.insert(HeaderName::from_static(X_DPOP_JKT), v);
+        }
         let (name, value) = match chosen.source {
             Source::Bearer => (
                 header::AUTHORIZATION,
@@ -296,12 +343,13 @@ async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<
 /// Validated `/api/*` → the app, with the session's identity in `X-Cellbind-*` headers and
 /// without the bearer token or session cookie.
 pub(crate) async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
+    let proved = req.headers().contains_key(DPOP_HEADER);
     match forward_app(&edge, req).await {
         Ok(r) => {
             let status = r.status();
-            forwarded(Upstream::App, status, r)
+            with_nonce(&edge, proved, forwarded(Upstream::App, status, r))
         }
-        Err(e) => rescue(&e),
+        Err(e) => edge.rescue(&e),
     }
 }
 

@@ -12,6 +12,11 @@
 //!    (an unknown kid triggers at most one single-flight refetch per cooldown) + `verify`;
 //! 4. revocation (every time, cached or not) → `401 SESSION_REVOKED`;
 //!    then a cookie request with an unsafe method needs the CSRF proof → `403 FORBIDDEN`;
+//!    then device binding ([`Edge::check_binding`]): a bound session (`cnf.jkt`) needs a valid
+//!    DPoP proof by its key (`runtime::dpop`: this instance's nonce, method, URL, `ath`,
+//!    signature once per connection and key, replay) → `401 DPOP_*` with the RFC 9449
+//!    challenge; an unbound session of a kind whose `binding` is `required` → `401
+//!    SESSION_INVALID`;
 //! 5. per-subject rate limit → `429`;
 //! 6. the ownership decision (`protocol::ownership::decide`) → served, `409`, `404` or `503`;
 //! 7. for writes, the write lease → `503 CELL_STATE_STALE`.
@@ -34,10 +39,12 @@ use quanta::Instant;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request};
-use protocol::Kid;
+use protocol::dpop::{DPOP_HEADER, ProofRequest};
 use protocol::http::{Presented, Source};
 use protocol::ownership::{Access, Decision, OwnershipRecord, decide, wrong_cell_target};
 use protocol::token::{Expectations, LEEWAY_S, SESSION_TYP, SessionClaims, TokenError, parse};
+use protocol::{Jkt, Kid};
+use runtime::dpop::{BindingMode, ConnectionProofs};
 
 use crate::edge::Edge;
 use crate::error::{Refusal, rescue};
@@ -60,7 +67,87 @@ pub(crate) struct Resolved<'h> {
     pub token: &'h str,
 }
 
+/// What a request's DPoP proof is checked against besides its headers: the request line, and
+/// what its TLS connection proved already (none in-process or behind a TLS-terminating proxy:
+/// every signature is then verified).
+#[derive(Debug, Clone, Copy)]
+pub struct ProofContext<'a> {
+    pub method: &'a str,
+    /// The request's path (the proof's `htu` is this cell's public URL and this path).
+    pub path: &'a str,
+    pub connection: Option<&'a ConnectionProofs>,
+}
+
+impl<'a> ProofContext<'a> {
+    /// The context of `req`.
+    pub fn of<B>(req: &'a Request<B>) -> Self {
+        Self {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            connection: req
+                .extensions()
+                .get::<Arc<ConnectionProofs>>()
+                .map(|c| &**c),
+        }
+    }
+}
+
 impl Edge {
+    /// [`rescue`], plus for a refused DPoP proof the challenge RFC 9449 asks for
+    /// (`WWW-Authenticate: DPoP error="…"` and this instance's current `DPoP-Nonce`).
+    pub(crate) fn rescue(&self, refusal: &Refusal) -> axum::response::Response {
+        let mut resp = rescue(refusal);
+        if let Refusal::Dpop(e) = refusal {
+            for (name, value) in self.dpop().challenge(e, self.clock().now()) {
+                resp.headers_mut().insert(name, value);
+            }
+        }
+        resp
+    }
+
+    /// Device binding (step 4's end): a bound session's proof, verified against this request
+    /// (`access_token`: the session as presented) and the session's thumbprint; an unbound
+    /// session of a `required` kind is refused. Returns the proven thumbprint of a bound
+    /// session. A request with no session (sign-in, rebind) passes `claims = None`: its proof,
+    /// when it carries one, is verified without a thumbprint to match.
+    pub(crate) fn check_binding(
+        &self,
+        claims: Option<&SessionClaims>,
+        access_token: Option<&str>,
+        headers: &HeaderMap,
+        ctx: &ProofContext<'_>,
+    ) -> Result<Option<Jkt>, Refusal> {
+        let expected = match claims {
+            Some(c) => match c.jkt() {
+                Some(jkt) => Some(jkt),
+                None if self.settings().serving.binding.of(c.cli) == BindingMode::Required => {
+                    return Err(Refusal::Unbound);
+                }
+                None => return Ok(None),
+            },
+            None if !headers.contains_key(DPOP_HEADER) => return Ok(None),
+            None => None,
+        };
+        let htu = protocol::dpop::htu(self.settings().public_url.as_str(), ctx.path);
+        let request = ProofRequest {
+            method: ctx.method,
+            htu: &htu,
+            access_token,
+        };
+        let connection = if self.settings().serving.dpop_verify_per_request {
+            None
+        } else {
+            ctx.connection
+        };
+        let now = self.clock().now();
+        let verified = self
+            .dpop()
+            .verify(headers, &request, expected, now, connection)
+            .map_err(Refusal::Dpop)?;
+        self.metrics().dpop_proof(verified.signature_checked);
+        Ok(Some(verified.jkt))
+    }
+
     /// After an unknown kid: at most one refetch per cooldown, shared by every request that
     /// waits for it (`runtime::refetch`). Returns the view to retry with when it now holds
     /// `kid`.
@@ -181,9 +268,14 @@ impl Edge {
     /// at once, without a future ([`Validation::Decided`]); a token naming a key this instance
     /// does not hold waits for the key refetch ([`Validation::AfterRefetch`]). The time it
     /// takes goes into the validation-latency histogram either way.
-    pub fn validate(&self, headers: &HeaderMap, access: Access) -> Validation {
+    pub fn validate(
+        &self,
+        headers: &HeaderMap,
+        access: Access,
+        ctx: &ProofContext<'_>,
+    ) -> Validation {
         let started = Instant::now();
-        match self.validate_now(headers, access) {
+        match self.validate_now(headers, access, ctx) {
             Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
                 Validation::AfterRefetch(AfterRefetch {
                     edge: self.clone(),
@@ -207,10 +299,11 @@ impl Edge {
         kid: Kid,
         headers: &HeaderMap,
         access: Access,
+        ctx: &ProofContext<'_>,
     ) -> Result<Arc<Validated>, Refusal> {
         if self.current().is_some_and(|s| s.has_kid(&kid)) || self.refetch_for(&kid).await.is_some()
         {
-            self.validate_now(headers, access)
+            self.validate_now(headers, access, ctx)
         } else {
             Err(TokenError::UnknownKid(kid).into())
         }
@@ -218,10 +311,21 @@ impl Edge {
 
     /// Steps 1–7 without waiting for anything: an unknown kid is returned as
     /// `TokenError::UnknownKid` for [`Edge::validate`] to refetch and retry.
-    fn validate_now(&self, headers: &HeaderMap, access: Access) -> Result<Arc<Validated>, Refusal> {
+    fn validate_now(
+        &self,
+        headers: &HeaderMap,
+        access: Access,
+        ctx: &ProofContext<'_>,
+    ) -> Result<Arc<Validated>, Refusal> {
         let state = self.ready_state()?;
         let settings = self.settings();
         let resolved = self.resolve_now(&state, headers, access)?;
+        self.check_binding(
+            Some(&resolved.validated.claims),
+            Some(resolved.token),
+            headers,
+            ctx,
+        )?;
         resolved.limiter.check()?;
         let verified = resolved.validated;
         let c = &verified.claims;
@@ -282,10 +386,14 @@ pub enum Validation {
 
 impl Validation {
     /// The decision, waiting for the key refetch when there is one to wait for.
-    pub async fn settle(self, headers: &HeaderMap) -> Result<Arc<Validated>, Refusal> {
+    pub async fn settle(
+        self,
+        headers: &HeaderMap,
+        ctx: &ProofContext<'_>,
+    ) -> Result<Arc<Validated>, Refusal> {
         match self {
             Validation::Decided(decided) => decided,
-            Validation::AfterRefetch(wait) => wait.decide(headers).await,
+            Validation::AfterRefetch(wait) => wait.decide(headers, ctx).await,
         }
     }
 }
@@ -308,10 +416,14 @@ impl AfterRefetch {
 
     /// Validates the request of `headers` (the same request) again once the key is held, else
     /// refuses it with the unknown kid; times the whole validation.
-    pub async fn decide(self, headers: &HeaderMap) -> Result<Arc<Validated>, Refusal> {
+    pub async fn decide(
+        self,
+        headers: &HeaderMap,
+        ctx: &ProofContext<'_>,
+    ) -> Result<Arc<Validated>, Refusal> {
         let result = self
             .edge
-            .validate_after_refetch(self.kid, headers, self.access)
+            .validate_after_refetch(self.kid, headers, self.access, ctx)
             .await;
         self.edge
             .metrics()
@@ -339,21 +451,27 @@ impl Guard for ValidateGuard {
     fn check(&self, mut req: Request<Body>) -> Check<()> {
         let access = Access::of_method(req.method().as_str());
         // The common case decides synchronously: no boxed future, no extra await.
-        match self.edge.validate(req.headers(), access) {
+        let decided = self
+            .edge
+            .validate(req.headers(), access, &ProofContext::of(&req));
+        match decided {
             Validation::Decided(Ok(v)) => {
                 req.extensions_mut().insert(v);
                 Check::Pass(req)
             }
-            Validation::Decided(Err(e)) => Check::Answer(rescue(&e)),
-            Validation::AfterRefetch(wait) => Check::Wait(Box::pin(async move {
-                match wait.decide(req.headers()).await {
-                    Ok(v) => {
-                        req.extensions_mut().insert(v);
-                        Ok(req)
+            Validation::Decided(Err(e)) => Check::Answer(self.edge.rescue(&e)),
+            Validation::AfterRefetch(wait) => {
+                let edge = self.edge.clone();
+                Check::Wait(Box::pin(async move {
+                    match wait.decide(req.headers(), &ProofContext::of(&req)).await {
+                        Ok(v) => {
+                            req.extensions_mut().insert(v);
+                            Ok(req)
+                        }
+                        Err(e) => Err(edge.rescue(&e)),
                     }
-                    Err(e) => Err(rescue(&e)),
-                }
-            })),
+                }))
+            }
         }
     }
 }

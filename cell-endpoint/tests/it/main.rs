@@ -6,6 +6,8 @@
 //! - `edge`: forwarding, ownership and generation decisions, revocation, readiness, the write
 //!   lease, rate limits, the feed, persistence, rotation and the unknown-kid flood.
 //! - `browser`: CORS, the CSRF proof and cookie, the desk.
+//! - `dpop`: device-bound sessions: proofs, nonces per instance, replays, binding modes, the
+//!   session routes' thumbprint, one signature check per connection and key.
 //! - `hostile`: ATTACKS A23–A27 and A29 in process and over real sockets.
 //! - `drain`: the edge's part of the migration drain.
 //! - `epochs`: a restored auth-service (a new feed epoch), rollbacks within an epoch.
@@ -22,6 +24,7 @@ mod support;
 
 mod attacks;
 mod browser;
+mod dpop;
 mod drain;
 mod edge;
 mod epochs;

@@ -69,6 +69,7 @@ pub fn claims(ctr: &str, generation: u64) -> SessionClaims {
         auth_time: NOW,
         jti: SessionId::from_random(rand::random()),
         cli: ClientKind::Field,
+        cnf: None,
     }
 }
 
