@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use protocol::{CellId, Endpoint};
 use runtime::config::{default_u32, default_u64};
+pub use runtime::dpop::{Binding, BindingMode};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
@@ -166,6 +167,14 @@ pub struct Config {
     /// The edges' write lease in milliseconds (at least their `write_lease_ms`).
     #[serde(default = "default_u64::<DEFAULT_EDGE_WRITE_LEASE_MS>")]
     pub edge_write_lease_ms: u64,
+    /// Device-bound sessions (`DPoP`, RFC 9449) per client kind: the table `[binding]` with
+    /// `field` and `desk`, each `"required"` (a sign-in without a valid proof is refused, an
+    /// unbound session is refused), `"optional"` (bound when the sign-in carries a valid proof)
+    /// or `"off"` (never bound). Defaults: `field = "optional"`, `desk = "off"`. The same
+    /// table as the edges'. A bound session is accepted only with a valid proof by its key,
+    /// whatever the mode.
+    #[serde(default)]
+    pub binding: Binding,
     /// Log lines as `text` (default) or `json` (one object per line).
     #[serde(default)]
     pub log_format: LogFormat,
@@ -328,6 +337,45 @@ tls_cert = "cert.pem"
 tls_key = "key.pem"
 map_public_key = "{key}""#
         )
+    }
+
+    #[test]
+    fn binding_defaults_to_optional_for_field_and_off_for_desk_and_unknown_values_are_refused() {
+        let base = with_map_key(&{
+            let key =
+                protocol::token::SigningKey::from_seed(protocol::Kid::new("cp").unwrap(), &[3; 32])
+                    .unwrap()
+                    .public_bytes();
+            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, key)
+        });
+        let c = Config::from_toml(&base).unwrap();
+        assert_eq!(c.binding, Binding::default());
+        assert_eq!(
+            c.binding.of(protocol::ClientKind::Field),
+            BindingMode::Optional
+        );
+        assert_eq!(c.binding.of(protocol::ClientKind::Desk), BindingMode::Off);
+        let c = Config::from_toml(&format!("{base}\n[binding]\nfield = \"required\"")).unwrap();
+        assert_eq!(
+            (c.binding.field, c.binding.desk),
+            (BindingMode::Required, BindingMode::Off)
+        );
+        // The effective configuration (`--check-config`) prints the table.
+        let printed = runtime::config::effective_toml(&c).unwrap();
+        let table = printed.split("[binding]").nth(1).unwrap_or_default();
+        assert!(
+            table.contains("field = \"required\"") && table.contains("desk = \"off\""),
+            "{printed}"
+        );
+        // An unknown mode or kind: refused.
+        let e = Config::from_toml(&format!("{base}\n[binding]\nfield = \"maybe\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("maybe"), "{e}");
+        let e = Config::from_toml(&format!("{base}\n[binding]\nfeild = \"off\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("binding.feild") && e.contains("field"), "{e}");
     }
 
     #[test]

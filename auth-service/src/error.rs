@@ -2,7 +2,9 @@
 //! turns an error into an HTTP answer. It sits below every other module: it names no domain
 //! module.
 
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use protocol::dpop::{NONCE_STEP_S, ProofError};
 use protocol::{CellId, ErrorBody, ErrorCode};
 
 /// Everything that can go wrong in the auth-service.
@@ -83,6 +85,19 @@ pub enum Error {
     /// Anything else that is our fault.
     #[error("internal: {0}")]
     Internal(String),
+    /// A `DPoP` proof (RFC 9449) was missing, invalid or by another key than the session's
+    /// (401 `DPOP_*`; 429 `RATE_LIMITED` when the replay set is full). `challenge`: the
+    /// `WWW-Authenticate: DPoP` and `DPoP-Nonce` headers when this service's own verifier
+    /// refused it (never for a proof the edge verified: its nonce is the edge's).
+    #[error("DPoP proof refused: {error}")]
+    Dpop {
+        error: ProofError,
+        challenge: Option<Box<[(HeaderName, HeaderValue); 2]>>,
+    },
+    /// An unbound session of a client kind whose binding is `required` (401 `SESSION_INVALID`,
+    /// as the edge answers it: the client signs in again, with a proof).
+    #[error("this cell requires device-bound sessions: sign in again with a DPoP proof")]
+    Unbound,
     /// A session transfer or rebind was refused (403 `FORBIDDEN`); the message starts with
     /// the refusal's name.
     #[error("{}: {detail}", refusal.as_str())]
@@ -157,6 +172,8 @@ impl Error {
             Error::NotFound(_) => ErrorCode::NotFound,
             Error::NotReady(_) => ErrorCode::NotReady,
             Error::Ticket { .. } => ErrorCode::Forbidden,
+            Error::Dpop { error, .. } => error.code(),
+            Error::Unbound => ErrorCode::SessionInvalid,
             Error::Postgres(_) => ErrorCode::NotReady,
             Error::Store(_)
             | Error::Stale { .. }
@@ -200,12 +217,27 @@ pub(crate) fn rescue(err: &Error) -> Response {
             Some(*retry_after_s)
         }
         Error::NotReady(_) | Error::Postgres(_) => Some(1),
+        // The replay set takes new proofs again under the next nonce step.
+        Error::Dpop {
+            error: ProofError::ReplaySetFull,
+            ..
+        } => Some(NONCE_STEP_S),
         _ => None,
     };
     if let Some(s) = retry_after {
         body = body.retry_after(s);
     }
-    runtime::error_response(code.status().as_u16(), body)
+    let mut resp = runtime::error_response(code.status().as_u16(), body);
+    if let Error::Dpop {
+        challenge: Some(headers),
+        ..
+    } = err
+    {
+        for (name, value) in headers.iter() {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    resp
 }
 
 impl IntoResponse for Error {

@@ -8,7 +8,7 @@
 //! ```text
 //!   server.rs                      opening, background tasks, serving (wiring)
 //!   routes/                        HTTP in and out only: extractors, handlers, the routers
-//!   sessions, transfer, migration, users, feed, map, ownership, revocations,
+//!   sessions, transfer, binding, migration, users, feed, map, ownership, revocations,
 //!   keys/lifecycle                 the domain: what each request means
 //!   state.rs, batch.rs             the in-memory mirror and the one commit path
 //!   keys/{ring,kek}, peers, instances, throttle, devices, passwords, metrics, tls
@@ -32,6 +32,7 @@
 
 mod backup;
 mod batch;
+mod binding;
 pub mod config;
 mod coordination;
 mod devices;

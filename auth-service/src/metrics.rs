@@ -19,7 +19,7 @@ use protocol::ownership::OwnershipRecord;
 type Labels = Vec<(&'static str, &'static str)>;
 
 /// Every outcome label of `cellbind_auth_signins_total` (`routes::sessions`).
-pub(crate) const SIGNIN_OUTCOMES: [&str; 8] = [
+pub(crate) const SIGNIN_OUTCOMES: [&str; 9] = [
     "success",
     "invalid_credentials",
     "rate_limited",
@@ -27,6 +27,7 @@ pub(crate) const SIGNIN_OUTCOMES: [&str; 8] = [
     "unknown_contractor",
     "handoff_in_progress",
     "bad_request",
+    "dpop_refused",
     "error",
 ];
 

@@ -10,9 +10,11 @@ use protocol::Password;
 use protocol::jwks::PublicKey;
 use runtime::IoContext as _;
 use runtime::access::Listener;
+use runtime::dpop::DpopVerifier;
 use runtime::listener::ListenerKind;
 use runtime::management::ManagementListener;
 
+use crate::binding::MAX_PROOFS_PER_STEP;
 use crate::config::{Config, DB_FILE, StoreKind};
 use crate::coordination::{Coordination, FOLLOW_POLL_MS, LEADER_CHECK_MAX_S};
 use crate::error::{Error, Result};
@@ -117,12 +119,20 @@ pub async fn open_with_clock(
         })
         .await?
     };
+    // Nonces naming this replica: a proof made for another replica's (or an edge's) nonce is
+    // refused here, and the client retries with this one's.
+    let dpop = DpopVerifier::new(
+        &format!("auth/{}/{}", config.cell_id, config.replica()),
+        MAX_PROOFS_PER_STEP,
+    )
+    .map_err(|e| Error::Internal(format!("the DPoP verifier: {e}")))?;
     let start = Start {
         loaded,
         ring,
         map_key,
         dummy_hash,
         rng,
+        dpop,
     };
     let state = AppState::new(config, parts, start);
     ensure_keys(&state).await?;

@@ -15,11 +15,14 @@ use protocol::http::{Presented, Source};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::token::{
-    DEFAULT_ABSOLUTE_LIFETIME_S, Expectations, LEEWAY_S, SessionClaims, Verified,
+    Confirmation, DEFAULT_ABSOLUTE_LIFETIME_S, Expectations, LEEWAY_S, SessionClaims, Verified,
 };
-use protocol::{ClientKind, ContractorId, Generation, Login, SessionId, SessionToken, SubjectId};
+use protocol::{
+    ClientKind, ContractorId, Generation, Jkt, Login, SessionId, SessionToken, SubjectId,
+};
 use ring::hmac;
 
+use crate::binding::{DeviceProof, bind};
 use crate::error::{Error, Result};
 use crate::keys::kek::random;
 use crate::ownership::{check_renewal, sign_in_generation};
@@ -81,11 +84,17 @@ pub(crate) struct Minted {
     pub(crate) device: Option<DeviceToken>,
 }
 
-/// The sign-in order: the client's bucket, ownership, the account's buckets (a known
-/// device's own when the request carries a valid device token), then one argon2id
-/// verification (against a dummy hash for an unknown user), then the session and, for a field
+/// The sign-in order: the device key's proof per the client kind's binding mode (`binding`),
+/// the client's bucket, ownership, the account's buckets (a known device's own when the
+/// request carries a valid device token), then one argon2id verification (against a dummy
+/// hash for an unknown user), then the session (bound to the proved key) and, for a field
 /// client, a device token.
-pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) -> Result<Minted> {
+pub(crate) async fn sign_in(
+    state: &AppState,
+    ip: IpAddr,
+    req: SignInRequest,
+    proof: &DeviceProof,
+) -> Result<Minted> {
     let device = state.throttle.known_device(
         req.device_token.as_ref(),
         &req.contractor_id,
@@ -100,6 +109,9 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
     let refused = |reason: &'static str| {
         tracing::warn!(client_ip = %ip, ctr = %req.contractor_id, %login, known_device, reason, "sign-in refused");
     };
+    // First, as it costs the least: a proof refused (a nonce to learn, a replay) takes from
+    // no bucket and costs no password verification.
+    let cnf = bind(state, proof, req.client, None, None).inspect_err(|_| refused("dpop"))?;
     if let Err(e) = state.throttle.check_ip(ip).await {
         refused("throttled");
         return Err(e);
@@ -152,6 +164,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
             generation,
             cli: req.client,
             auth_time: now,
+            cnf,
         },
         now,
         exp,
@@ -165,7 +178,7 @@ pub(crate) async fn sign_in(state: &AppState, ip: IpAddr, req: SignInRequest) ->
             now,
         );
     }
-    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, known_device, "signed in");
+    tracing::info!(sub = %minted.claims.sub, ctr = %minted.claims.ctr, jti = %minted.claims.jti, known_device, bound = minted.claims.cnf.is_some(), "signed in");
     Ok(minted)
 }
 
@@ -178,6 +191,8 @@ pub(crate) struct Grant {
     pub(crate) cli: ClientKind,
     /// When the user last presented credentials.
     pub(crate) auth_time: UnixSeconds,
+    /// The device key the session is bound to (`cnf.jkt`), if any.
+    pub(crate) cnf: Option<Jkt>,
 }
 
 /// Mints a session with the current key, expiring at `exp` (`SESSION_EXPIRED` when that is
@@ -211,6 +226,7 @@ pub(crate) async fn mint(
         auth_time: grant.auth_time,
         jti,
         cli: grant.cli,
+        cnf: grant.cnf.map(|jkt| Confirmation { jkt }),
     };
     let token = signer
         .mint(&claims)
@@ -256,14 +272,17 @@ fn verify_token(state: &AppState, token: &str, source: Source) -> Result<Verifie
 /// The request's session under the one credential rule (`protocol::http`): a valid bearer
 /// session wins; otherwise the session cookie (which the route layer keeps only from an
 /// authenticated edge). No credential is `SESSION_MISSING`; an unreadable one
-/// `SESSION_INVALID`.
+/// `SESSION_INVALID`. Answers the verified session, its source and the token itself (a
+/// `DPoP` proof's `ath` is its hash).
 pub(crate) fn verify_presented(
     state: &AppState,
     presented: Presented<'_>,
-) -> Result<(Verified<SessionClaims>, Source)> {
-    presented.resolve(Error::SessionMissing, |token, source| {
-        verify_token(state, token, source)
-    })
+) -> Result<(Verified<SessionClaims>, Source, String)> {
+    presented
+        .resolve(Error::SessionMissing, |token, source| {
+            verify_token(state, token, source).map(|v| (v, token.to_owned()))
+        })
+        .map(|((verified, token), source)| (verified, source, token))
 }
 
 /// Sign-out: revokes this session.
@@ -290,7 +309,8 @@ pub(crate) async fn sign_out(state: &AppState, claims: &SessionClaims) -> Result
 
 /// Renewal: a fresh session for an active one, `auth_time` kept, capped at
 /// `auth_time + DEFAULT_ABSOLUTE_LIFETIME_S`; only while this cell serves the contractor at
-/// the session's generation and the user is still active.
+/// the session's generation and the user is still active. `cnf` is kept: a bound session
+/// (whose proof the route checked) renews bound to the same key, an unbound one unbound.
 pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> {
     check_renewal(state, &c.ctr, c.generation)?;
     let user = state.store.user_by_subject(&c.sub).await?;
@@ -308,6 +328,7 @@ pub(crate) async fn renew(state: &AppState, c: SessionClaims) -> Result<Minted> 
             generation: c.generation,
             cli: c.cli,
             auth_time: c.auth_time,
+            cnf: c.cnf.map(|cnf| cnf.jkt),
         },
         now,
         exp,

@@ -25,6 +25,7 @@ use protocol::token::SigningKey;
 use protocol::{CellId, ContractorId, Endpoint, Kid};
 use ring::rand::SystemRandom;
 use runtime::Secret;
+use runtime::dpop::DpopVerifier;
 use tokio::sync::{Semaphore, watch};
 
 use crate::batch::Batch;
@@ -134,6 +135,9 @@ pub struct Shared {
     pub(crate) http: Option<reqwest::Client>,
     /// Peer cells' keys, for transfer tickets only.
     pub(crate) peers: PeerKeys,
+    /// This replica's `DPoP` proof verifier (its own nonces and replay set), for the proofs
+    /// sent straight to its listeners (those through the edge the edge verifies).
+    pub(crate) dpop: DpopVerifier,
 }
 
 impl std::ops::Deref for AppState {
@@ -194,6 +198,7 @@ pub(crate) struct Start {
     pub(crate) map_key: Option<PublicKey>,
     pub(crate) dummy_hash: String,
     pub(crate) rng: SystemRandom,
+    pub(crate) dpop: DpopVerifier,
 }
 
 impl AppState {
@@ -205,6 +210,7 @@ impl AppState {
             map_key,
             dummy_hash,
             rng,
+            dpop,
         } = start;
         let metrics = Metrics::new(&config.cell_id);
         metrics.feed_head(loaded.head);
@@ -234,6 +240,7 @@ impl AppState {
             users: AtomicU64::new(users),
             http: parts.http,
             peers: PeerKeys::default(),
+            dpop,
             config,
         }))
     }

@@ -58,6 +58,7 @@ use protocol::token::{
 use protocol::{CellId, ClientKind, Endpoint, SessionId};
 use serde::Deserialize;
 
+use crate::binding::{DeviceProof, bind};
 use crate::error::{Error, Result, TicketRefusal};
 use crate::keys::kek::random;
 use crate::revocations::ticket_revoked;
@@ -132,6 +133,8 @@ pub(crate) async fn transfer(
         nbf: held.iat,
         exp: held.exp,
         jti: held.ticket_jti,
+        // The device key travels with the session: the target rebinds only with its proof.
+        jkt: c.cnf.map(|cnf| cnf.jkt),
     };
     let ticket = signer
         .mint(&claims)
@@ -211,8 +214,11 @@ pub(crate) async fn status(state: &AppState, ticket: &str) -> Result<TransferSta
 }
 
 /// At the target: a session at the new generation for a valid, unused ticket whose session
-/// is not revoked here, for a user still active here.
-pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
+/// is not revoked here, for a user still active here. A ticket of a bound session (`jkt`)
+/// rebinds only with a proof by that key, and the new session is bound to it; an unbound one
+/// is bound as a sign-in of its kind would be (`binding::bind`). The proof is checked before
+/// anything is asked or burned: a refused proof leaves the ticket usable.
+pub(crate) async fn rebind(state: &AppState, ticket: &str, proof: &DeviceProof) -> Result<Minted> {
     let invalid = |e: protocol::token::TokenError| TicketRefusal::InvalidTicket.with(e.to_string());
     let parsed = protocol::token::parse(ticket, TICKET_TYP, MAX_TICKET_BYTES).map_err(invalid)?;
     let src = peek_route(ticket)
@@ -247,6 +253,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
     if t.src != src {
         return Err(TicketRefusal::InvalidTicket.with("source mismatch"));
     }
+    let cnf = bind(state, proof, t.cli, t.jkt.as_ref(), None)?;
     if ticket_revoked(&state.read(), &t) {
         return Err(Error::SessionRevoked);
     }
@@ -299,6 +306,7 @@ pub(crate) async fn rebind(state: &AppState, ticket: &str) -> Result<Minted> {
             generation: t.new_gen,
             cli: t.cli,
             auth_time: t.auth_time,
+            cnf,
         },
         now,
         exp,

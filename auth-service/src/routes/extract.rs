@@ -3,17 +3,21 @@
 //! one credential rule of `protocol::http`, the admin token guard and the feed credential.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
-use protocol::http::{Presented, Source, X_CLIENT_IP, X_EDGE_KEY};
+use protocol::dpop::DPOP_HEADER;
+use protocol::http::{Presented, Source, X_CLIENT_IP, X_DPOP_JKT, X_EDGE_KEY};
 use protocol::token::{SessionClaims, Verified};
-use protocol::{ContractorId, Kid, SessionId, SubjectId};
+use protocol::{ContractorId, Jkt, Kid, SessionId, SubjectId};
+use runtime::dpop::ConnectionProofs;
 use runtime::{Secret, feed_credential};
 use serde::de::DeserializeOwned;
 
+use crate::binding::{DeviceProof, check_session};
 use crate::error::{Error, Result};
 use crate::instances::FeedCaller;
 use crate::sessions::verify_presented;
@@ -174,8 +178,54 @@ fn presented<'a>(headers: &'a HeaderMap, edge_token: &Secret) -> Presented<'a> {
     p
 }
 
+/// The thumbprint an authenticated edge asserts in `X-Cellbind-Dpop-Jkt`: `None` without
+/// the header; an unreadable one (or several) is the edge's fault, never the client's (the
+/// edge strips every `x-cellbind-*` header a client sends).
+fn edge_jkt(headers: &HeaderMap) -> Result<Option<Jkt>> {
+    let mut all = headers.get_all(X_DPOP_JKT).iter();
+    match (all.next(), all.next()) {
+        (None, _) => Ok(None),
+        (Some(v), None) => v
+            .to_str()
+            .ok()
+            .and_then(|s| Jkt::new(s).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::Internal("the edge sent an unreadable X-Cellbind-Dpop-Jkt".into())
+            }),
+        (Some(_), Some(_)) => Err(Error::Internal(
+            "the edge sent more than one X-Cellbind-Dpop-Jkt".into(),
+        )),
+    }
+}
+
+/// The request's proof of a device key (`binding`): the thumbprint an authenticated edge
+/// asserts, or, straight to this listener, the `DPoP` header with what it must match (an
+/// `X-Cellbind-Dpop-Jkt` without a valid edge key is ignored).
+impl FromRequestParts<AppState> for DeviceProof {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
+        if from_edge(&parts.headers, &state.tokens.edge) {
+            return edge_jkt(&parts.headers).map(DeviceProof::Edge);
+        }
+        let mut headers = HeaderMap::new();
+        for v in parts.headers.get_all(DPOP_HEADER) {
+            headers.append(DPOP_HEADER, v.clone());
+        }
+        Ok(DeviceProof::Direct {
+            headers,
+            method: parts.method.clone(),
+            htu: protocol::dpop::htu(state.config.issuer.as_str(), parts.uri.path()),
+            connection: parts.extensions.get::<Arc<ConnectionProofs>>().cloned(),
+        })
+    }
+}
+
 /// The request's verified session and where it came from (bearer or cookie); the refusals
-/// are the typed 401s of `sessions::verify_presented`.
+/// are the typed 401s of `sessions::verify_presented`, then those of device binding
+/// (`binding::check_session`): a bound session (`cnf.jkt`) without a valid proof by its key
+/// (`DPOP_PROOF_MISSING`, `DPOP_KEY_MISMATCH` or the proof's own code), an unbound one of a
+/// kind whose binding is `required` (`SESSION_INVALID`).
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) verified: Verified<SessionClaims>,
@@ -185,8 +235,10 @@ pub(crate) struct Session {
 impl FromRequestParts<AppState> for Session {
     type Rejection = Error;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let (verified, source) =
+        let (verified, source, token) =
             verify_presented(state, presented(&parts.headers, &state.tokens.edge))?;
+        let proof = DeviceProof::from_request_parts(parts, state).await?;
+        check_session(state, &proof, &verified.claims, &token)?;
         Ok(Session { verified, source })
     }
 }

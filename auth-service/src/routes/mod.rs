@@ -3,10 +3,11 @@
 //! routers write one `access` log line per request.
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post, put};
 use protocol::admin::{cell, placement};
 use protocol::api::TRANSFER_STATUS_PATH;
+use protocol::dpop::{DPOP_HEADER, DPOP_NONCE_HEADER};
 use protocol::openapi::SecuritySchemes;
 use runtime::access::Listener;
 
@@ -100,8 +101,30 @@ fn finish(routes: Router<AppState>, listener: Listener, state: AppState) -> Rout
     let routes = routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            offer_nonce,
+        ));
     runtime::access::logged(routes, listener).with_state(state)
+}
+
+/// The answer to a request that brought a `DPoP` proof straight to this listener carries this
+/// replica's current nonce (RFC 9449 §8.2), so the client's next proof has a fresh one. Not
+/// through the edge: the client's nonces there are the edge instance's.
+async fn offer_nonce(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let direct = req.headers().contains_key(DPOP_HEADER)
+        && !extract::from_edge(req.headers(), &state.tokens.edge);
+    let mut resp = next.run(req).await;
+    if direct && !resp.headers().contains_key(DPOP_NONCE_HEADER) {
+        let nonce = state.dpop.nonce(state.now());
+        resp.headers_mut().insert(DPOP_NONCE_HEADER, nonce);
+    }
+    resp
 }
 
 /// The PUBLIC listener's routes (`listen`): the client routes only. Every other path is a

@@ -9,6 +9,7 @@ use protocol::api::{CookieSessionResponse, IssuedSession, SignInRequest, SignInR
 use protocol::http::{Source, clear_session_cookie, session_cookie};
 use protocol::token::SessionClaims;
 
+use crate::binding::DeviceProof;
 use crate::error::{Error, Result};
 use crate::routes::extract::{Caller, JsonBody, Session};
 use crate::sessions::{self, Minted};
@@ -35,6 +36,7 @@ fn outcome<T>(r: &Result<T>) -> &'static str {
         Err(Error::UnknownContractor) => "unknown_contractor",
         Err(Error::HandoffInProgress { .. }) => "handoff_in_progress",
         Err(Error::BadRequest(_) | Error::PayloadTooLarge) => "bad_request",
+        Err(Error::Dpop { .. }) => "dpop_refused",
         Err(_) => "error",
     }
 }
@@ -45,27 +47,38 @@ fn outcome<T>(r: &Result<T>) -> &'static str {
     path = "/v1/sessions",
     tag = "sessions",
     request_body = protocol::api::SignInRequest,
+    params(("DPoP" = Option<String>, Header, description = "A `DPoP` proof (RFC 9449) of the \
+        device key to bind the session to (`cnf.jkt`): `htm` `POST`, `htu` the cell's endpoint \
+        and this path, no `ath`, the `nonce` of an earlier `DPoP-Nonce`. Required when the \
+        cell binds this client kind's sessions, ignored when it binds none.")),
     responses(
-        (status = 201, description = "Signed in. A desk sign-in also sets the session cookie.",
+        (status = 201, description = "Signed in (bound to the proof's key when a proof was \
+            accepted). A desk sign-in also sets the session cookie.",
             body = protocol::api::SignInResponse),
         (status = 400, description = "`INVALID_REQUEST`: the body is not a sign-in request."),
-        (status = 401, description = "`INVALID_CREDENTIALS`: unknown login or wrong password."),
+        (status = 401, description = "`INVALID_CREDENTIALS`: unknown login or wrong password. \
+            `DPOP_PROOF_MISSING`: this cell binds this client kind's sessions and the request \
+            carries no `DPoP` proof; `DPOP_PROOF_INVALID`, `DPOP_PROOF_REPLAYED`, \
+            `DPOP_NONCE_REQUIRED`, `DPOP_NONCE_STALE`: the proof was refused (`WWW-Authenticate: \
+            DPoP` says why; retry with a new proof and the answer's `DPoP-Nonce`)."),
         (status = 404, description = "`UNKNOWN_CONTRACTOR`: the contractor is placed nowhere."),
         (status = 409, description = "`WRONG_CELL`: another cell serves the contractor \
             (`owner_cell`, `owner_endpoint`); `HANDOFF_IN_PROGRESS`: it is moving."),
         (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the limit."),
         (status = 429, description = "`RATE_LIMITED`: too many sign-in attempts for this login \
-            or address (failed attempts are throttled); `retry_after_s` says when to retry."),
+            or address (failed attempts are throttled), or too many `DPoP` proofs this nonce \
+            period; `retry_after_s` says when to retry."),
         (status = 503, description = "`NOT_READY`: the cell cannot sign in yet.")
     )
 )]
 pub(crate) async fn sign_in(
     State(state): State<AppState>,
     caller: Caller,
+    proof: DeviceProof,
     body: Result<JsonBody<SignInRequest>, Error>,
 ) -> Result<Response> {
     let result = match body {
-        Ok(JsonBody(req)) => sessions::sign_in(&state, caller.ip, req).await,
+        Ok(JsonBody(req)) => sessions::sign_in(&state, caller.ip, req, &proof).await,
         Err(e) => Err(e),
     };
     state.metrics.signin(outcome(&result));
@@ -132,10 +145,20 @@ fn cookie_session_answer(state: &AppState, minted: Minted) -> Result<Response> {
     path = "/v1/sessions/current",
     tag = "sessions",
     security(("bearerSession" = []), ("sessionCookie" = [])),
+    params(("DPoP" = Option<String>, Header, description = "A `DPoP` proof (RFC 9449) by the \
+        device key the session is bound to (`cnf.jkt`), with `ath` the session's hash: \
+        required when the session is bound (it may then come as `Authorization: DPoP`).")),
     responses(
         (status = 200, description = "The session's verified claims.",
             body = protocol::token::SessionClaims),
-        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session.")
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, \
+            `SESSION_REVOKED`: no usable session (`SESSION_INVALID` also for an unbound \
+            session where the cell requires device-bound ones). `DPOP_PROOF_MISSING`, \
+            `DPOP_KEY_MISMATCH`, `DPOP_PROOF_INVALID`, `DPOP_PROOF_REPLAYED`, \
+            `DPOP_NONCE_REQUIRED`, `DPOP_NONCE_STALE`: the session is bound to a device key \
+            and the request's `DPoP` proof by that key is missing or refused \
+            (`WWW-Authenticate: DPoP` says why; retry with a new proof and the answer's \
+            `DPoP-Nonce`).")
     )
 )]
 pub(crate) async fn current(session: Session) -> Result<Response> {
@@ -148,9 +171,19 @@ pub(crate) async fn current(session: Session) -> Result<Response> {
     path = "/v1/sessions/current",
     tag = "sessions",
     security(("bearerSession" = []), ("sessionCookie" = [])),
+    params(("DPoP" = Option<String>, Header, description = "A `DPoP` proof (RFC 9449) by the \
+        device key the session is bound to (`cnf.jkt`), with `ath` the session's hash: \
+        required when the session is bound (it may then come as `Authorization: DPoP`).")),
     responses(
         (status = 204, description = "Signed out: the session is revoked, the cookie cleared."),
-        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session."),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, \
+            `SESSION_REVOKED`: no usable session (`SESSION_INVALID` also for an unbound \
+            session where the cell requires device-bound ones). `DPOP_PROOF_MISSING`, \
+            `DPOP_KEY_MISMATCH`, `DPOP_PROOF_INVALID`, `DPOP_PROOF_REPLAYED`, \
+            `DPOP_NONCE_REQUIRED`, `DPOP_NONCE_STALE`: the session is bound to a device key \
+            and the request's `DPoP` proof by that key is missing or refused \
+            (`WWW-Authenticate: DPoP` says why; retry with a new proof and the answer's \
+            `DPoP-Nonce`)."),
         (status = 403, description = "`FORBIDDEN`: the session cookie without the CSRF proof.")
     )
 )]
@@ -171,11 +204,21 @@ pub(crate) async fn sign_out(State(state): State<AppState>, session: Session) ->
     path = "/v1/sessions/renew",
     tag = "sessions",
     security(("bearerSession" = []), ("sessionCookie" = [])),
+    params(("DPoP" = Option<String>, Header, description = "A `DPoP` proof (RFC 9449) by the \
+        device key the session is bound to (`cnf.jkt`), with `ath` the session's hash: \
+        required when the session is bound (it may then come as `Authorization: DPoP`).")),
     responses(
         (status = 201, description = "A new session. With the bearer token: the token in the \
             body; with the cookie: the cookie set, the body without `session`.",
             body = inline(RenewAnswer)),
-        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, `SESSION_REVOKED`: no usable session."),
+        (status = 401, description = "`SESSION_MISSING`, `SESSION_INVALID`, `SESSION_EXPIRED`, \
+            `SESSION_REVOKED`: no usable session (`SESSION_INVALID` also for an unbound \
+            session where the cell requires device-bound ones). `DPOP_PROOF_MISSING`, \
+            `DPOP_KEY_MISMATCH`, `DPOP_PROOF_INVALID`, `DPOP_PROOF_REPLAYED`, \
+            `DPOP_NONCE_REQUIRED`, `DPOP_NONCE_STALE`: the session is bound to a device key \
+            and the request's `DPoP` proof by that key is missing or refused \
+            (`WWW-Authenticate: DPoP` says why; retry with a new proof and the answer's \
+            `DPoP-Nonce`)."),
         (status = 403, description = "`FORBIDDEN`: the session cookie without the CSRF proof."),
         (status = 409, description = "`WRONG_CELL`: the contractor has moved; \
             `HANDOFF_IN_PROGRESS`: it is moving."),

@@ -8,7 +8,7 @@ use protocol::{ClientKind, Generation};
 
 use protocol::feed::FeedEntry;
 use protocol::revocation::Revocation;
-use protocol::{ContractorId, Kid, Login, SessionId, SubjectId};
+use protocol::{CellId, ContractorId, Jkt, Kid, Login, SessionId, SubjectId};
 
 use crate::error::Error;
 use crate::store::Store;
@@ -58,6 +58,11 @@ pub(in crate::store) fn ownership_write(n: u8, g: u64) -> Vec<Write> {
             generation: Generation(g),
         },
     }]
+}
+
+/// The device key of the bound session [`fill`] records.
+fn bound_key() -> Jkt {
+    Jkt::from_digest([7; 32])
 }
 
 /// Puts something in every table.
@@ -131,9 +136,18 @@ pub(in crate::store) async fn fill(store: &impl Store) {
             issued_at: 100,
             expires_at: 4_000,
             auth_time: 100,
+            jkt: Some(bound_key()),
         })
         .await
         .unwrap();
+    // A bound session's key is stored with it and read back into its claims.
+    let held = store.session(&sid(2)).await.unwrap().unwrap();
+    assert_eq!(held.jkt, Some(bound_key()));
+    let cell = CellId::new("cell-01").unwrap();
+    assert_eq!(
+        held.claims("https://cell-01.example", &cell).jkt(),
+        Some(&bound_key())
+    );
     let burn = TicketBurn {
         jti: sid(3),
         exp: 1_000,
@@ -225,6 +239,7 @@ pub(in crate::store) async fn a_dump_restores_everything_under_a_new_epoch(store
         (1, 1)
     );
     assert_eq!(dump.minted_sessions.len(), 1);
+    assert_eq!(dump.minted_sessions[0].jkt, Some(bound_key()));
     assert_eq!(
         (dump.burned_tickets.len(), dump.burned_sessions.len()),
         (1, 1)

@@ -12,7 +12,8 @@ use protocol::revocation::Revocation;
 use protocol::time::UnixSeconds;
 use protocol::token::SessionClaims;
 use protocol::{
-    CellId, ClientKind, ContractorId, Generation, Kid, Login, PasswordHash, SessionId, SubjectId,
+    CellId, ClientKind, ContractorId, Generation, Jkt, Kid, Login, PasswordHash, SessionId,
+    SubjectId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -234,7 +235,9 @@ pub(crate) struct TransferRecord {
 }
 
 /// A session as minted, recorded at sign-in and renewal (and rebind) so that an operator can
-/// list a subject's sessions. Tokens themselves are never stored. Stored as this JSON shape.
+/// list a subject's sessions. Tokens themselves are never stored. Stored as this JSON shape
+/// (the `body` column of both stores, and a backup's `minted_sessions`): a member added later
+/// is optional, so older records and backups read as before and need no schema step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct MintedSession {
     pub(crate) session_id: SessionId,
@@ -246,6 +249,9 @@ pub(crate) struct MintedSession {
     pub(crate) issued_at: UnixSeconds,
     pub(crate) expires_at: UnixSeconds,
     pub(crate) auth_time: UnixSeconds,
+    /// The device key the session is bound to (`cnf.jkt`); absent for a bearer session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jkt: Option<Jkt>,
 }
 
 impl MintedSession {
@@ -261,6 +267,7 @@ impl MintedSession {
             issued_at: c.iat,
             expires_at: c.exp,
             auth_time: c.auth_time,
+            jkt: c.jkt().cloned(),
         }
     }
 
@@ -279,6 +286,10 @@ impl MintedSession {
             auth_time: self.auth_time,
             jti: self.session_id.clone(),
             cli: self.client,
+            cnf: self
+                .jkt
+                .clone()
+                .map(|jkt| protocol::token::Confirmation { jkt }),
         }
     }
 }
@@ -296,5 +307,35 @@ impl From<MintedSession> for SessionRecord {
             expires_at: m.expires_at,
             auth_time: m.auth_time,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+    use super::*;
+
+    #[test]
+    fn a_session_record_of_before_binding_reads_unbound_and_an_unbound_one_writes_as_before() {
+        // A record (or a backup's) written before sessions could be bound: no `jkt`.
+        let old = r#"{"session_id":"AAAAAAAAAAAAAAAAAAAAAA","subject":"c-1.ann","contractor":"c-1","client":"field","kid":"k-1","generation":2,"issued_at":100,"expires_at":4000,"auth_time":100}"#;
+        let m: MintedSession = serde_json::from_str(old).unwrap();
+        assert_eq!(m.jkt, None);
+        let cell = CellId::new("cell-01").unwrap();
+        assert_eq!(m.claims("https://cell-01.example", &cell).cnf, None);
+        // An unbound one is written exactly as before (an older binary reads it).
+        assert_eq!(serde_json::to_string(&m).unwrap(), old);
+        // A bound one carries its key into its claims.
+        let bound = MintedSession {
+            jkt: Some(Jkt::from_digest([7; 32])),
+            ..m
+        };
+        let back: MintedSession =
+            serde_json::from_str(&serde_json::to_string(&bound).unwrap()).unwrap();
+        assert_eq!(back, bound);
+        assert_eq!(
+            back.claims("https://cell-01.example", &cell).jkt(),
+            bound.jkt.as_ref()
+        );
     }
 }

@@ -567,3 +567,106 @@ pub fn segment(token: &str, i: usize) -> Value {
     )
     .unwrap()
 }
+
+/// A phone with its own P-256 device key, making `DPoP` proofs (RFC 9449) for the cell whose
+/// public endpoint is `issuer`, at the time of `clock`.
+pub struct Device {
+    pub key: protocol::dpop::SoftwareP256Key,
+    builder: protocol::dpop::ProofBuilder,
+    issuer: String,
+    clock: FakeClock,
+}
+
+impl Device {
+    pub fn new(issuer: &str, clock: &FakeClock) -> Device {
+        let key = protocol::dpop::SoftwareP256Key::generate().unwrap();
+        let builder = protocol::dpop::ProofBuilder::new(key.public());
+        Device {
+            key,
+            builder,
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            clock: clock.clone(),
+        }
+    }
+
+    /// The same device key, making proofs for the cell whose endpoint is `issuer` (after a
+    /// transfer).
+    pub fn at(&self, issuer: &str) -> Device {
+        let key = protocol::dpop::SoftwareP256Key::from_pkcs8(self.key.pkcs8()).unwrap();
+        let builder = protocol::dpop::ProofBuilder::new(key.public());
+        Device {
+            key,
+            builder,
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    /// The key's thumbprint (`cnf.jkt`).
+    pub fn jkt(&self) -> String {
+        self.key.public().thumbprint().to_string()
+    }
+
+    /// A fresh proof (new `jti`, `iat` now) for `method` on `path` at the cell, with the
+    /// server's `nonce` and, for a request presenting a session, its hash (`ath`).
+    pub fn proof(
+        &self,
+        method: &str,
+        path: &str,
+        nonce: Option<&str>,
+        token: Option<&str>,
+    ) -> String {
+        use protocol::time::Clock as _;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let claims = protocol::dpop::ProofClaims {
+            jti: format!("proof-{n}-{}", self.clock.now()),
+            htm: method.to_owned(),
+            htu: protocol::dpop::htu(&self.issuer, path),
+            iat: self.clock.now(),
+            ath: token.map(protocol::dpop::token_hash),
+            nonce: nonce.map(str::to_owned),
+        };
+        let input = self.builder.signing_input(&claims).unwrap();
+        let signature = self.key.sign(input.as_bytes()).unwrap();
+        protocol::dpop::ProofBuilder::finish(input, &signature).unwrap()
+    }
+}
+
+/// The `DPoP-Nonce` an answer offers.
+pub fn dpop_nonce(r: &Resp) -> String {
+    r.headers
+        .get(protocol::dpop::DPOP_NONCE_HEADER)
+        .unwrap_or_else(|| panic!("no DPoP-Nonce in {:?}", r.headers))
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A `401` refusing a proof with `code`; `challenge`: the RFC 9449 `error` of the
+/// `WWW-Authenticate: DPoP` challenge (with a `DPoP-Nonce`) the answer must carry, or `None`
+/// when it must carry neither (a refusal of what the edge asserted).
+pub fn assert_dpop_refused(r: &Resp, code: &str, challenge: Option<&str>) {
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{:?}", r.json);
+    assert_eq!(r.json["error"], code, "{:?}", r.json);
+    let www = r
+        .headers
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap());
+    match challenge {
+        Some(error) => {
+            let www = www.unwrap_or_else(|| panic!("no challenge in {:?}", r.headers));
+            assert!(www.starts_with("DPoP "), "{www}");
+            assert!(www.contains(&format!("error=\"{error}\"")), "{www}");
+            assert!(!dpop_nonce(r).is_empty());
+        }
+        None => {
+            assert_eq!(www, None, "{:?}", r.headers);
+            assert!(
+                r.headers.get(protocol::dpop::DPOP_NONCE_HEADER).is_none(),
+                "{:?}",
+                r.headers
+            );
+        }
+    }
+}

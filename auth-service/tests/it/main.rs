@@ -6,6 +6,7 @@ mod common;
 
 mod api;
 mod bad_input;
+mod dpop;
 mod drain;
 mod hostile_client;
 mod lockout;

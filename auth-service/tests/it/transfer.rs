@@ -179,9 +179,35 @@ fn assert_refused(r: &Resp, reason: &str) {
 /// Source cell-01 released `CTR` at gen 1 to cell-02 at gen 2; cell-02 holds the copied
 /// credentials and is active at gen 2. Answers (target, a source session).
 async fn migrated(f: &Fixture) -> (AppState, String) {
+    migrated_as(f, None).await
+}
+
+/// [`migrated`], the source session signed in from `device` (bound to its key) when given.
+async fn migrated_as(f: &Fixture, device: Option<&Device>) -> (AppState, String) {
     f.seed(CTR, "ana", PW, 1).await;
     put_map(&f.state, f).await;
-    let r = f.sign_in(CTR, "ana", PW, "field").await;
+    let r = match device {
+        None => f.sign_in(CTR, "ana", PW, "field").await,
+        Some(d) => {
+            let body = json!({"contractor_id": CTR, "login": "ana", "password": PW}).to_string();
+            let sign_in = |proof: String| {
+                let body = body.clone();
+                async move {
+                    f.call(
+                        Method::POST,
+                        "/v1/sessions",
+                        &[("content-type", "application/json"), ("dpop", &proof)],
+                        Body::from(body),
+                    )
+                    .await
+                }
+            };
+            let r = sign_in(d.proof("POST", "/v1/sessions", None, None)).await;
+            assert_dpop_refused(&r, "DPOP_NONCE_REQUIRED", Some("use_dpop_nonce"));
+            let nonce = dpop_nonce(&r);
+            sign_in(d.proof("POST", "/v1/sessions", Some(&nonce), None)).await
+        }
+    };
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
     let session = r.json["session"].as_str().unwrap().to_owned();
 
@@ -273,6 +299,123 @@ async fn a_transferred_session_rebinds_once_at_the_new_generation() {
     let restarted = peer(&f, 2).await;
     seed_source_keys(&restarted, &f).await;
     assert_refused(&rebind(&restarted, &ticket).await, "replayed");
+}
+
+/// A rebind at `target` with `headers` (a `DPoP` proof).
+async fn rebind_with(target: &AppState, ticket: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    call(
+        target,
+        Method::POST,
+        "/v1/sessions/rebind",
+        &all,
+        Body::from(json!({ "ticket": ticket }).to_string()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_bound_session_transfers_with_its_key_and_rebinds_only_with_a_proof_by_it() {
+    let (f, _served) = source().await;
+    let source_issuer = source_endpoint(&f);
+    let device = Device::new(&source_issuer, &f.clock);
+    let (target, session) = migrated_as(&f, Some(&device)).await;
+    assert_eq!(segment(&session, 1)["cnf"]["jkt"], device.jkt());
+
+    // At the source: the transfer needs a proof by the session's key.
+    let r = transfer(&f.state, &session).await;
+    assert_dpop_refused(&r, "DPOP_PROOF_MISSING", Some("invalid_dpop_proof"));
+    let proof = device.proof(
+        "POST",
+        "/v1/sessions/transfer",
+        Some(&dpop_nonce(&r)),
+        Some(&session),
+    );
+    let auth = format!("Bearer {session}");
+    let r = call(
+        &f.state,
+        Method::POST,
+        "/v1/sessions/transfer",
+        &[("authorization", &auth), ("dpop", &proof)],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    assert_eq!(segment(&ticket, 1)["jkt"], device.jkt(), "the key travels");
+
+    // At the target (its own endpoint and nonces): without a proof, or with another key's,
+    // refused, and the ticket is not used by the refusals.
+    let thief = Device::new("https://127.0.0.2:8443", &f.clock);
+    let r = rebind_with(&target, &ticket, &[]).await;
+    assert_dpop_refused(&r, "DPOP_PROOF_MISSING", Some("invalid_dpop_proof"));
+    let nonce = dpop_nonce(&r);
+    let stolen = thief.proof("POST", "/v1/sessions/rebind", Some(&nonce), None);
+    let r = rebind_with(&target, &ticket, &[("dpop", &stolen)]).await;
+    assert_dpop_refused(&r, "DPOP_KEY_MISMATCH", Some("invalid_token"));
+    // The device's own key at the target's URL: rebound once, to the same key.
+    let same_key = device.at("https://127.0.0.2:8443");
+    let proof = same_key.proof("POST", "/v1/sessions/rebind", Some(&nonce), None);
+    let r = rebind_with(&target, &ticket, &[("dpop", &proof)]).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    assert_eq!(r.json["generation"], 2);
+    assert!(!dpop_nonce(&r).is_empty());
+    let fresh = r.json["session"].as_str().unwrap().to_owned();
+    assert_eq!(segment(&fresh, 1)["cnf"]["jkt"], device.jkt());
+    // The new session needs the key at the target too.
+    let auth = format!("Bearer {fresh}");
+    let r = call(
+        &target,
+        Method::GET,
+        "/v1/sessions/current",
+        &[("authorization", &auth)],
+        Body::empty(),
+    )
+    .await;
+    assert_dpop_refused(&r, "DPOP_PROOF_MISSING", Some("invalid_dpop_proof"));
+    let proof = same_key.proof(
+        "GET",
+        "/v1/sessions/current",
+        Some(&dpop_nonce(&r)),
+        Some(&fresh),
+    );
+    let r = call(
+        &target,
+        Method::GET,
+        "/v1/sessions/current",
+        &[("authorization", &auth), ("dpop", &proof)],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    // Single use holds: a second rebind with a valid proof is refused as replayed.
+    let proof = same_key.proof("POST", "/v1/sessions/rebind", Some(&nonce), None);
+    assert_refused(
+        &rebind_with(&target, &ticket, &[("dpop", &proof)]).await,
+        "replayed",
+    );
+}
+
+#[tokio::test]
+async fn an_unbound_ticket_rebinds_as_a_sign_in_would_bound_to_a_proved_key() {
+    let (f, _served) = source().await;
+    let (target, session) = migrated(&f).await;
+    let r = transfer(&f.state, &session).await;
+    assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+    let ticket = r.json["ticket"].as_str().unwrap().to_owned();
+    assert!(segment(&ticket, 1).get("jkt").is_none());
+    // A proof without the target's nonce is refused (nothing used), then accepted with it:
+    // the new session is bound to its key (the target's field binding is `optional`).
+    let device = Device::new("https://127.0.0.2:8443", &f.clock);
+    let proof = device.proof("POST", "/v1/sessions/rebind", None, None);
+    let r = rebind_with(&target, &ticket, &[("dpop", &proof)]).await;
+    assert_dpop_refused(&r, "DPOP_NONCE_REQUIRED", Some("use_dpop_nonce"));
+    let proof = device.proof("POST", "/v1/sessions/rebind", Some(&dpop_nonce(&r)), None);
+    let r = rebind_with(&target, &ticket, &[("dpop", &proof)]).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json);
+    let fresh = segment(r.json["session"].as_str().unwrap(), 1);
+    assert_eq!(fresh["cnf"]["jkt"], device.jkt());
 }
 
 #[tokio::test]
