@@ -26,8 +26,56 @@ use protocol::{CellId, ContractorId, Endpoint, Generation, SessionId, SessionTok
 
 use crate::Error;
 
-/// Sessions last 30 days; the SDK renews in the last 7 of them.
+/// Sessions last 30 days; the SDK renews in the last 7 of them, each session from its own
+/// renew point ([`SessionInfo::renew_at`]).
 pub const RENEWAL_WINDOW_S: u64 = 7 * 24 * 3600;
+
+/// How far into the renewal window a session's renew point may fall: 12 hours.
+///
+/// Sessions minted together (19,000 technicians signing in within a 30-minute shift start)
+/// would otherwise all renew in the same minute 23 days later. Each session renews at
+/// `expires_at - RENEWAL_WINDOW_S + offset`, the offset taken from its id
+/// ([`renewal_offset`]), so a burst's renewals are spread over 12 hours. Why 12 h: the busiest
+/// minute must be at most 2x the average minute. The offsets are random-looking, so each minute
+/// gets a Poisson-like count, and that needs about 16 renewals per minute or more on average
+/// for a 19,000-session burst (at 16 a typical burst's busiest minute is already about 2x), so a
+/// spread of well under a day; 12 h gives about 26 a minute (busiest minute about 1.7-1.9x,
+/// fewer than 1 burst in 100 above 2x) across a working day's hours. The spread is far shorter
+/// than the window, so every session still renews at least 6.5 days before it expires
+/// (`sdk/tests/renewal_spread.rs` measures the histogram).
+pub const RENEWAL_SPREAD_S: u64 = 12 * 3600;
+
+/// Where a session's renew point falls past the start of its renewal window, in
+/// `[0, RENEWAL_SPREAD_S)`: the first 8 bytes (big-endian) of the SHA-256 of the session id
+/// string, modulo [`RENEWAL_SPREAD_S`]. Deterministic: stable across app restarts and releases
+/// (never `std`'s `DefaultHasher`), with no state stored; any string hashes, so an id of any
+/// shape still gets a renew point.
+pub fn renewal_offset(session_id: &str) -> u64 {
+    sha256_prefix(session_id.as_bytes()) % RENEWAL_SPREAD_S
+}
+
+/// When a session expiring at `expires_at` with id `session_id` is renewed: the start of its
+/// renewal window plus its [`renewal_offset`].
+pub fn renew_point(session_id: &str, expires_at: UnixSeconds) -> UnixSeconds {
+    expires_at
+        .saturating_sub(RENEWAL_WINDOW_S)
+        .saturating_add(renewal_offset(session_id))
+}
+
+/// The first 8 bytes of the SHA-256 of `bytes`, big-endian. SHA-256 comes from the `ring`
+/// provider the SDK's TLS stack already carries (through `rustls`), so the SDK needs no hash
+/// crate of its own.
+fn sha256_prefix(bytes: &[u8]) -> u64 {
+    let Some(suite) = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256.tls13() else {
+        return 0; // a TLS 1.3 suite: never reached
+    };
+    let digest = suite.common.hash_provider.hash(bytes);
+    let mut first = [0u8; 8];
+    for (to, from) in first.iter_mut().zip(digest.as_ref()) {
+        *to = *from;
+    }
+    u64::from_be_bytes(first)
+}
 
 /// A session as the SDK keeps it (and persists it): the token and what an app may know about
 /// it (flattened: the persisted members are those of both). `Debug` never shows the token.
@@ -40,9 +88,10 @@ pub struct Session {
 }
 
 impl Session {
-    /// Whether `now` is inside the renewal window (or past expiry).
+    /// Whether `now` is at or past this session's renew point ([`SessionInfo::renew_at`]), which
+    /// includes past expiry.
     pub fn wants_renewal(&self, now: UnixSeconds) -> bool {
-        now.saturating_add(RENEWAL_WINDOW_S) >= self.info.expires_at
+        now >= self.info.renew_at()
     }
 
     pub fn info(&self) -> SessionInfo {
@@ -61,6 +110,14 @@ pub struct SessionInfo {
     pub endpoint: Endpoint,
     pub generation: Generation,
     pub expires_at: UnixSeconds,
+}
+
+impl SessionInfo {
+    /// When the SDK renews this session: the start of its renewal window plus an offset in
+    /// `[0, RENEWAL_SPREAD_S)` taken from its id ([`renew_point`]).
+    pub fn renew_at(&self) -> UnixSeconds {
+        renew_point(self.session_id.as_str(), self.expires_at)
+    }
 }
 
 /// Why a session ended.
@@ -254,10 +311,41 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn renewal_window_is_the_last_seven_days() {
+    fn a_session_renews_from_its_own_point_in_the_window() {
         let s = sample_session();
-        assert!(!s.wants_renewal(s.info.expires_at - RENEWAL_WINDOW_S - 1));
-        assert!(s.wants_renewal(s.info.expires_at - RENEWAL_WINDOW_S));
-        assert!(s.wants_renewal(s.info.expires_at + 10));
+        let window_start = s.info.expires_at - RENEWAL_WINDOW_S;
+        let at = s.info.renew_at();
+        assert_eq!(
+            at,
+            window_start + renewal_offset(s.info.session_id.as_str())
+        );
+        assert!((window_start..window_start + RENEWAL_SPREAD_S).contains(&at));
+        assert!(!s.wants_renewal(window_start - 1));
+        assert!(!s.wants_renewal(at - 1), "just before its renew point");
+        assert!(s.wants_renewal(at), "at its renew point");
+        assert!(s.wants_renewal(window_start + RENEWAL_SPREAD_S));
+        assert!(s.wants_renewal(s.info.expires_at - 1));
+        assert!(s.wants_renewal(s.info.expires_at + 10), "past expiry");
+        // the point belongs to the session: another id, another point (same expiry)
+        let mut other = s.clone();
+        other.info.session_id = SessionId::from_random([2; 16]);
+        assert_ne!(other.info.renew_at(), at);
+        assert_eq!(other.info.renew_at(), other.info.renew_at());
+    }
+
+    #[test]
+    fn the_renewal_offset_is_sha256_of_the_id_mod_the_spread() {
+        // SHA-256("abc") starts ba7816bf8f01cfea (FIPS 180-2 test vector)
+        assert_eq!(
+            renewal_offset("abc"),
+            0xba78_16bf_8f01_cfea % RENEWAL_SPREAD_S
+        );
+        assert_eq!(renewal_offset("abc"), 18_474);
+        // any string gets an offset in range, the empty one too
+        for id in ["", "x", "not a session id", "AAAAAAAAAAAAAAAAAAAAAA"] {
+            assert!(renewal_offset(id) < RENEWAL_SPREAD_S);
+        }
+        // a session expiring before the window could start renews from its offset on
+        assert_eq!(renew_point("abc", 10), 18_474);
     }
 }
