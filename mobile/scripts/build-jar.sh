@@ -11,7 +11,9 @@
 # ships a `strip --strip-all` copy of the library.
 #
 # usage: build-jar.sh [OUT_DIR]        (default: $CARGO_TARGET_DIR/jar)
-# Prints the shipped library's size and, last, "jar: PATH" and the jar's size.
+# Prints the shipped library's size and, last, "jar: PATH" and the jar's size. On x86_64 Linux,
+# exits 1 when that library is over the size budget (CB_SIZE_BUDGET in lib.sh), after writing the
+# jar and printing its path (test-bindings.sh still tests it, and fails).
 # Needs: cargo, python3, binutils' strip, unzip, a JDK/JRE 17, JNA (Debian libjna-java; JNA_JAR
 # overrides), npm (installs the pinned Kotlin compiler once into $CELLBIND_TOOLS_DIR).
 set -euo pipefail
@@ -57,7 +59,9 @@ echo "kotlinc took $((SECONDS - start)) s"
 echo "== packing the jar"
 mkdir -p "$work/jar/$prefix"
 cb_strip strip "$lib" "$work/jar/$prefix/libcellbind_mobile.so"
-cb_size_report "stripped, $prefix" "$(stat -c %s "$work/jar/$prefix/libcellbind_mobile.so")"
+within_budget=1
+cb_size_report "stripped, $prefix" "$(stat -c %s "$work/jar/$prefix/libcellbind_mobile.so")" ||
+    within_budget=0
 cb_pom "$CB_ARTIFACT" jar "$version" >"$work/pom.xml"
 meta="$work/jar/META-INF/maven/$CB_GROUP/$CB_ARTIFACT"
 mkdir -p "$meta"
@@ -76,3 +80,7 @@ jar="$CB_MAVEN_PATH"
 rm -rf "$work"
 echo "jar size: $(stat -c %s "$jar") bytes"
 echo "jar: $jar"
+if [ "$within_budget" = 0 ] && cb_budget_applies; then
+    cb_over_budget "$(basename "$0")"
+    exit 1
+fi

@@ -8,6 +8,8 @@
 #
 # usage: build-wheel.sh OUT_DIR
 # Prints the wheel's path on the last line ("wheel: PATH") and the shipped library's size.
+# On x86_64 Linux, exits 1 when that library is over the size budget (CB_SIZE_BUDGET in lib.sh),
+# after writing the wheel and printing its path (test-bindings.sh still tests it, and fails).
 # Needs: maturin 1.16.0 (`python3 -m pip install maturin==1.16.0`), binutils' strip.
 set -euo pipefail
 
@@ -90,6 +92,11 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     print(sum(i.file_size for i in z.infolist() if i.filename.endswith(".so")))
 PY
 )"
-cb_size_report "stripped, x86_64" "$lib_size"
+within_budget=1
+cb_size_report "stripped, x86_64" "$lib_size" || within_budget=0
 echo "wheel size: $(stat -c %s "$out/$wheel_name") bytes"
 echo "wheel: $out/$wheel_name"
+if [ "$within_budget" = 0 ] && cb_budget_applies; then
+    cb_over_budget "$(basename "$0")"
+    exit 1
+fi

@@ -25,7 +25,8 @@ CB_JNA_JAR="${JNA_JAR:-/usr/share/java/jna.jar}"
 CB_GROUP="dev.cellbind"
 CB_ARTIFACT="cellbind-mobile"
 CB_ARTIFACT_ANDROID="cellbind-mobile-android"
-# Bytes: the size-first profile's target for the stripped x86_64 library (PACKAGING.md).
+# Bytes: the budget of the stripped x86_64 Linux library (PACKAGING.md, "The size budget").
+# The x86_64 package builds (build-wheel.sh, build-jar.sh) and check-size.sh fail above it.
 CB_SIZE_BUDGET=3000000
 
 cb_die() {
@@ -113,15 +114,30 @@ cb_strip() {
     "$1" --strip-all -o "$3" "$2"
 }
 
-# cb_size_report LABEL BYTES: the shipped library's size against the budget.
+# cb_size_report LABEL BYTES: the shipped library's size against the budget, with the headroom
+# left (or the excess). Returns 1 when BYTES is over the budget.
 cb_size_report() {
-    local verdict
+    local verdict status=0
     if [ "$2" -le "$CB_SIZE_BUDGET" ]; then
-        verdict="within the $CB_SIZE_BUDGET-byte budget"
+        verdict="within the $CB_SIZE_BUDGET-byte budget, headroom $((CB_SIZE_BUDGET - $2)) bytes"
     else
         verdict="OVER the $CB_SIZE_BUDGET-byte budget by $(($2 - CB_SIZE_BUDGET)) bytes"
+        status=1
     fi
     echo "shipped library ($1): $2 bytes ($(awk -v b="$2" 'BEGIN { printf "%.2f", b / 1048576 }') MiB), $verdict"
+    return "$status"
+}
+
+# cb_budget_applies: is this host's library the one the budget is for (x86_64 Linux)? Elsewhere
+# the size is printed against the budget for comparison only.
+cb_budget_applies() {
+    [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]
+}
+
+# cb_over_budget SCRIPT: the message of a package build that wrote its package but fails because
+# the library in it is over the budget.
+cb_over_budget() {
+    echo "$1: FAILED: the shipped library is over the $CB_SIZE_BUDGET-byte size budget (the package was written; mobile/PACKAGING.md, \"The size budget\")" >&2
 }
 
 # The pinned Kotlin compiler, installed into $CB_TOOLS on first use. Sets CB_KOTLINC and

@@ -273,7 +273,8 @@ impl CellClients {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth();
-        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // HTTP/1.1 only: the SDK's reqwest is built without HTTP/2 (the library's size budget).
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .user_agent(self.settings.user_agent)
