@@ -6,17 +6,17 @@
 //! a fresh id (`jti`), its clock (`iat`) and the server's nonce (`nonce`).
 //!
 //! The parser ([`parse`]) runs these checks in this order and stops at the first failure (each
-//! row is a row of the threat model, `docs/THREAT-MODEL.md`, D-rows):
+//! row is a row of the threat model, `docs/THREAT-MODEL.md`):
 //!
 //! | step | check | attack |
 //! |---|---|---|
-//! | 1 | raw size ≤ [`MAX_PROOF_BYTES`], before anything is parsed | D9 |
-//! | 2 | exactly three non-empty canonical base64url segments | D9 |
-//! | 3 | header is a JSON object of exactly `{typ, alg, jwk}`, no duplicates | D6, D7 |
-//! | 4 | `typ` is exactly `dpop+jwt` | D9 |
-//! | 5 | `alg` is `ES256` or `EdDSA` (never `none`, never an HMAC) and matches the key's type | D7 |
-//! | 6 | `jwk` is a public P-256 or Ed25519 key: no private member, a point on the curve | D6 |
-//! | 7 | claims are a JSON object with `jti`, `htm`, `htu`, integer `iat`, optional `ath`, `nonce` | D9 |
+//! | 1 | raw size ≤ [`MAX_PROOF_BYTES`], before anything is parsed | A43 |
+//! | 2 | exactly three non-empty canonical base64url segments | A43 |
+//! | 3 | header is a JSON object of exactly `{typ, alg, jwk}`, no duplicates | A43 |
+//! | 4 | `typ` is exactly `dpop+jwt` | A43 |
+//! | 5 | `alg` is `ES256` or `EdDSA` (never `none`, never an HMAC) and matches the key's type | A43 |
+//! | 6 | `jwk` is a public P-256 or Ed25519 key: no private member, a point on the curve | A44 |
+//! | 7 | claims are a JSON object with `jti`, `htm`, `htu`, integer `iat`, optional `ath`, `nonce` | A42 |
 //!
 //! What a verifier then checks against the request ([`Proof::check_request`]: method, URL,
 //! token hash), against its nonce ([`Noncer::check`]), against the session (the thumbprint) and

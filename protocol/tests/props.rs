@@ -1298,3 +1298,130 @@ fn credential_case(input: CredentialInput) -> Result<(), TestCaseError> {
 fn prop_cookie_credentials() {
     props_support::run("cookie_credentials", credential_input(), credential_case);
 }
+
+// ---------------------------------------------------------------------------------------------
+// prop_dpop_proof
+
+/// A valid proof, then edited: its bytes, or its header/claims re-signed by the same key.
+#[derive(Debug, Clone)]
+enum ProofInput {
+    Bytes(Vec<ByteEdit>),
+    /// A member of the header (`jwk` members included, as `jwk.x`) or of the claims replaced,
+    /// then signed by the proof's key.
+    Resigned {
+        header: bool,
+        member: String,
+        value: Value,
+    },
+    Arbitrary(String),
+}
+
+fn proof_input() -> impl Strategy<Value = ProofInput> {
+    let member = prop::sample::select(vec![
+        "typ", "alg", "jwk", "jwk.kty", "jwk.crv", "jwk.x", "jwk.y", "jwk.d", "kid", "jti", "htm",
+        "htu", "iat", "ath", "nonce", "extra",
+    ])
+    .prop_map(String::from);
+    prop_oneof![
+        4 => prop::collection::vec(byte_edit(), 1..4).prop_map(ProofInput::Bytes),
+        4 => (any::<bool>(), member, hostile_json())
+            .prop_map(|(header, member, value)| ProofInput::Resigned { header, member, value }),
+        1 => ".{0,600}".prop_map(ProofInput::Arbitrary),
+    ]
+}
+
+/// Sets `path` (`a` or `a.b`) of `doc` to `value`.
+fn set_member(doc: &mut Value, path: &str, value: Value) {
+    let mut parts = path.splitn(2, '.');
+    let first = parts.next().unwrap_or_default();
+    match (parts.next(), doc.as_object_mut()) {
+        (None, Some(o)) => {
+            o.insert(first.to_owned(), value);
+        }
+        (Some(rest), Some(o)) => {
+            if let Some(inner) = o.get_mut(first) {
+                set_member(inner, rest, value);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn prop_dpop_proof() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use protocol::dpop::{ProofBuilder, ProofClaims, ProofError, ProofRequest, SoftwareP256Key};
+    const NOW: u64 = 1_800_000_000;
+    const HTU: &str = "https://127.0.0.3:8443/api/routes/today";
+    let key = SoftwareP256Key::generate().expect("a P-256 key");
+    let claims = ProofClaims {
+        jti: "j-1".into(),
+        htm: "GET".into(),
+        htu: HTU.into(),
+        iat: NOW,
+        ath: Some(protocol::dpop::token_hash("tok")),
+        nonce: Some("n".into()),
+    };
+    let builder = ProofBuilder::new(key.public());
+    let input = builder.signing_input(&claims).expect("claims serialise");
+    let valid = ProofBuilder::finish(input.clone(), &key.sign(input.as_bytes()).expect("signs"))
+        .expect("a proof");
+    let (h, p) = input.split_once('.').expect("two segments");
+    let decode = |s: &str| -> Value {
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(s).expect("base64url")).expect("JSON")
+    };
+    let (header, payload) = (decode(h), decode(p));
+    let request = ProofRequest {
+        method: "GET",
+        htu: HTU,
+        access_token: Some("tok"),
+    };
+    props_support::run("dpop_proof", proof_input(), |input| {
+        let raw = match &input {
+            ProofInput::Bytes(edits) => {
+                String::from_utf8_lossy(&apply(valid.as_bytes(), edits)).into_owned()
+            }
+            ProofInput::Resigned {
+                header: in_header,
+                member,
+                value,
+            } => {
+                let (mut hd, mut pl) = (header.clone(), payload.clone());
+                set_member(
+                    if *in_header { &mut hd } else { &mut pl },
+                    member,
+                    value.clone(),
+                );
+                let enc = |v: &Value| URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).expect("JSON"));
+                let input = format!("{}.{}", enc(&hd), enc(&pl));
+                let sig = key.sign(input.as_bytes()).expect("signs");
+                format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig))
+            }
+            ProofInput::Arbitrary(s) => s.clone(),
+        };
+        // Never a panic; every refusal has a DPoP code (or the replay-set's 429).
+        let verdict = protocol::dpop::parse(&raw).and_then(|proof| {
+            proof.verify_signature()?;
+            proof.check_request(&request, NOW)?;
+            Ok(proof)
+        });
+        match verdict {
+            Ok(proof) => {
+                // Accepted: by the one key, for this request, with every required claim.
+                prop_assert_eq!(proof.jkt(), &key.public().thumbprint());
+                prop_assert_eq!(proof.claims().htm.as_str(), "GET");
+                if let ProofInput::Arbitrary(_) = input {
+                    prop_assert!(false, "an arbitrary string verified: {raw}");
+                }
+            }
+            Err(e) => {
+                prop_assert!(
+                    e.code().as_str().starts_with("DPOP_") && !matches!(e, ProofError::Signing(_)),
+                    "{e:?}"
+                );
+            }
+        }
+        Ok(())
+    });
+}
