@@ -9,7 +9,7 @@ mod cellctl_cli;
 mod configuration;
 mod credentials;
 mod desk_browser;
-mod dpop_replays;
+mod dpop;
 mod feed_credentials;
 mod fleet_basics;
 mod game_day;
