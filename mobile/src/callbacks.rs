@@ -1,10 +1,40 @@
 //! The adapters of the app's callback traits ([`SessionStore`], [`OutboxObserver`],
-//! [`RequestObserver`]) to the SDK's traits.
+//! [`RequestObserver`], [`DeviceKey`]) to the SDK's traits.
 
 use std::sync::Arc;
 
 use crate::records::{event, rejection};
-use crate::{OutboxObserver, QueuedWrite, RequestObserver, SessionStore, StoreSlot};
+use crate::{
+    CellbindError, DeviceKey, OutboxObserver, QueuedWrite, RequestObserver, SessionStore, StoreSlot,
+};
+
+impl dyn DeviceKey {
+    /// The app's device key as the SDK's.
+    pub(crate) fn into_sdk(self: Arc<Self>) -> Arc<dyn sdk::DeviceKey> {
+        Arc::new(ForeignDeviceKey(self))
+    }
+}
+
+/// Adapts the foreign device key to the SDK's: its JWK read by the SDK, its errors as text.
+struct ForeignDeviceKey(Arc<dyn DeviceKey>);
+
+/// A foreign key's failure as text. An exception the interface does not declare arrives as
+/// `Store` (the one conversion of undeclared callback errors): its text alone.
+fn key_error(e: CellbindError) -> sdk::DeviceKeyError {
+    sdk::DeviceKeyError(match e {
+        CellbindError::Store { detail } => detail,
+        other => other.to_string(),
+    })
+}
+
+impl sdk::DeviceKey for ForeignDeviceKey {
+    fn public_key(&self) -> Result<sdk::ProofKey, sdk::DeviceKeyError> {
+        sdk::public_key_from_jwk(&self.0.public_key_jwk().map_err(key_error)?)
+    }
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, sdk::DeviceKeyError> {
+        self.0.sign(message.to_vec()).map_err(key_error)
+    }
+}
 
 impl dyn SessionStore {
     /// The app's store as the SDK's.
@@ -93,9 +123,47 @@ impl sdk::RequestObserver for ForeignObserver {
 
 #[cfg(test)]
 mod tests {
-    use crate::CellbindError;
-
     use super::*;
+
+    /// A foreign device key: a fixed JWK (or a refusal) and an echoing signer.
+    struct Key(Result<String, String>);
+
+    impl DeviceKey for Key {
+        fn public_key_jwk(&self) -> Result<String, CellbindError> {
+            self.0
+                .clone()
+                .map_err(|detail| CellbindError::Store { detail })
+        }
+        fn sign(&self, data: Vec<u8>) -> Result<Vec<u8>, CellbindError> {
+            if data.is_empty() {
+                return Err(CellbindError::InvalidInput {
+                    detail: "locked".into(),
+                });
+            }
+            Ok(data.iter().rev().copied().collect())
+        }
+    }
+
+    #[test]
+    fn the_foreign_device_key_is_converted_and_forwarded() {
+        let jwk =
+            r#"{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}"#;
+        let foreign: Arc<dyn DeviceKey> = Arc::new(Key(Ok(jwk.into())));
+        let key = foreign.into_sdk();
+        let public = key.public_key().unwrap();
+        assert_eq!(public, sdk::public_key_from_jwk(jwk).unwrap());
+        assert_eq!(key.sign(b"abc").unwrap(), b"cba");
+        let e = key.sign(b"").unwrap_err();
+        assert!(e.0.contains("locked"), "{e}");
+        for bad in [
+            Err("no keystore".to_owned()),
+            Ok("{\"kty\":\"RSA\"}".to_owned()),
+        ] {
+            let foreign: Arc<dyn DeviceKey> = Arc::new(Key(bad));
+            let key = foreign.into_sdk();
+            assert!(key.public_key().is_err());
+        }
+    }
 
     #[test]
     fn every_slot_keeps_its_name() {

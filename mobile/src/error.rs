@@ -46,6 +46,12 @@ impl From<sdk::Error> for CellbindError {
                 ErrorCode::NotReady => CellbindError::NotReady { detail },
                 ErrorCode::NotFound => CellbindError::NotFound { detail },
                 ErrorCode::Internal => CellbindError::Internal { detail },
+                ErrorCode::DpopProofMissing => CellbindError::DpopProofMissing { detail },
+                ErrorCode::DpopProofInvalid => CellbindError::DpopProofInvalid { detail },
+                ErrorCode::DpopProofReplayed => CellbindError::DpopProofReplayed { detail },
+                ErrorCode::DpopNonceRequired => CellbindError::DpopNonceRequired { detail },
+                ErrorCode::DpopNonceStale => CellbindError::DpopNonceStale { detail },
+                ErrorCode::DpopKeyMismatch => CellbindError::DpopKeyMismatch { detail },
                 // a code the protocol gained after this table was written
                 other => CellbindError::UnknownErrorCode {
                     code: other.as_str().to_owned(),
@@ -83,6 +89,7 @@ impl From<sdk::Error> for CellbindError {
             E::Config(_) => CellbindError::Config { detail },
             E::InvalidInput(_) => CellbindError::InvalidInput { detail },
             E::SignInRequired => CellbindError::SignInRequired { detail },
+            E::DeviceKey(_) => CellbindError::DeviceKey { detail },
             _ => CellbindError::Internal { detail },
         }
     }
@@ -187,6 +194,12 @@ mod tests {
             (rejected(ErrorCode::NotReady), "NotReady"),
             (rejected(ErrorCode::NotFound), "NotFound"),
             (rejected(ErrorCode::Internal), "Internal"),
+            (rejected(ErrorCode::DpopProofMissing), "DpopProofMissing"),
+            (rejected(ErrorCode::DpopProofInvalid), "DpopProofInvalid"),
+            (rejected(ErrorCode::DpopProofReplayed), "DpopProofReplayed"),
+            (rejected(ErrorCode::DpopNonceRequired), "DpopNonceRequired"),
+            (rejected(ErrorCode::DpopNonceStale), "DpopNonceStale"),
+            (rejected(ErrorCode::DpopKeyMismatch), "DpopKeyMismatch"),
             (
                 sdk::Error::Network {
                     kind: sdk::NetworkErrorKind::TimeoutAfterSend,
@@ -212,6 +225,7 @@ mod tests {
             (sdk::Error::Config("x".into()), "Config"),
             (sdk::Error::InvalidInput("x".into()), "InvalidInput"),
             (sdk::Error::SignInRequired, "SignInRequired"),
+            (sdk::Error::DeviceKey("x".into()), "DeviceKey"),
         ];
         for (e, want) in cases {
             let shown = format!("{e:?}");
@@ -249,6 +263,38 @@ mod tests {
                 assert_eq!((code.as_str(), status), ("NEWER_CODE", 422))
             }
             e => panic!("{e:?}"),
+        }
+    }
+
+    /// Every code of the protocol has its own variant: none reaches the app as the fallback
+    /// (a code added to the protocol without a row here fails this test).
+    #[test]
+    fn every_wire_code_is_a_variant_of_its_own() {
+        // the codes the SDK types with a variant of its own (rows of `the_error_table`)
+        let typed = [
+            ErrorCode::InvalidCredentials,
+            ErrorCode::UnknownContractor,
+            ErrorCode::SessionExpired,
+            ErrorCode::SessionRevoked,
+            ErrorCode::SessionInvalid,
+            ErrorCode::WrongCell,
+            ErrorCode::HandoffInProgress,
+            ErrorCode::RateLimited,
+            ErrorCode::CellStateStale,
+            ErrorCode::UpstreamUnavailable,
+        ];
+        for code in ErrorCode::ALL.into_iter().filter(|c| !typed.contains(c)) {
+            let e = sdk::Error::Rejected {
+                code,
+                status: code.status().as_u16(),
+                message: "m".into(),
+            };
+            let got = CellbindError::from(e);
+            assert!(
+                !matches!(got, CellbindError::UnknownErrorCode { .. }),
+                "{code} is {got:?}"
+            );
+            assert!(got.to_string().starts_with(code.as_str()), "{code}: {got}");
         }
     }
 

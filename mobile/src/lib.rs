@@ -13,7 +13,8 @@
 //!
 //! - [`records`]: the records' conversions from and to the SDK's types, and their `Debug`
 //!   (which never shows a secret).
-//! - [`callbacks`]: the adapters of the app's store and observers to the SDK's traits.
+//! - [`callbacks`]: the adapters of the app's store, observers and device key to the SDK's
+//!   traits.
 //! - [`error`]: the one mapping table from the SDK's errors to [`CellbindError`].
 
 use std::sync::Arc;
@@ -69,6 +70,24 @@ pub trait RequestObserver: Send + Sync {
     fn on_request(&self, event: RequestEvent) -> Result<(), CellbindError>;
 }
 
+/// The key that proves this device to the cells (DPoP, RFC 9449): back it with the platform's
+/// keystore (Android Keystore or StrongBox, the Secure Enclave) so the private key never leaves
+/// it. Every sign-in carries a proof by it, and the session it binds needs a fresh proof on
+/// every request: a copied session token is useless without the key. Without one, the SDK makes
+/// a software P-256 key at each sign-in and keeps it with the session in the store.
+#[uniffi::export(foreign)]
+pub trait DeviceKey: Send + Sync {
+    /// The public key as a JWK (JSON text): `{"kty":"EC","crv":"P-256","x":…,"y":…}` (each
+    /// coordinate 32 bytes, big-endian, base64url without padding) or
+    /// `{"kty":"OKP","crv":"Ed25519","x":…}`. Read once, when the client is built.
+    fn public_key_jwk(&self) -> Result<String, CellbindError>;
+    /// Signs `data` with the private key: for P-256, ECDSA with SHA-256 over `data` (Java's
+    /// `SHA256withECDSA`, the Secure Enclave's `ecdsaSignatureMessageX962SHA256`), DER or the
+    /// 64-byte `r || s`; for Ed25519, the 64-byte signature. Called once per request attempt of
+    /// a bound session, on a background thread; an error fails that request with `DeviceKey`.
+    fn sign(&self, data: Vec<u8>) -> Result<Vec<u8>, CellbindError>;
+}
+
 /// How to build a client.
 #[derive(uniffi::Record)]
 pub struct CellbindConfig {
@@ -91,6 +110,9 @@ pub struct CellbindConfig {
     /// Time allowed for one whole request attempt (default 20 s).
     #[uniffi(default)]
     pub request_timeout_ms: Option<u64>,
+    /// Optional: the device key in the platform's keystore (else a software key per sign-in).
+    #[uniffi(default)]
+    pub device_key: Option<Arc<dyn DeviceKey>>,
 }
 
 /// A query parameter, unencoded (the SDK percent-encodes it).
@@ -246,6 +268,10 @@ pub struct SessionInfo {
     pub endpoint: String,
     pub generation: u64,
     pub expires_at: u64,
+    /// The RFC 7638 thumbprint (base64url SHA-256 of the canonical JWK) of the device key the
+    /// session is bound to; none for an unbound session.
+    #[uniffi(default)]
+    pub key_thumbprint: Option<String>,
 }
 
 /// Every error: one variant per code of the cell API, then the client-side failures.
@@ -296,6 +322,26 @@ pub enum CellbindError {
     NotFound { detail: String },
     #[error("INTERNAL: {detail}")]
     Internal { detail: String },
+    /// The session is bound to a device key and the request carried no proof by it: the session
+    /// ended (sign in again).
+    #[error("DPOP_PROOF_MISSING: {detail}")]
+    DpopProofMissing { detail: String },
+    /// The request's proof was malformed, badly signed, or made for another request.
+    #[error("DPOP_PROOF_INVALID: {detail}")]
+    DpopProofInvalid { detail: String },
+    /// The request's proof had been used before.
+    #[error("DPOP_PROOF_REPLAYED: {detail}")]
+    DpopProofReplayed { detail: String },
+    /// The cell wanted a fresh nonce twice in a row (the SDK retries once by itself).
+    #[error("DPOP_NONCE_REQUIRED: {detail}")]
+    DpopNonceRequired { detail: String },
+    /// The proof's nonce had expired twice in a row (the SDK retries once by itself).
+    #[error("DPOP_NONCE_STALE: {detail}")]
+    DpopNonceStale { detail: String },
+    /// The proof was made by another key than the session's: the session ended (sign in
+    /// again).
+    #[error("DPOP_KEY_MISMATCH: {detail}")]
+    DpopKeyMismatch { detail: String },
     /// No session on this device: sign in.
     #[error("not signed in: {detail}")]
     NotSignedIn { detail: String },
@@ -343,6 +389,10 @@ pub enum CellbindError {
     /// The contractor moved and the session could not follow it: sign in again.
     #[error("SIGN_IN_REQUIRED: {detail}")]
     SignInRequired { detail: String },
+    /// The device key failed to sign a proof or its public key is not P-256 or Ed25519
+    /// (nothing was sent by the attempt that needed the proof).
+    #[error("device key: {detail}")]
+    DeviceKey { detail: String },
 }
 
 /// The Cellbind client.
@@ -376,6 +426,9 @@ impl CellbindClient {
         }
         if let Some(ms) = config.request_timeout_ms {
             b = b.request_timeout(std::time::Duration::from_millis(ms));
+        }
+        if let Some(k) = config.device_key {
+            b = b.device_key(k.into_sdk());
         }
         Ok(Arc::new(Self { client: b.build()? }))
     }

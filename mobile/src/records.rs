@@ -16,6 +16,7 @@ impl std::fmt::Debug for CellbindConfig {
             .field("outbox_observer", &self.outbox_observer.is_some())
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("device_key", &self.device_key.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -174,6 +175,7 @@ impl From<sdk::SessionInfo> for SessionInfo {
             endpoint: s.endpoint.into(),
             generation: s.generation.get(),
             expires_at: s.expires_at,
+            key_thumbprint: s.key_thumbprint.map(|j| j.to_string()),
         }
     }
 }

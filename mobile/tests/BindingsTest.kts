@@ -46,6 +46,7 @@ fun client(
     observer: RequestObserver? = null,
     connectTimeoutMs: ULong? = null,
     requestTimeoutMs: ULong? = null,
+    deviceKey: DeviceKey? = null,
 ) = CellbindClient(CellbindConfig(
     map = mapBytes,
     mapPublicKey = key,
@@ -54,7 +55,52 @@ fun client(
     observer = observer,
     connectTimeoutMs = connectTimeoutMs,
     requestTimeoutMs = requestTimeoutMs,
+    deviceKey = deviceKey,
 ))
+
+fun b64url(bytes: ByteArray): String = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(bytes)
+
+/** RFC 7638: base64url(SHA-256(the canonical JWK)). */
+fun thumbprint(canonicalJwk: String): String =
+    b64url(java.security.MessageDigest.getInstance("SHA-256").digest(canonicalJwk.toByteArray()))
+
+/**
+ * A device key as an Android app backs it with the Keystore, here with the JVM's JCA: an EC
+ * P-256 key pair, `SHA256withECDSA` signatures (DER, converted by the SDK), the public JWK from
+ * the key's affine coordinates (32 bytes each, big-endian, unsigned, left-padded).
+ */
+class JcaDeviceKey : DeviceKey {
+    private val pair = java.security.KeyPairGenerator.getInstance("EC").run {
+        initialize(java.security.spec.ECGenParameterSpec("secp256r1"))
+        generateKeyPair()
+    }
+    @Volatile var signs = 0
+
+    private fun coordinate(v: java.math.BigInteger): String {
+        val raw = v.toByteArray() // two's complement: may carry a leading 0, or be shorter
+        val unsigned = if (raw.size > 32) raw.copyOfRange(raw.size - 32, raw.size) else raw
+        val out = ByteArray(32)
+        System.arraycopy(unsigned, 0, out, 32 - unsigned.size, unsigned.size)
+        return b64url(out)
+    }
+
+    private val point = (pair.public as java.security.interfaces.ECPublicKey).w
+    val x = coordinate(point.affineX)
+    val y = coordinate(point.affineY)
+
+    override fun publicKeyJwk(): String = """{"kty":"EC","crv":"P-256","x":"$x","y":"$y"}"""
+
+    override fun sign(data: ByteArray): ByteArray {
+        signs++
+        return java.security.Signature.getInstance("SHA256withECDSA").run {
+            initSign(pair.private)
+            update(data)
+            sign()
+        }
+    }
+
+    fun thumbprint(): String = thumbprint("""{"crv":"P-256","kty":"EC","x":"$x","y":"$y"}""")
+}
 
 inline fun <reified E : CellbindException> expectError(block: () -> Unit): E {
     try {
@@ -130,6 +176,8 @@ val tests = linkedMapOf<String, () -> Unit>(
             check(info.cellId == p("cell_id")) { "cell ${info.cellId}" }
             check(store.saves == 1 && store.blob != null) { "session not saved" }
             check(!store.blob!!.contains(password)) { "password persisted" }
+            // bound to the software key the SDK made and stored beside the session
+            check(info.keyThumbprint != null && store.blob!!.contains("\"device_key\":")) { "not bound: $info" }
             val r = c.request("GET", "/api/routes/today", null)
             check(r.status.toInt() == 200) { "status ${r.status}" }
             check(String(r.body).contains("\"contractor_id\":\"$contractor\"")) { String(r.body) }
@@ -315,6 +363,44 @@ val tests = linkedMapOf<String, () -> Unit>(
             check(out.undelivered.map { it.id } == listOf(w.id)) { "undelivered ${out.undelivered}" }
             check(store.blobs[StoreSlot.OUTBOX] == null && store.blob == null) { "store not cleared" }
         }
+    },
+    "a JCA P-256 DeviceKey (DER signatures) binds the session to its thumbprint" to {
+        runBlocking {
+            val key = JcaDeviceKey()
+            val store = MemoryStore()
+            val c = client(store, deviceKey = key)
+            val info = c.signIn(contractor, login, password)
+            check(info.keyThumbprint == key.thumbprint()) { "bound to ${info.keyThumbprint}, the key is ${key.thumbprint()}" }
+            check(key.signs >= 1) { "the key signed nothing" }
+            val r = c.request("GET", "/api/routes/today", null)
+            check(r.status.toInt() == 200) { "status ${r.status}: ${String(r.body)}" }
+            check(String(r.body).contains("\"contractor_id\":\"$contractor\"")) { String(r.body) }
+            val w = c.request("POST", "/api/jobs/j-kt-key-1/complete", "{}".toByteArray())
+            check(w.status.toInt() == 200) { "write status ${w.status}: ${String(w.body)}" }
+            check(key.signs >= 3) { "signs ${key.signs}" }
+            check(!store.blob!!.contains("device_key")) { "the app's key was stored" }
+            check(c.session()?.keyThumbprint == key.thumbprint()) { "session ${c.session()}" }
+
+            // a new client with the same key picks the session up and is served
+            val c2 = client(store, deviceKey = key)
+            check(c2.restore()?.sessionId == info.sessionId) { "not restored" }
+            check(c2.request("GET", "/api/routes/today", null).status.toInt() == 200) { "restored session refused" }
+            // with another key (the keystore lost this one) there is nothing to restore
+            check(client(store, deviceKey = JcaDeviceKey()).restore() == null) { "restored with another key" }
+        }
+    },
+    "a DeviceKey that cannot sign is DeviceKey" to {
+        val locked = object : DeviceKey {
+            val inner = JcaDeviceKey()
+            override fun publicKeyJwk(): String = inner.publicKeyJwk()
+            override fun sign(data: ByteArray): ByteArray = throw java.security.SignatureException("user authentication required")
+        }
+        val c = client(MemoryStore(), deviceKey = locked)
+        val e = expectError<CellbindException.DeviceKey> {
+            runBlocking { c.signIn(contractor, login, password) }
+        }
+        check(e.message?.contains("authentication required") == true) { "message ${e.message}" }
+        check(c.session() == null) { "session after a failed sign-in" }
     },
     "bad configuration is Config" to {
         expectError<CellbindException.Config> { client(MemoryStore(), key = "AAAA") }

@@ -11,6 +11,8 @@ with the venv's Python.)
 """
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import pathlib
@@ -102,6 +104,117 @@ class RecordingOutboxObserver(cellbind.OutboxObserver):
         self.rejected.append(rejection)
 
 
+def b64url(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def b64url_decode(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def thumbprint(canonical_jwk):
+    """RFC 7638: base64url(SHA-256(the canonical JWK))."""
+    return b64url(hashlib.sha256(canonical_jwk.encode()).digest())
+
+
+# --- a device key in pure Python ----------------------------------------------------------
+# The test venv holds the wheel alone (scripts/install-test-deps installs no `cryptography`, and
+# the wheel is installed with --no-deps), so the Python DeviceKey signs with Ed25519 written out
+# from RFC 8032 §5.1 on the standard library (hashlib): a test key, slow and not constant-time.
+# It also covers the EdDSA proofs, while the Kotlin test covers ES256 with DER signatures.
+
+_P = 2**255 - 19
+_L = 2**252 + 27742317777372353535851937790883648493
+_D = -121665 * pow(121666, -1, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+
+
+def _ed_add(a, b):
+    """Point addition in extended coordinates (x, y, z, t)."""
+    x1, y1, z1, t1 = a
+    x2, y2, z2, t2 = b
+    A = (y1 - x1) * (y2 - x2) % _P
+    B = (y1 + x1) * (y2 + x2) % _P
+    C = 2 * t1 * t2 * _D % _P
+    D = 2 * z1 * z2 % _P
+    E, F, G, H = B - A, D - C, D + C, B + A
+    return (E * F % _P, G * H % _P, F * G % _P, E * H % _P)
+
+
+def _ed_mul(s, p):
+    q = (0, 1, 1, 0)
+    while s:
+        if s & 1:
+            q = _ed_add(q, p)
+        p = _ed_add(p, p)
+        s >>= 1
+    return q
+
+
+def _ed_encode(p):
+    x, y, z, _ = p
+    zi = pow(z, -1, _P)
+    x, y = x * zi % _P, y * zi % _P
+    return int.to_bytes(y | ((x & 1) << 255), 32, "little")
+
+
+def _ed_base():
+    y = 4 * pow(5, -1, _P) % _P
+    x2 = (y * y - 1) * pow(_D * y * y + 1, -1, _P) % _P
+    x = pow(x2, (_P + 3) // 8, _P)
+    if (x * x - x2) % _P:
+        x = x * _SQRT_M1 % _P
+    if x & 1:
+        x = _P - x
+    return (x, y, 1, x * y % _P)
+
+
+_ED_B = _ed_base()
+
+
+class Ed25519DeviceKey(cellbind.DeviceKey):
+    """The foreign device key: the Rust side asks it for its public JWK and for signatures."""
+
+    def __init__(self, seed=None):
+        h = hashlib.sha512(seed or os.urandom(32)).digest()
+        a = int.from_bytes(h[:32], "little")
+        self._a = (a & ((1 << 254) - 8)) | (1 << 254)
+        self._prefix = h[32:]
+        self.public = _ed_encode(_ed_mul(self._a, _ED_B))
+        self.signs = 0
+
+    def public_key_jwk(self):
+        return json.dumps({"kty": "OKP", "crv": "Ed25519", "x": b64url(self.public)})
+
+    def sign(self, data):
+        data = bytes(data)
+        r = int.from_bytes(hashlib.sha512(self._prefix + data).digest(), "little") % _L
+        big_r = _ed_encode(_ed_mul(r, _ED_B))
+        k = int.from_bytes(hashlib.sha512(big_r + self.public + data).digest(), "little") % _L
+        self.signs += 1
+        return big_r + int.to_bytes((r + k * self._a) % _L, 32, "little")
+
+    def thumbprint(self):
+        return thumbprint('{"crv":"Ed25519","kty":"OKP","x":"%s"}' % b64url(self.public))
+
+
+class LockedDeviceKey(Ed25519DeviceKey):
+    """A key whose keystore refuses to sign (an exception the interface does not declare)."""
+
+    def sign(self, data):
+        raise PermissionError("user authentication required")
+
+
+def software_key_thumbprint(store):
+    """The thumbprint of the software key the SDK stored beside the session: the public point
+    (04 || x || y) ends the PKCS#8 document."""
+    pkcs8 = b64url_decode(json.loads(store.blob)["device_key"])
+    point = pkcs8[-65:]
+    assert point[0] == 4, pkcs8.hex()
+    return thumbprint('{"crv":"P-256","kty":"EC","x":"%s","y":"%s"}'
+                      % (b64url(point[1:33]), b64url(point[33:])))
+
+
 def fetch_map(fleet):
     ctx = ssl.create_default_context(cafile=fleet["ca_cert"])
     url = fleet["cells"][0]["endpoint"] + "/v1/placement-map"
@@ -118,7 +231,7 @@ class Env:
         self.tech = fleet["demo"]["technicians"][0]
 
     def client(self, store, key=None, map_bytes=None, observer=None, outbox_observer=None,
-               connect_timeout_ms=None, request_timeout_ms=None):
+               connect_timeout_ms=None, request_timeout_ms=None, device_key=None):
         return cellbind.CellbindClient(
             cellbind.CellbindConfig(
                 map=self.map if map_bytes is None else map_bytes,
@@ -129,6 +242,7 @@ class Env:
                 outbox_observer=outbox_observer,
                 connect_timeout_ms=connect_timeout_ms,
                 request_timeout_ms=request_timeout_ms,
+                device_key=device_key,
             )
         )
 
@@ -168,8 +282,11 @@ async def test_sign_in_request_and_restore(env):
     assert info.contractor_id == env.tech["contractor_id"], info
     assert info.cell_id == env.tech["cell_id"], info
     assert store.saves == 1 and store.blob is not None
-    assert json.loads(store.blob)["schema"] == 1
+    assert json.loads(store.blob)["schema"] == 2
     assert env.tech["password"] not in store.blob
+    # bound to the software key the SDK made and stored beside the session
+    assert info.key_thumbprint is not None, info
+    assert info.key_thumbprint == software_key_thumbprint(store), info
 
     r = await c.request("GET", ROUTES, None)
     assert r.status == 200, r
@@ -310,6 +427,74 @@ async def test_a_throwing_observer_does_not_fail_requests(env):
     r = await c.request("GET", ROUTES, None)
     assert r.status == 200
     assert obs.calls == 2, obs.calls
+
+
+# --- device-bound sessions (DPoP) ----------------------------------------------------------
+
+
+async def test_the_ed25519_key_signs_rfc_8032s_first_vector(env):
+    # RFC 8032 §7.1, TEST 1: the pure-Python key the next tests use is Ed25519
+    key = Ed25519DeviceKey(seed=bytes.fromhex(
+        "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"))
+    assert key.public.hex() == (
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+    assert key.sign(b"").hex() == (
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
+        "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
+
+
+async def test_a_python_device_key_binds_the_session(env):
+    key = Ed25519DeviceKey()
+    store = MemoryStore()
+    c = env.client(store, device_key=key)
+    info = await env.sign_in(c)
+    assert info.key_thumbprint == key.thumbprint(), (info, key.thumbprint())
+    assert key.signs >= 1
+    r = await c.request("GET", ROUTES, None)
+    assert r.status == 200 and json.loads(r.body)["contractor_id"] == env.tech["contractor_id"]
+    w = await c.request("POST", "/api/jobs/j-py-key-1/complete", b"{}")
+    assert w.status == 200, (w.status, w.body)
+    signed = key.signs
+    assert signed >= 3, signed
+    # the app's key is never stored; a new client with the same key picks the session up
+    assert "device_key" not in json.loads(store.blob)
+    c2 = env.client(store, device_key=key)
+    assert (await c2.restore()).session_id == info.session_id
+    assert (await c2.request("GET", ROUTES, None)).status == 200
+    # a new client knows no nonce of the edge yet: refused once for it, then proved again
+    assert key.signs == signed + 2, (key.signs, signed)
+    # ... and one with another key (the keystore lost it) has nothing to restore
+    assert await env.client(store, device_key=Ed25519DeviceKey()).restore() is None
+    assert await env.client(store).restore() is None
+
+
+async def test_a_copied_token_without_the_key_is_refused(env):
+    store = MemoryStore()
+    c = env.client(store)
+    info = await env.sign_in(c)
+    token = json.loads(store.blob)["session"]["token"]
+    ctx = ssl.create_default_context(cafile=env.fleet["ca_cert"])
+    req = urllib.request.Request(info.endpoint + ROUTES,
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        urllib.request.urlopen(req, context=ctx, timeout=10)
+        raise AssertionError("the token alone was served")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401, e.code
+        assert json.loads(e.read())["error"] == "DPOP_PROOF_MISSING"
+    # the device that holds the key is served
+    assert (await c.request("GET", ROUTES, None)).status == 200
+
+
+async def test_a_device_key_that_cannot_sign_is_a_device_key_error(env):
+    c = env.client(MemoryStore(), device_key=LockedDeviceKey())
+    e = await expect_error(cellbind.CellbindError.DeviceKey, env.sign_in(c))
+    assert "authentication required" in str(e), e
+    assert c.session() is None
+    bad = Ed25519DeviceKey()
+    bad.public_key_jwk = lambda: '{"kty":"RSA","n":"AQAB","e":"AQAB"}'
+    await expect_error_sync(cellbind.CellbindError.DeviceKey,
+                            lambda: env.client(MemoryStore(), device_key=bad))
 
 
 # --- the offline outbox -------------------------------------------------------------------
@@ -494,6 +679,10 @@ TESTS = [
     test_send_with_query_headers_key_and_an_observer,
     test_an_unreachable_cell_is_a_connect_error_that_never_reached_it,
     test_a_throwing_observer_does_not_fail_requests,
+    test_the_ed25519_key_signs_rfc_8032s_first_vector,
+    test_a_python_device_key_binds_the_session,
+    test_a_copied_token_without_the_key_is_refused,
+    test_a_device_key_that_cannot_sign_is_a_device_key_error,
     test_outbox_delivers_exactly_once_across_restart_and_migration,
     test_outbox_rejections_background_flush_sign_out_and_bounds,
 ]

@@ -22,6 +22,7 @@ use crate::Error;
 use crate::device::Devices;
 use crate::outbox::{OutboxState, QueuedWrite};
 use crate::pins;
+use crate::proof::Signer;
 use crate::request::{Body, Prepared, Request};
 use crate::session::{EndReason, Event, Session, SessionInfo, State};
 use crate::store::{self, SessionStore, StoreSlot};
@@ -67,6 +68,9 @@ struct Inner {
     outbox: OutboxState,
     /// Device tokens, per account and cell ([`crate::device`]).
     devices: Devices,
+    /// The app's device key, if it gave one; otherwise each sign-in makes a software key
+    /// ([`crate::proof`]).
+    device_key: Option<Signer>,
 }
 
 /// A map refresh that took effect.
@@ -130,6 +134,40 @@ fn random_idempotency_key() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
 }
 
+/// What a call presents: nothing, a key's proof alone (sign-in, rebind), or a session (with
+/// its key's proof when it is bound).
+#[derive(Debug, Clone, Copy)]
+enum Presents<'a> {
+    Nothing,
+    Proof(Option<&'a Signer>),
+    Session(&'a Session),
+}
+
+impl<'a> Presents<'a> {
+    fn token(self) -> Option<&'a SessionToken> {
+        match self {
+            Presents::Session(s) => Some(&s.token),
+            _ => None,
+        }
+    }
+
+    fn proof(self) -> Option<&'a Signer> {
+        match self {
+            Presents::Nothing => None,
+            Presents::Proof(signer) => signer,
+            Presents::Session(s) => s.proof_signer(),
+        }
+    }
+}
+
+impl Session {
+    /// The key whose proofs a request presenting this session carries: its own, when the
+    /// session is bound ([`crate::proof`]); none for an unbound session.
+    fn proof_signer(&self) -> Option<&Signer> {
+        self.info.key_thumbprint.as_ref().and(self.signer.as_ref())
+    }
+}
+
 impl Client {
     /// One call to `path` at cell `cell` (endpoint `at`) without an idempotency key (the
     /// session API and the map; app requests go through [`Client::send`]).
@@ -140,7 +178,7 @@ impl Client {
         cell: &CellId,
         at: &Endpoint,
         path: &str,
-        token: Option<&SessionToken>,
+        presents: Presents<'_>,
         body: Option<Body>,
         replay_safe: bool,
     ) -> Result<Response, Error> {
@@ -148,10 +186,12 @@ impl Client {
             .transport
             .send(Call {
                 cell,
+                endpoint: at.as_str(),
                 method,
                 path,
                 url: at.join(path),
-                token,
+                token: presents.token(),
+                proof: presents.proof(),
                 headers: &[],
                 body,
                 idempotency_key: None,
@@ -160,14 +200,16 @@ impl Client {
             .await
     }
 
-    /// `POST path` at cell `cell` (endpoint `at`) with a JSON body and no session (sign-in,
-    /// rebind).
+    /// `POST path` at cell `cell` (endpoint `at`) with a JSON body and no session, proved by
+    /// `signer` when there is one (sign-in, rebind).
+    #[allow(clippy::too_many_arguments)]
     async fn post_json(
         &self,
         cell: &CellId,
         at: &Endpoint,
         path: &str,
         body: &impl Serialize,
+        signer: Option<&Signer>,
         replay_safe: bool,
     ) -> Result<Response, Error> {
         let body = serde_json::to_vec(body).map_err(|e| Error::InvalidInput(e.to_string()))?;
@@ -176,15 +218,15 @@ impl Client {
             cell,
             at,
             path,
-            None,
+            Presents::Proof(signer),
             Some(Body::json(body)),
             replay_safe,
         )
         .await
     }
 
-    /// `method path` at the session's cell with its token and no body (renew, transfer,
-    /// sign-out).
+    /// `method path` at the session's cell with its token (and its proof, when bound) and no
+    /// body (renew, transfer, sign-out).
     async fn session_call(
         &self,
         method: Method,
@@ -197,7 +239,7 @@ impl Client {
             &session.info.cell_id,
             &session.info.endpoint,
             path,
-            Some(&session.token),
+            Presents::Session(session),
             None,
             replay_safe,
         )
@@ -287,11 +329,35 @@ impl Client {
         let Some(blob) = blob else {
             return Ok(None);
         };
-        let session = store::decode(&blob)?;
+        let Some(session) = self.with_its_key(store::decode(&blob)?) else {
+            return Ok(None);
+        };
         let info = session.info();
         self.transition(Event::Restored(session))?;
         self.flush_in_background();
         Ok(Some(info))
+    }
+
+    /// A stored session with the key that proves it: the stored software key or the app's,
+    /// whichever it is bound to. `None` (the session is left in the store, for the next sign-in
+    /// to replace) when it is bound to a key this device no longer holds: the app's key changed
+    /// or was lost, and every request would be refused. An unbound session keeps the stored key,
+    /// else the app's, for a rebind to bind its successor to.
+    fn with_its_key(&self, mut session: Session) -> Option<Session> {
+        let app = self.inner.device_key.as_ref();
+        match &session.info.key_thumbprint {
+            Some(bound) if session.signer.as_ref().is_some_and(|s| s.jkt() == bound) => {}
+            Some(bound) if app.is_some_and(|s| s.jkt() == bound) => session.signer = app.cloned(),
+            Some(_) => {
+                tracing::warn!(
+                    "the stored session is bound to a device key this device does not hold; sign in again"
+                );
+                return None;
+            }
+            None if session.signer.is_some() => {}
+            None => session.signer = app.cloned(),
+        }
+        Some(session)
     }
 
     /// Sends a request to the session's cell (never anywhere else): `method path` with a JSON
@@ -336,10 +402,12 @@ impl Client {
         fn call<'a>(s: &'a Session, r: &'a Prepared) -> Call<'a> {
             Call {
                 cell: &s.info.cell_id,
+                endpoint: s.info.endpoint.as_str(),
                 method: r.method.clone(),
                 path: &r.path,
                 url: s.info.endpoint.join(&r.target),
                 token: Some(&s.token),
+                proof: s.proof_signer(),
                 headers: &r.headers,
                 body: r.body.clone(),
                 idempotency_key: r.idempotency_key.clone(),
@@ -434,12 +502,14 @@ impl Client {
             .session_call(Method::POST, session, "/v1/sessions/renew", true)
             .await?;
         let info = &session.info;
+        // the renewed session keeps the key (a bound session's successor is bound to it)
         session_from(
             &resp,
             &info.cell_id,
             info.endpoint.clone(),
             &info.contractor_id,
-        )
+        )?
+        .with_signer(session.signer.clone())
     }
 
     /// Signs out: asks the cell to revoke the session, then forgets it locally in any case.
@@ -471,8 +541,9 @@ impl Client {
         self.clear_store()?;
         Ok(match remote {
             Ok(_) => SignOut::Revoked,
-            // already gone at the cell: as good as revoked
-            Err(e) if e.ends_session() => SignOut::Revoked,
+            // already gone at the cell: as good as revoked (not so a session this device can
+            // no longer prove: it stays valid at the cell)
+            Err(e) if e.ends_session() && !e.is_proof_refusal() => SignOut::Revoked,
             Err(e) => SignOut::LocalOnly {
                 reason: e.to_string(),
             },
@@ -490,7 +561,7 @@ impl Client {
                 &session.info.cell_id,
                 &session.info.endpoint,
                 "/v1/placement-map",
-                None,
+                Presents::Nothing,
                 None,
                 false,
             )
@@ -546,9 +617,9 @@ fn session_from(
     if !endpoint.is(&issued.endpoint) {
         tracing::warn!(map = %endpoint, answered = %issued.endpoint, "cell names another endpoint than the map; using the map's");
     }
-    Ok(Session {
-        token: session,
-        info: SessionInfo {
+    Ok(Session::new(
+        session,
+        SessionInfo {
             session_id: issued.session_id,
             contractor_id: contractor.clone(),
             subject: issued.subject,
@@ -556,8 +627,9 @@ fn session_from(
             endpoint,
             generation: issued.generation,
             expires_at: issued.expires_at,
+            key_thumbprint: None,
         },
-    })
+    ))
 }
 
 pub(crate) mod builder;
@@ -565,5 +637,7 @@ mod flush;
 mod sign_in;
 mod transfer;
 
+#[cfg(test)]
+mod proof_tests;
 #[cfg(test)]
 mod tests;

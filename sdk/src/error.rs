@@ -173,6 +173,11 @@ pub enum Error {
         capacity: usize,
         capacity_bytes: usize,
     },
+    /// The device key could not make a proof of possession (DPoP, [`crate::proof`]): the app's
+    /// [`DeviceKey`](crate::proof::DeviceKey) failed to sign or gave a public key that is not
+    /// P-256 or Ed25519. Nothing was sent by the attempt that needed it.
+    #[error("device key: {0}")]
+    DeviceKey(String),
     /// The cell answered something that is not the protocol.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
@@ -248,7 +253,10 @@ impl Error {
         }
     }
 
-    /// Whether this error ended the session (the store was cleared).
+    /// Whether this error ended the session (the store was cleared). Besides the session
+    /// codes: a bound session the cell refused because this device made no proof for it
+    /// (`DPOP_PROOF_MISSING`) or made it with another key (`DPOP_KEY_MISMATCH`): the device
+    /// no longer holds the session's key, so only a new sign-in helps.
     pub fn ends_session(&self) -> bool {
         matches!(
             self,
@@ -256,8 +264,31 @@ impl Error {
                 | Error::SessionRevoked
                 | Error::SessionInvalid
                 | Error::SignInRequired
+                | Error::Rejected {
+                    code: ErrorCode::DpopProofMissing | ErrorCode::DpopKeyMismatch,
+                    ..
+                }
         )
     }
+
+    /// Whether a cell refused the request's proof of possession (a `DPOP_*` code), not the
+    /// request itself: it says nothing about the request (an outbox write is kept).
+    pub fn is_proof_refusal(&self) -> bool {
+        matches!(self, Error::Rejected { code, .. } if is_proof_code(*code))
+    }
+}
+
+/// The codes of a refused DPoP proof.
+pub(crate) fn is_proof_code(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::DpopProofMissing
+            | ErrorCode::DpopProofInvalid
+            | ErrorCode::DpopProofReplayed
+            | ErrorCode::DpopNonceRequired
+            | ErrorCode::DpopNonceStale
+            | ErrorCode::DpopKeyMismatch
+    )
 }
 
 #[cfg(test)]

@@ -28,6 +28,11 @@
 //! # let _ = (route, done); Ok(()) }
 //! ```
 //!
+//! Sessions are bound to the device (DPoP, RFC 9449, [`proof`]): every sign-in carries a proof
+//! by a device key (the app's [`DeviceKey`] in the platform keystore, or a software key the SDK
+//! keeps with the session), and every request of a bound session carries a fresh proof, so a
+//! copied token is worthless without the key.
+//!
 //! A network failure says whether the request may have reached the cell
 //! ([`Error::Network`], [`NetworkErrorKind`]); an error code from a newer server is
 //! [`Error::UnknownErrorCode`]; a [`RequestObserver`] sees every call to a cell with its outcome.
@@ -55,6 +60,7 @@ mod error;
 pub mod observer;
 pub mod outbox;
 mod pins;
+pub mod proof;
 pub mod request;
 pub mod session;
 pub mod store;
@@ -72,6 +78,7 @@ pub use observer::{RequestEvent, RequestObserver, RequestOutcome};
 pub use outbox::{
     Delivered, FlushReport, OUTBOX_SCHEMA, OutboxObserver, QueuedWrite, Refusal, WriteRejection,
 };
+pub use proof::{DeviceKey, DeviceKeyError, ProofKey, public_key_from_jwk};
 pub use request::Request;
 pub use session::{RENEWAL_WINDOW_S, SessionInfo, State};
 pub use store::{FileStore, MemoryStore, SessionStore, StoreError, StoreSlot};

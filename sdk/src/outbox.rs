@@ -30,8 +30,9 @@
 //!                   ▲                   │ ────4xx (not 409 handoff, not 429)──▶ rejected  (removed,
 //!                   │                   │                                          reported)
 //!                   └──── kept ◀────────┘ network, 5xx, 409 handoff, 429, stale state, pins,
-//!                   (flush stops;        an owner not followable yet, the session ended
-//!                    order is kept)      (then only take_undelivered() / sign_out() hand it back)
+//!                   (flush stops;        a refused DPoP proof or a failing device key,
+//!                    order is kept)      an owner not followable yet, the session ended
+//!                                        (then only take_undelivered() / sign_out() hand it back)
 //! ```
 //!
 //! The outcome classes are decided in one place, the `match` of `verdict`.

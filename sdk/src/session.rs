@@ -22,9 +22,12 @@
 use serde::{Deserialize, Serialize};
 
 use protocol::time::UnixSeconds;
-use protocol::{CellId, ContractorId, Endpoint, Generation, SessionId, SessionToken, SubjectId};
+use protocol::{
+    CellId, ContractorId, Endpoint, Generation, Jkt, SessionId, SessionToken, SubjectId,
+};
 
 use crate::Error;
+use crate::proof::{Signer, bound_key};
 
 /// Sessions last 30 days; the SDK renews in the last 7 of them, each session from its own
 /// renew point ([`SessionInfo::renew_at`]).
@@ -78,16 +81,51 @@ fn sha256_prefix(bytes: &[u8]) -> u64 {
 }
 
 /// A session as the SDK keeps it (and persists it): the token and what an app may know about
-/// it (flattened: the persisted members are those of both). `Debug` never shows the token.
+/// it (flattened: the persisted members are those of both). `Debug` never shows the token or
+/// the device key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Session {
     pub token: SessionToken,
     #[serde(flatten)]
     pub info: SessionInfo,
+    /// The device key that makes this session's proofs ([`crate::proof`]): the one it is bound
+    /// to, or, for an unbound session, the one a rebind would bind its successor to. Persisted
+    /// beside the session (`store`) when it is the SDK's own.
+    #[serde(skip)]
+    pub(crate) signer: Option<Signer>,
 }
 
 impl Session {
+    /// A session of `token`, with what its token says about its binding
+    /// ([`SessionInfo::key_thumbprint`]) and no key yet.
+    pub(crate) fn new(token: SessionToken, info: SessionInfo) -> Self {
+        let key_thumbprint = bound_key(token.expose());
+        Self {
+            token,
+            info: SessionInfo {
+                key_thumbprint,
+                ..info
+            },
+            signer: None,
+        }
+    }
+
+    /// The same session, made with `signer` (the key its sign-in, renewal or rebind proved).
+    /// Refused when the cell bound it to another key.
+    pub(crate) fn with_signer(mut self, signer: Option<Signer>) -> Result<Self, Error> {
+        if let Some(bound) = &self.info.key_thumbprint
+            && signer.as_ref().is_none_or(|s| s.jkt() != bound)
+        {
+            return Err(Error::InvalidResponse(
+                "the cell bound the session to another device key than the one that proved it"
+                    .into(),
+            ));
+        }
+        self.signer = signer;
+        Ok(self)
+    }
+
     /// Whether `now` is at or past this session's renew point ([`SessionInfo::renew_at`]), which
     /// includes past expiry.
     pub fn wants_renewal(&self, now: UnixSeconds) -> bool {
@@ -110,6 +148,11 @@ pub struct SessionInfo {
     pub endpoint: Endpoint,
     pub generation: Generation,
     pub expires_at: UnixSeconds,
+    /// The RFC 7638 thumbprint of the device key the session is bound to (its token's
+    /// `cnf.jkt`, RFC 9449); `None` for an unbound session. Read from the token, never stored
+    /// apart from it.
+    #[serde(skip)]
+    pub key_thumbprint: Option<Jkt>,
 }
 
 impl SessionInfo {
@@ -245,7 +288,9 @@ pub(crate) mod tests {
                 endpoint: Endpoint::parse("https://127.0.0.3:8443").unwrap(),
                 generation: Generation(4),
                 expires_at: 1_000_000 + 30 * 24 * 3600,
+                key_thumbprint: None,
             },
+            signer: None,
         }
     }
 

@@ -8,13 +8,18 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::proof::Signer;
 use crate::session::Session;
 
-/// Schema version of the persisted blob. Bump it when [`Persisted`] changes shape.
-pub const PERSISTED_SCHEMA: u32 = 1;
+/// Schema version of the persisted blob. Bump it when [`Persisted`] changes shape. Version 2
+/// added the SDK's own device key (`device_key`); a version-1 blob (written before device-bound
+/// sessions) is still read, as a session without a key.
+pub const PERSISTED_SCHEMA: u32 = 2;
 
 /// A failure of a session store, with a human reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,7 +30,7 @@ pub struct StoreError(pub String);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StoreSlot {
-    /// The session (its token included).
+    /// The session (its token included) and the SDK's own device key, if it made one.
     Session,
     /// The offline outbox: writes waiting for delivery ([`crate::outbox`]).
     Outbox,
@@ -46,45 +51,87 @@ pub trait SessionStore: Send + Sync + std::fmt::Debug + 'static {
     fn clear(&self, slot: StoreSlot) -> Result<(), StoreError>;
 }
 
-/// The persisted form of a session.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The persisted form of a session: `{"schema":2,"session":{…},"device_key"?:…}`.
+/// `device_key` is the PKCS#8 document (base64url) of the software key the SDK made for this
+/// session (`crate::proof`): as secret as the token beside it. It is absent for a session whose
+/// key is the app's ([`crate::ClientBuilder::device_key`]) and in version 1.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Persisted {
     pub schema: u32,
     pub session: Session,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_key: Option<String>,
 }
 
-/// Encodes a session for the store.
+/// Encodes a session (and the SDK's own key of it) for the store.
 pub(crate) fn encode(session: &Session) -> Result<String, Error> {
+    let device_key = session
+        .signer
+        .as_ref()
+        .and_then(|s| s.pkcs8())
+        .map(|k| URL_SAFE_NO_PAD.encode(k));
     serde_json::to_string(&Persisted {
         schema: PERSISTED_SCHEMA,
         session: session.clone(),
+        device_key,
     })
     .map_err(|e| Error::Store(format!("cannot encode the session: {e}")))
 }
 
-/// Decodes a blob from the store, refusing unknown schemas.
+/// Decodes a blob from the store, refusing unknown schemas: the session, with the SDK's own
+/// key when the blob holds one (version 1 never does), and what its token says about its
+/// binding.
 pub(crate) fn decode(blob: &str) -> Result<Session, Error> {
     #[derive(Deserialize)]
     struct Version {
         schema: u32,
     }
-    let v: Version = serde_json::from_str(blob)
-        .map_err(|e| Error::Store(format!("stored session is not readable: {e}")))?;
-    if v.schema != PERSISTED_SCHEMA {
+    let unreadable =
+        |e: &dyn std::fmt::Display| Error::Store(format!("stored session is not readable: {e}"));
+    let v: Version = serde_json::from_str(blob).map_err(|e| unreadable(&e))?;
+    if v.schema != PERSISTED_SCHEMA && v.schema != 1 {
         return Err(Error::Store(format!(
-            "stored session has schema {}, this SDK reads {PERSISTED_SCHEMA}",
+            "stored session has schema {}, this SDK reads 1 and {PERSISTED_SCHEMA}",
             v.schema
         )));
     }
-    let p: Persisted = serde_json::from_str(blob)
-        .map_err(|e| Error::Store(format!("stored session is not readable: {e}")))?;
-    Ok(p.session)
+    let p: Persisted = serde_json::from_str(blob).map_err(|e| unreadable(&e))?;
+    if p.schema == 1 && p.device_key.is_some() {
+        return Err(unreadable(&"a version-1 blob has no device key"));
+    }
+    let signer = match p.device_key {
+        None => None,
+        Some(k) => {
+            let pkcs8 = URL_SAFE_NO_PAD
+                .decode(k)
+                .map_err(|_| unreadable(&"the device key is not base64url"))?;
+            Some(Signer::from_pkcs8(&pkcs8).map_err(|e| unreadable(&e))?)
+        }
+    };
+    let Session { token, info, .. } = p.session;
+    let mut session = Session::new(token, info);
+    // whether it is the key the session is bound to is for `restore` to judge
+    session.signer = signer;
+    Ok(session)
 }
 
-/// A store in memory (the default; nothing survives the process).
-#[derive(Debug, Default)]
+/// A store in memory (the default; nothing survives the process). `Debug` shows which slots
+/// hold a blob, never a blob (the session's holds its token and key).
+#[derive(Default)]
 pub struct MemoryStore(Mutex<HashMap<StoreSlot, String>>);
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.0.lock().ok();
+        let slots = [StoreSlot::Session, StoreSlot::Outbox, StoreSlot::Device]
+            .into_iter()
+            .filter(|s| held.as_ref().is_some_and(|m| m.contains_key(s)));
+        f.debug_struct("MemoryStore")
+            .field("slots", &slots.collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
 
 impl MemoryStore {
     pub fn new() -> Self {
@@ -222,11 +269,45 @@ mod tests {
             ]
         );
         assert_eq!(decode(&blob).unwrap(), s);
+        assert!(v.get("device_key").is_none(), "no key, no member: {blob}");
         let extra = blob.replacen("\"token\":", "\"extra\":1,\"token\":", 1);
         assert!(matches!(decode(&extra), Err(Error::Store(m)) if m.contains("extra")));
-        let future = blob.replacen("\"schema\":1", "\"schema\":99", 1);
+        let future = blob.replacen("\"schema\":2", "\"schema\":99", 1);
         assert!(matches!(decode(&future), Err(Error::Store(m)) if m.contains("schema 99")));
         assert!(matches!(decode("not json"), Err(Error::Store(_))));
+    }
+
+    #[test]
+    fn the_sdks_own_key_is_kept_beside_the_session_and_version_1_reads_as_keyless() {
+        let signer = Signer::generate().unwrap();
+        let mut s = sample_session();
+        s.signer = Some(signer.clone());
+        let blob = encode(&s).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&blob).unwrap();
+        let stored = URL_SAFE_NO_PAD
+            .decode(v["device_key"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(Some(&stored[..]), signer.pkcs8());
+        let back = decode(&blob).unwrap();
+        assert_eq!(back.signer.as_ref(), Some(&signer));
+        assert_eq!(back, s);
+        // the key never shows in Debug
+        let shown = format!("{back:?}");
+        assert!(
+            !shown.contains(&v["device_key"].as_str().unwrap()[..20]),
+            "{shown}"
+        );
+        // a blob written before device-bound sessions: the same session, no key
+        let v1 = encode(&sample_session())
+            .unwrap()
+            .replacen("\"schema\":2", "\"schema\":1", 1);
+        let old = decode(&v1).unwrap();
+        assert_eq!(old, sample_session());
+        assert!(old.signer.is_none() && old.info.key_thumbprint.is_none());
+        let v1_with_key = blob.replacen("\"schema\":2", "\"schema\":1", 1);
+        assert!(matches!(decode(&v1_with_key), Err(Error::Store(_))));
+        let broken = blob.replacen("\"device_key\":\"", "\"device_key\":\"AAAA", 1);
+        assert!(matches!(decode(&broken), Err(Error::Store(_))));
     }
 
     #[cfg(unix)]
@@ -275,6 +356,8 @@ mod tests {
     #[test]
     fn memory_store_keeps_one_blob_per_slot() {
         let store = MemoryStore::new();
+        store.save(StoreSlot::Session, "s-secret").unwrap();
+        assert_eq!(format!("{store:?}"), "MemoryStore { slots: [Session], .. }");
         store.save(StoreSlot::Session, "s").unwrap();
         store.save(StoreSlot::Outbox, "o").unwrap();
         assert_eq!(

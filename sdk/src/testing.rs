@@ -27,6 +27,9 @@ pub struct Reply {
     pub body: Vec<u8>,
     /// The answer waits for a permit of this semaphore.
     pub gate: Option<Arc<Semaphore>>,
+    /// A session answer bound to the key of the request's DPoP proof: its `session` becomes a
+    /// token whose payload names that key (`cnf.jkt`), as a binding cell's would.
+    pub bind: bool,
 }
 
 impl Reply {
@@ -36,7 +39,22 @@ impl Reply {
             headers: vec![],
             body: serde_json::to_vec(&v).unwrap(),
             gate: None,
+            bind: false,
         }
+    }
+    /// A DPoP refusal as an edge answers it: the code, the challenge and the next nonce.
+    pub fn proof_refused(code: ErrorCode, challenge: &str, nonce: &str) -> Self {
+        Self::error(code)
+            .header(
+                "www-authenticate",
+                &format!(r#"DPoP error="{challenge}", algs="ES256 EdDSA""#),
+            )
+            .header("dpop-nonce", nonce)
+    }
+    /// This session answer, bound to the request's proof key ([`Reply::bind`]).
+    pub fn bound(mut self) -> Self {
+        self.bind = true;
+        self
     }
     pub fn error(code: ErrorCode) -> Self {
         Self::json(
@@ -92,6 +110,43 @@ impl Hit {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     }
+    /// The request's DPoP proof, parsed and its signature verified (`None` without one).
+    pub fn proof(&self) -> Option<protocol::dpop::Proof> {
+        let raw = self.headers.get("dpop")?.to_str().unwrap();
+        let p = protocol::dpop::parse(raw).unwrap();
+        p.verify_signature().unwrap();
+        Some(p)
+    }
+}
+
+/// A token whose payload names `jkt` as its key (`cnf.jkt`), as a bound session's does (the
+/// fake cells never verify tokens).
+pub fn bound_token(jkt: &protocol::Jkt) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let payload = serde_json::json!({
+        "jti": SessionId::from_random(rand::random()).as_str(),
+        "cnf": {"jkt": jkt.as_str()},
+    });
+    format!("e30.{}.c2ln", b64.encode(payload.to_string()))
+}
+
+/// An ECDSA `r || s` signature in DER, as Android Keystore and the Secure Enclave return it.
+pub fn der_of(fixed: &[u8]) -> Vec<u8> {
+    fn int(half: &[u8]) -> Vec<u8> {
+        let mut v: Vec<u8> = half.iter().copied().skip_while(|b| *b == 0).collect();
+        if v.first().is_none_or(|b| *b >= 0x80) {
+            v.insert(0, 0);
+        }
+        let mut out = vec![0x02, u8::try_from(v.len()).unwrap()];
+        out.extend(v);
+        out
+    }
+    let mut body = int(&fixed[..32]);
+    body.extend(int(&fixed[32..]));
+    let mut out = vec![0x30, u8::try_from(body.len()).unwrap()];
+    out.extend(body);
+    out
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +239,15 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
     };
     if let Some(g) = &reply.gate {
         g.acquire().await.unwrap().forget();
+    }
+    let mut reply = reply;
+    if reply.bind
+        && let Some(raw) = parts.headers.get("dpop").and_then(|v| v.to_str().ok())
+    {
+        let jkt = protocol::dpop::parse(raw).unwrap().jkt().clone();
+        let mut v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        v["session"] = bound_token(&jkt).into();
+        reply.body = serde_json::to_vec(&v).unwrap();
     }
     let mut b = Response::builder()
         .status(reply.status)

@@ -25,6 +25,12 @@
 //! the signed map during the handshake (the `pins` module); a pin mismatch is never retried and
 //! is reported to the observer as a TLS failure.
 //!
+//! A call for a device-bound session (or a sign-in, a rebind) carries a DPoP proof made for
+//! each attempt (`crate::proof`): every attempt has its own `jti`, the endpoint's latest nonce
+//! and its clock. A `401` asking for a nonce (`use_dpop_nonce`), or refusing a proof whose
+//! `iat` the answer's `Date` shows was far off, is sent again at once with a fresh proof, once
+//! per call and beside the bounded retries above (the edge refused it before forwarding it).
+//!
 //! "Maybe" is the conservative answer: reqwest cannot say whether the request bytes left the
 //! device, so a write may have been applied. Over several attempts, the request may have
 //! reached the cell if any attempt may have. Each call ends with one event to the client's
@@ -36,6 +42,8 @@ use std::time::{Duration, Instant};
 use backon::BackoffBuilder as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use protocol::dpop::{DPOP_HEADER, ProofClaims};
+use protocol::time::SharedClock;
 use protocol::{CellId, ErrorBody, ErrorCode, SessionToken};
 use serde::Deserialize;
 
@@ -43,6 +51,7 @@ use crate::Error;
 use crate::error::NetworkErrorKind;
 use crate::observer::{Observer, RequestEvent, RequestOutcome};
 use crate::pins::{self, CellClients};
+use crate::proof::{ServerTimes, Signer, date_of, new_jti};
 use crate::request::Body;
 
 /// Most attempts of one request (the first one included).
@@ -59,6 +68,9 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// Header carrying the idempotency key of a write.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// How far a refused proof's `iat` may be from the answer's `Date` before the refusal is taken
+/// for the device's clock having moved (and the call is sent again with the corrected time).
+const CLOCK_JUMP_S: u64 = 60;
 
 /// How hard the SDK retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,11 +104,15 @@ pub struct Response {
 pub(crate) struct Call<'a> {
     /// The cell it goes to (for the observer).
     pub cell: &'a CellId,
+    /// Its endpoint, as the map lists it (whose nonce and clock the proofs use).
+    pub endpoint: &'a str,
     pub method: Method,
-    /// The path without the query (for the observer).
+    /// The path without the query (for the observer and the proof's `htu`).
     pub path: &'a str,
     pub url: String,
     pub token: Option<&'a SessionToken>,
+    /// The key that proves each attempt (DPoP), when the call needs proofs.
+    pub proof: Option<&'a Signer>,
     /// The app's extra headers, already checked.
     pub headers: &'a [(HeaderName, HeaderValue)],
     pub body: Option<Body>,
@@ -112,6 +128,10 @@ pub(crate) struct Transport {
     clients: Arc<CellClients>,
     policy: RetryPolicy,
     observer: Observer,
+    /// The device's clock (a proof's `iat` is it, corrected by the endpoint's offset).
+    clock: SharedClock,
+    /// Every endpoint's latest nonce and clock offset.
+    times: Arc<ServerTimes>,
 }
 
 enum Outcome {
@@ -119,6 +139,8 @@ enum Outcome {
     /// Retry after a backoff wait; `true` when nothing reached the cell.
     Backoff(Error, bool),
     After(Error, Option<Duration>),
+    /// The proof was refused for its nonce or time: send again at once with a fresh one.
+    FreshProof(Error),
 }
 
 /// What the attempts of one call saw (for the observer and `reached_cell`).
@@ -133,11 +155,18 @@ struct Trace {
 }
 
 impl Transport {
-    pub fn new(clients: CellClients, policy: RetryPolicy, observer: Observer) -> Self {
+    pub fn new(
+        clients: CellClients,
+        policy: RetryPolicy,
+        observer: Observer,
+        clock: SharedClock,
+    ) -> Self {
         Self {
             clients: Arc::new(clients),
             policy,
             observer,
+            clock,
+            times: Arc::new(ServerTimes::default()),
         }
     }
 
@@ -167,10 +196,17 @@ impl Transport {
             .with_max_times(usize::MAX)
             .build();
         let mut attempt = 1;
+        let mut fresh_proof = call.proof.is_some();
         loop {
             let outcome = self.once(call, trace).await;
             let (err, wait) = match outcome {
                 Outcome::Done(r) => return r,
+                Outcome::FreshProof(e) if fresh_proof => {
+                    tracing::debug!(error = %e, "proof refused for its nonce or time; once more");
+                    fresh_proof = false;
+                    continue;
+                }
+                Outcome::FreshProof(e) => return Err(e),
                 Outcome::Backoff(e, unsent) if retryable || unsent => {
                     let ceiling = backoff.next().unwrap_or(self.policy.max_backoff);
                     (e, full_jitter(ceiling))
@@ -208,6 +244,22 @@ impl Transport {
         if let Some(t) = call.token {
             req = req.bearer_auth(t.expose());
         }
+        let mut iat = None;
+        if let Some(signer) = call.proof {
+            let claims = ProofClaims {
+                jti: new_jti(),
+                htm: call.method.as_str().to_owned(),
+                htu: htu_of(call),
+                iat: self.times.server_now(call.endpoint, self.clock.now()),
+                ath: call.token.map(|t| protocol::dpop::token_hash(t.expose())),
+                nonce: self.times.nonce(call.endpoint),
+            };
+            match signer.proof(&claims).await {
+                Ok(proof) => req = req.header(DPOP_HEADER, proof),
+                Err(e) => return Outcome::Done(Err(e)),
+            }
+            iat = Some(claims.iat);
+        }
         if let Some(k) = &call.idempotency_key {
             req = req.header(IDEMPOTENCY_KEY, k);
         }
@@ -224,16 +276,79 @@ impl Transport {
         let status = resp.status();
         trace.status = Some(status.as_u16());
         let retry_after = retry_after(resp.headers());
+        self.times
+            .learn(call.endpoint, resp.headers(), self.clock.now());
+        let refused_proof = iat.map(|iat| ProofRefusal::of(resp.headers(), iat));
         let body = match read_capped(resp).await {
             Ok(b) => b,
             Err(e) => return failed(e, trace),
         };
-        let outcome = classify(status, retry_after, body);
+        let outcome = match (refused_proof, classify(status, retry_after, body)) {
+            (Some(why), Outcome::Done(Err(e))) if why.wants_fresh_proof(&e) => {
+                Outcome::FreshProof(e)
+            }
+            (_, outcome) => outcome,
+        };
         trace.code = match &outcome {
-            Outcome::Done(Err(e)) | Outcome::Backoff(e, _) | Outcome::After(e, _) => wire_code(e),
+            Outcome::Done(Err(e))
+            | Outcome::Backoff(e, _)
+            | Outcome::After(e, _)
+            | Outcome::FreshProof(e) => wire_code(e),
             Outcome::Done(Ok(_)) => None,
         };
         outcome
+    }
+}
+
+/// A proof's `htu`: the URL the request goes to, without query and fragment (RFC 9449 §4.2),
+/// as it is sent (so a path character the URL standard escapes is escaped here too).
+fn htu_of(call: &Call<'_>) -> String {
+    match reqwest::Url::parse(&call.url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.into()
+        }
+        // never sent (reqwest refuses it as well)
+        Err(_) => protocol::dpop::htu(call.endpoint, call.path),
+    }
+}
+
+/// What an answer to a proved attempt says about its proof.
+#[derive(Debug, Clone, Copy)]
+struct ProofRefusal {
+    /// The challenge asks for the nonce the answer carries (RFC 9449 `use_dpop_nonce`).
+    use_nonce: bool,
+    /// The proof's `iat` was further than [`CLOCK_JUMP_S`] from the answer's `Date`.
+    clock_off: bool,
+}
+
+impl ProofRefusal {
+    fn of(headers: &HeaderMap, iat: u64) -> Self {
+        Self {
+            use_nonce: headers
+                .get_all(http::header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.contains("use_dpop_nonce")),
+            clock_off: date_of(headers).is_some_and(|d| d.abs_diff(iat) > CLOCK_JUMP_S),
+        }
+    }
+
+    /// Whether `e` (the typed refusal) is one a fresh proof can fix.
+    fn wants_fresh_proof(self, e: &Error) -> bool {
+        match e {
+            Error::Rejected {
+                code: ErrorCode::DpopNonceRequired | ErrorCode::DpopNonceStale,
+                ..
+            } => true,
+            Error::Rejected {
+                code: ErrorCode::DpopProofInvalid,
+                ..
+            } => self.clock_off || self.use_nonce,
+            Error::Rejected { code, .. } if crate::error::is_proof_code(*code) => self.use_nonce,
+            _ => false,
+        }
     }
 }
 

@@ -12,14 +12,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cellbind_sdk::{Client, Error, FileStore, MemoryStore, SessionStore, StoreSlot};
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use cellbind_sdk::{
+    Client, DeviceKey, DeviceKeyError, Error, FileStore, MemoryStore, ProofKey, RequestEvent,
+    RequestOutcome, SessionStore, StoreSlot,
+};
 use devfleet::{DemoUser, Fleet, FleetFile, FleetOptions};
 use http::Method;
+use protocol::dpop::SoftwareP256Key;
 use protocol::jwks::PublicKey;
 use protocol::map::{MapError, SignedMap};
-use protocol::time::FakeClock;
+use protocol::time::{Clock, FakeClock, SystemClock};
 use protocol::token::SigningKey;
-use protocol::{CellId, ContractorId, Kid, Login, Password};
+use protocol::{CellId, ContractorId, Jkt, Kid, Login, Password};
 
 const DEFAULT_PORT_BASE: u16 = 9840;
 const ROUTES: &str = "/api/routes/today";
@@ -30,6 +38,8 @@ const PROPAGATION_DEADLINE: Duration = Duration::from_secs(30);
 
 struct Ctx {
     file: FleetFile,
+    fleet_json: PathBuf,
+    cellctl: PathBuf,
     /// Where each server's `/metrics` is.
     management: devfleet::FleetManagement,
     dir: PathBuf,
@@ -155,7 +165,7 @@ async fn sdk_against_a_real_fleet() {
         DEFAULT_PORT_BASE,
     )
     .unwrap();
-    let bins = &opts.bin_dir;
+    let bins = opts.bin_dir.clone();
     assert!(
         bins.join("cellbind-auth-service").exists() && bins.join("cellbind-cell-endpoint").exists(),
         "fleet binaries missing in {}: build the workspace first (cargo build --workspace)",
@@ -185,6 +195,8 @@ async fn sdk_against_a_real_fleet() {
     assert_eq!(signer.public_key(), map_key);
     let ctx = Ctx {
         management: fleet.management().clone(),
+        fleet_json: fleet.fleet_file_path(),
+        cellctl: bins.join("cellctl"),
         file,
         dir,
         http,
@@ -195,13 +207,23 @@ async fn sdk_against_a_real_fleet() {
         signer,
     };
 
+    // Waits (60 to 120 s) for its nonce to go stale while the scenarios below run.
+    let idle = idle_client_whose_nonce_goes_stale(&ctx).await;
+
     first_sign_in_with_the_built_in_map(&ctx).await;
     a_wrong_override_costs_one_hop(&ctx).await;
     cells_that_keep_disagreeing_fail_after_two_attempts(&ctx).await;
     an_older_map_offered_by_a_cell_is_refused(&ctx).await;
     renewal_in_the_window_gets_a_new_session(&ctx).await;
     a_revoked_session_is_typed_and_clears_the_store(&ctx).await;
+    sign_in_binds_the_session_to_the_device_key(&ctx).await;
+    a_copied_token_without_the_key_is_refused(&ctx).await;
+    a_clock_ten_minutes_off_either_way_fails_nothing(&ctx).await;
+    the_outbox_flushes_with_a_bound_session(&ctx).await;
+    a_bound_session_follows_its_contractor_with_its_key(&ctx).await;
+    an_unbound_session_keeps_working_in_optional_mode(&ctx).await;
     let (restorable, expected) = signed_in_file_store(&ctx).await;
+    idle.await.unwrap();
 
     fleet.stop().await;
     restore_with_the_network_off(&ctx, &restorable, &expected).await;
@@ -456,4 +478,385 @@ async fn restore_with_the_network_off(
         Some(expected),
         "a network error keeps the session"
     );
+}
+
+// --- device-bound sessions (DPoP) ---------------------------------------------------------------
+
+/// The device's clock, `skew_s` seconds off the real one (a phone whose clock is wrong).
+#[derive(Debug)]
+struct SkewedClock(i64);
+
+impl Clock for SkewedClock {
+    fn now(&self) -> u64 {
+        u64::try_from(i64::try_from(SystemClock.now()).unwrap() + self.0).unwrap()
+    }
+}
+
+/// Every event the client reports.
+#[derive(Debug, Default)]
+struct Events(Mutex<Vec<RequestEvent>>);
+
+impl cellbind_sdk::RequestObserver for Events {
+    fn on_request(&self, event: &RequestEvent) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+impl Events {
+    fn take(&self) -> Vec<RequestEvent> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// A P-256 key "in a platform keystore": it answers in DER.
+#[derive(Debug)]
+struct KeystoreKey(SoftwareP256Key);
+
+impl DeviceKey for KeystoreKey {
+    fn public_key(&self) -> Result<ProofKey, DeviceKeyError> {
+        Ok(self.0.public().clone())
+    }
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, DeviceKeyError> {
+        let fixed = self
+            .0
+            .sign(message)
+            .map_err(|e| DeviceKeyError(e.to_string()))?;
+        let int = |half: &[u8]| {
+            let mut v: Vec<u8> = half.iter().copied().skip_while(|b| *b == 0).collect();
+            if v.first().is_none_or(|b| *b >= 0x80) {
+                v.insert(0, 0);
+            }
+            let mut out = vec![0x02, u8::try_from(v.len()).unwrap()];
+            out.extend(v);
+            out
+        };
+        let mut body = int(&fixed[..32]);
+        body.extend(int(&fixed[32..]));
+        let mut der = vec![0x30, u8::try_from(body.len()).unwrap()];
+        der.extend(body);
+        Ok(der)
+    }
+}
+
+/// The stored session blob of `store`, as JSON.
+fn stored(store: &MemoryStore) -> serde_json::Value {
+    serde_json::from_str(&store.load(StoreSlot::Session).unwrap().unwrap()).unwrap()
+}
+
+/// The thumbprint of the software key the SDK stored beside the session.
+fn stored_key(store: &MemoryStore) -> Jkt {
+    let pkcs8 = URL_SAFE_NO_PAD
+        .decode(stored(store)["device_key"].as_str().unwrap())
+        .unwrap();
+    SoftwareP256Key::from_pkcs8(&pkcs8)
+        .unwrap()
+        .public()
+        .thumbprint()
+}
+
+async fn write(c: &Client, job: &str) {
+    let w = c
+        .request(
+            Method::POST,
+            &format!("/api/jobs/{job}/complete"),
+            Some(b"{}".to_vec()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.status, 200, "{}", String::from_utf8_lossy(&w.body));
+}
+
+async fn sign_in_binds_the_session_to_the_device_key(ctx: &Ctx) {
+    let ids = ctx.cell_ids();
+    // the SDK's own key
+    let t = ctx.tech_on(&ids[0], 10);
+    let store = Arc::new(MemoryStore::new());
+    let c = ctx.client(store.clone());
+    let info = sign_in(&c, &t).await.unwrap();
+    let jkt = stored_key(&store);
+    assert_eq!(
+        info.key_thumbprint.as_ref(),
+        Some(&jkt),
+        "bound to the stored key"
+    );
+    assert_eq!(
+        route_of(&c).await["contractor_id"],
+        t.contractor_id.as_str()
+    );
+    write(&c, "j-sdk-bound-1").await;
+
+    // the app's key (a keystore's DER signatures), never stored
+    let t = ctx.tech_on(&ids[1], 10);
+    let key = Arc::new(KeystoreKey(SoftwareP256Key::generate().unwrap()));
+    let app_jkt = key.0.public().thumbprint();
+    let app_store = Arc::new(MemoryStore::new());
+    let c = ctx
+        .builder(&ctx.map_bytes)
+        .store(app_store.clone())
+        .device_key(key.clone())
+        .build()
+        .unwrap();
+    let info = sign_in(&c, &t).await.unwrap();
+    assert_eq!(info.key_thumbprint, Some(app_jkt.clone()));
+    assert!(stored(&app_store).get("device_key").is_none());
+    assert_eq!(
+        route_of(&c).await["contractor_id"],
+        t.contractor_id.as_str()
+    );
+
+    // renewal keeps the binding (the phone believes 24 days went by: its proofs' `iat` is
+    // corrected once from the refusal's `Date`)
+    let clock = FakeClock::at(SystemClock.now());
+    let c = ctx
+        .builder(&ctx.map_bytes)
+        .store(app_store.clone())
+        .device_key(key)
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    assert_eq!(c.restore().unwrap().as_ref(), Some(&info));
+    clock.advance(24 * DAY);
+    assert_eq!(
+        route_of(&c).await["contractor_id"],
+        t.contractor_id.as_str()
+    );
+    let renewed = c.session().unwrap();
+    assert_ne!(renewed.session_id, info.session_id, "renewed");
+    assert_eq!(
+        renewed.key_thumbprint,
+        Some(app_jkt),
+        "still bound to the key"
+    );
+    write(&c, "j-sdk-bound-2").await;
+}
+
+async fn a_copied_token_without_the_key_is_refused(ctx: &Ctx) {
+    let cell = ctx.cell_ids()[2].clone();
+    let t = ctx.tech_on(&cell, 10);
+    let store = Arc::new(MemoryStore::new());
+    let c = ctx.client(store.clone());
+    let info = sign_in(&c, &t).await.unwrap();
+    let token = stored(&store)["session"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // the token alone, as a thief who copied it would send it
+    let endpoint = &info.endpoint;
+    let r = ctx
+        .http
+        .get(endpoint.join(ROUTES))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "DPOP_PROOF_MISSING", "{body}");
+    // and the device that holds the key is served all along
+    route_of(&c).await;
+}
+
+async fn a_clock_ten_minutes_off_either_way_fails_nothing(ctx: &Ctx) {
+    let ids = ctx.cell_ids();
+    for (i, skew) in [-600_i64, 600].into_iter().enumerate() {
+        let events = Arc::new(Events::default());
+        let mut failed = vec![];
+        for (n, cell) in ids.iter().enumerate().take(3) {
+            let t = ctx.tech_on(cell, 13 + i);
+            let c = ctx
+                .builder(&ctx.map_bytes)
+                .store(Arc::new(MemoryStore::new()))
+                .clock(Arc::new(SkewedClock(skew)))
+                .observer(events.clone())
+                .build()
+                .unwrap();
+            if let Err(e) = sign_in(&c, &t).await {
+                failed.push(format!("sign-in at {cell}: {e}"));
+                continue;
+            }
+            for _ in 0..2 {
+                if let Err(e) = c.request(Method::GET, ROUTES, None).await {
+                    failed.push(format!("read at {cell}: {e}"));
+                }
+            }
+            let job = format!("/api/jobs/j-sdk-skew-{i}-{n}/complete");
+            if let Err(e) = c.request(Method::POST, &job, Some(b"{}".to_vec())).await {
+                failed.push(format!("write at {cell}: {e}"));
+            }
+        }
+        assert!(failed.is_empty(), "clock {skew:+} s: {failed:?}");
+        for e in events.take() {
+            assert_eq!(
+                e.outcome,
+                RequestOutcome::Answered,
+                "clock {skew:+} s: {e:?}"
+            );
+            // a sign-in's first proof has no nonce yet (one retry with it); everything after
+            // it is right the first time: the cell's time comes from its `Date`
+            let want = if e.path == "/v1/sessions" { 2 } else { 1 };
+            assert_eq!(e.attempts, want, "clock {skew:+} s: {e:?}");
+        }
+    }
+}
+
+async fn the_outbox_flushes_with_a_bound_session(ctx: &Ctx) {
+    let cell = ctx.cell_ids()[3].clone();
+    let t = ctx.tech_on(&cell, 10);
+    let c = ctx.client(Arc::new(MemoryStore::new()));
+    assert!(sign_in(&c, &t).await.unwrap().key_thumbprint.is_some());
+    let queued: Vec<_> = (0..5)
+        .map(|i| {
+            c.enqueue(
+                cellbind_sdk::Request::post(format!("/api/jobs/j-sdk-outbox-{i}/complete"))
+                    .json(b"{}".to_vec()),
+            )
+            .unwrap()
+        })
+        .collect();
+    let report = c.flush().await.unwrap();
+    assert_eq!(
+        report
+            .delivered
+            .iter()
+            .map(|d| d.write.id)
+            .collect::<Vec<_>>(),
+        queued.iter().map(|w| w.id).collect::<Vec<_>>(),
+        "{report:?}"
+    );
+    assert!(
+        report.rejected.is_empty() && report.remaining == 0,
+        "{report:?}"
+    );
+    assert!(report.delivered.iter().all(|d| d.response.status == 200));
+}
+
+async fn a_bound_session_follows_its_contractor_with_its_key(ctx: &Ctx) {
+    let ids = ctx.cell_ids();
+    let (source, target) = (ids[4].clone(), ids[0].clone());
+    let t = ctx.tech_on(&source, 10);
+    let store = Arc::new(MemoryStore::new());
+    let c = ctx.client(store.clone());
+    let info = sign_in(&c, &t).await.unwrap();
+    let jkt = info.key_thumbprint.clone().unwrap();
+    let out = tokio::process::Command::new(&ctx.cellctl)
+        .arg("migrate")
+        .arg(t.contractor_id.as_str())
+        .args(["--to", target.as_str(), "--fleet"])
+        .arg(&ctx.fleet_json)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cellctl migrate: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // WRONG_CELL at the source, transfer (proved), rebind at the target (proved by the key)
+    assert_eq!(
+        route_of(&c).await["contractor_id"],
+        t.contractor_id.as_str()
+    );
+    let now = c.session().unwrap();
+    assert_eq!(now.cell_id, target);
+    assert_eq!(
+        now.key_thumbprint,
+        Some(jkt.clone()),
+        "the rebound session keeps the key"
+    );
+    assert_eq!(stored_key(&store), jkt);
+    write(&c, "j-sdk-moved-1").await;
+}
+
+async fn an_unbound_session_keeps_working_in_optional_mode(ctx: &Ctx) {
+    let cell_id = ctx.cell_ids()[1].clone();
+    let t = ctx.tech_on(&cell_id, 12);
+    let cell = ctx.file.cells.iter().find(|c| c.id == cell_id).unwrap();
+    // a sign-in without a proof (an SDK from before device binding): an unbound session
+    let r = ctx
+        .http
+        .post(format!("{}/v1/sessions", cell.endpoint))
+        .json(&serde_json::json!({
+            "contractor_id": t.contractor_id.as_str(),
+            "login": t.login,
+            "password": t.password,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    // ... stored by that SDK, in its schema
+    let blob = serde_json::json!({
+        "schema": 1,
+        "session": {
+            "token": answer["session"],
+            "session_id": answer["session_id"],
+            "contractor_id": t.contractor_id.as_str(),
+            "subject": answer["subject"],
+            "cell_id": answer["cell_id"],
+            "endpoint": cell.endpoint,
+            "generation": answer["generation"],
+            "expires_at": answer["expires_at"],
+        },
+    });
+    let store = Arc::new(MemoryStore::new());
+    store.save(StoreSlot::Session, &blob.to_string()).unwrap();
+    let clock = FakeClock::at(SystemClock.now());
+    let c = ctx
+        .builder(&ctx.map_bytes)
+        .store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .unwrap();
+    let info = c.restore().unwrap().unwrap();
+    assert_eq!(info.key_thumbprint, None, "unbound");
+    assert_eq!(
+        route_of(&c).await["contractor_id"],
+        t.contractor_id.as_str()
+    );
+    write(&c, "j-sdk-unbound-1").await;
+    // it renews (unbound still: the cell keeps what the session was) and keeps working
+    clock.advance(24 * DAY);
+    route_of(&c).await;
+    let renewed = c.session().unwrap();
+    assert_ne!(renewed.session_id, info.session_id);
+    assert_eq!(renewed.key_thumbprint, None);
+    let v = stored(&store);
+    assert_eq!(v["schema"], 2);
+    assert!(v.get("device_key").is_none());
+    write(&c, "j-sdk-unbound-2").await;
+}
+
+/// A bound client that makes one request, then waits (without a request) until the nonce the
+/// edge gave it is stale; its next request is refused once for the nonce and retried with the
+/// one the refusal carried. Returns the waiting task.
+async fn idle_client_whose_nonce_goes_stale(ctx: &Ctx) -> tokio::task::JoinHandle<()> {
+    let cell = ctx.cell_ids()[2].clone();
+    let t = ctx.tech_on(&cell, 11);
+    let events = Arc::new(Events::default());
+    let c = ctx
+        .builder(&ctx.map_bytes)
+        .store(Arc::new(MemoryStore::new()))
+        .observer(events.clone())
+        .build()
+        .unwrap();
+    sign_in(&c, &t).await.unwrap();
+    route_of(&c).await;
+    // the nonce is of the 60-s step of its answer, accepted in that step and the next
+    let step = protocol::dpop::NONCE_STEP_S;
+    let stale_at = (SystemClock.now() / step + 2) * step + 1;
+    let contractor = t.contractor_id.clone();
+    tokio::spawn(async move {
+        let wait = stale_at.saturating_sub(SystemClock.now());
+        tokio::time::sleep(Duration::from_secs(wait)).await;
+        events.take();
+        let r = c.request(Method::GET, ROUTES, None).await.unwrap();
+        let route: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(route["contractor_id"], contractor.as_str());
+        let e = events.take();
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].attempts, 2, "refused once for the stale nonce: {e:?}");
+        assert_eq!(e[0].outcome, RequestOutcome::Answered);
+    })
 }

@@ -979,6 +979,276 @@ public func FfiConverterTypeCellbindClient_lower(_ value: CellbindClient) -> UIn
 
 
 /**
+ * The key that proves this device to the cells (DPoP, RFC 9449): back it with the platform's
+ * keystore (Android Keystore or StrongBox, the Secure Enclave) so the private key never leaves
+ * it. Every sign-in carries a proof by it, and the session it binds needs a fresh proof on
+ * every request: a copied session token is useless without the key. Without one, the SDK makes
+ * a software P-256 key at each sign-in and keeps it with the session in the store.
+ */
+public protocol DeviceKey: AnyObject, Sendable {
+    
+    /**
+     * The public key as a JWK (JSON text): `{"kty":"EC","crv":"P-256","x":…,"y":…}` (each
+     * coordinate 32 bytes, big-endian, base64url without padding) or
+     * `{"kty":"OKP","crv":"Ed25519","x":…}`. Read once, when the client is built.
+     */
+    func publicKeyJwk() throws  -> String
+    
+    /**
+     * Signs `data` with the private key: for P-256, ECDSA with SHA-256 over `data` (Java's
+     * `SHA256withECDSA`, the Secure Enclave's `ecdsaSignatureMessageX962SHA256`), DER or the
+     * 64-byte `r || s`; for Ed25519, the 64-byte signature. Called once per request attempt of
+     * a bound session, on a background thread; an error fails that request with `DeviceKey`.
+     */
+    func sign(data: Data) throws  -> Data
+    
+}
+/**
+ * The key that proves this device to the cells (DPoP, RFC 9449): back it with the platform's
+ * keystore (Android Keystore or StrongBox, the Secure Enclave) so the private key never leaves
+ * it. Every sign-in carries a proof by it, and the session it binds needs a fresh proof on
+ * every request: a copied session token is useless without the key. Without one, the SDK makes
+ * a software P-256 key at each sign-in and keeps it with the session in the store.
+ */
+open class DeviceKeyImpl: DeviceKey, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_cellbind_mobile_fn_clone_devicekey(self.handle, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_cellbind_mobile_fn_free_devicekey(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * The public key as a JWK (JSON text): `{"kty":"EC","crv":"P-256","x":…,"y":…}` (each
+     * coordinate 32 bytes, big-endian, base64url without padding) or
+     * `{"kty":"OKP","crv":"Ed25519","x":…}`. Read once, when the client is built.
+     */
+open func publicKeyJwk()throws  -> String  {
+    return try  FfiConverterString.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_devicekey_public_key_jwk(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Signs `data` with the private key: for P-256, ECDSA with SHA-256 over `data` (Java's
+     * `SHA256withECDSA`, the Secure Enclave's `ecdsaSignatureMessageX962SHA256`), DER or the
+     * 64-byte `r || s`; for Ed25519, the 64-byte signature. Called once per request attempt of
+     * a bound session, on a background thread; an error fails that request with `DeviceKey`.
+     */
+open func sign(data: Data)throws  -> Data  {
+    return try  FfiConverterData.lift(try rustCallWithError(FfiConverterTypeCellbindError_lift) {
+        uniffiCallStatus in
+    uniffi_cellbind_mobile_fn_method_devicekey_sign(
+            self.uniffiCloneHandle(),
+        FfiConverterData.lower(data),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceDeviceKey {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // Store the vtable directly.
+    static let vtable: UniffiVTableCallbackInterfaceDeviceKey = UniffiVTableCallbackInterfaceDeviceKey(
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            do {
+                try FfiConverterTypeDeviceKey.handleMap.remove(handle: uniffiHandle)
+            } catch {
+                print("Uniffi callback interface DeviceKey: handle missing in uniffiFree")
+            }
+        },
+        uniffiClone: { (uniffiHandle: UInt64) -> UInt64 in
+            do {
+                return try FfiConverterTypeDeviceKey.handleMap.clone(handle: uniffiHandle)
+            } catch {
+                fatalError("Uniffi callback interface DeviceKey: handle missing in uniffiClone")
+            }
+        },
+        publicKeyJwk: { (
+            uniffiHandle: UInt64,
+            uniffiOutReturn: UnsafeMutablePointer<RustBuffer>,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> String in
+                guard let uniffiObj = try? FfiConverterTypeDeviceKey.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.publicKeyJwk(
+                )
+            }
+
+            
+            let writeReturn = { uniffiOutReturn.pointee = FfiConverterString.lower($0) }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeCellbindError_lower
+            )
+        },
+        sign: { (
+            uniffiHandle: UInt64,
+            data: RustBuffer,
+            uniffiOutReturn: UnsafeMutablePointer<RustBuffer>,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> Data in
+                guard let uniffiObj = try? FfiConverterTypeDeviceKey.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.sign(
+                     data: try FfiConverterData.lift(data)
+                )
+            }
+
+            
+            let writeReturn = { uniffiOutReturn.pointee = FfiConverterData.lower($0) }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypeCellbindError_lower
+            )
+        }
+    )
+
+    // Rust stores this pointer for future callback invocations, so it must live
+    // for the process lifetime (not just for the init function call).
+    //
+    // `nonisolated(unsafe)` is needed under Swift 6 strict concurrency.
+    // This is safe because the pointee is initialized once during static init
+    // and never mutated by either side of the FFI.  Its fields are C function pointers.
+    nonisolated(unsafe) static let vtablePtr: UnsafePointer<UniffiVTableCallbackInterfaceDeviceKey> = {
+        let ptr = UnsafeMutablePointer<UniffiVTableCallbackInterfaceDeviceKey>.allocate(capacity: 1)
+        ptr.initialize(to: vtable)
+        return UnsafePointer(ptr)
+    }()
+}
+
+private func uniffiCallbackInitDeviceKey() {
+    uniffi_cellbind_mobile_fn_init_callback_vtable_devicekey(UniffiCallbackInterfaceDeviceKey.vtablePtr)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeDeviceKey: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<DeviceKey>()
+
+    typealias FfiType = UInt64
+    typealias SwiftType = DeviceKey
+
+    public static func lift(_ handle: UInt64) throws -> DeviceKey {
+        if ((handle & 1) == 0) {
+            // Rust-generated handle, construct a new class that uses the handle to implement the
+            // interface
+            return DeviceKeyImpl(unsafeFromHandle: handle)
+        } else {
+            // Swift-generated handle, get the object from the handle map
+            return try handleMap.remove(handle: handle)
+        }
+    }
+
+    public static func lower(_ value: DeviceKey) -> UInt64 {
+         if let rustImpl = value as? DeviceKeyImpl {
+             // Rust-implemented object.  Clone the handle and return it
+            return rustImpl.uniffiCloneHandle()
+         } else {
+            // Swift object, generate a new vtable handle and return that.
+            return handleMap.insert(obj: value)
+         }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> DeviceKey {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: DeviceKey, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDeviceKey_lift(_ handle: UInt64) throws -> DeviceKey {
+    return try FfiConverterTypeDeviceKey.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDeviceKey_lower(_ value: DeviceKey) -> UInt64 {
+    return FfiConverterTypeDeviceKey.lower(value)
+}
+
+
+
+
+
+
+/**
  * Told what every outbox flush (also the background ones started by `restore()` and after a
  * successful request) delivered or had refused for good, in order, once that flush has
  * finished. An error thrown here is ignored.
@@ -1771,6 +2041,10 @@ public struct CellbindConfig {
      * Time allowed for one whole request attempt (default 20 s).
      */
     public var requestTimeoutMs: UInt64?
+    /**
+     * Optional: the device key in the platform's keystore (else a software key per sign-in).
+     */
+    public var deviceKey: DeviceKey?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1795,7 +2069,10 @@ public struct CellbindConfig {
          */connectTimeoutMs: UInt64? = nil, 
         /**
          * Time allowed for one whole request attempt (default 20 s).
-         */requestTimeoutMs: UInt64? = nil) {
+         */requestTimeoutMs: UInt64? = nil, 
+        /**
+         * Optional: the device key in the platform's keystore (else a software key per sign-in).
+         */deviceKey: DeviceKey? = nil) {
         self.map = map
         self.mapPublicKey = mapPublicKey
         self.extraCaPem = extraCaPem
@@ -1804,6 +2081,7 @@ public struct CellbindConfig {
         self.outboxObserver = outboxObserver
         self.connectTimeoutMs = connectTimeoutMs
         self.requestTimeoutMs = requestTimeoutMs
+        self.deviceKey = deviceKey
     }
 
     
@@ -1829,7 +2107,8 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
                 observer: FfiConverterOptionTypeRequestObserver.read(from: &buf), 
                 outboxObserver: FfiConverterOptionTypeOutboxObserver.read(from: &buf), 
                 connectTimeoutMs: FfiConverterOptionUInt64.read(from: &buf), 
-                requestTimeoutMs: FfiConverterOptionUInt64.read(from: &buf)
+                requestTimeoutMs: FfiConverterOptionUInt64.read(from: &buf), 
+                deviceKey: FfiConverterOptionTypeDeviceKey.read(from: &buf)
         )
     }
 
@@ -1842,6 +2121,7 @@ public struct FfiConverterTypeCellbindConfig: FfiConverterRustBuffer {
         FfiConverterOptionTypeOutboxObserver.write(value.outboxObserver, into: &buf)
         FfiConverterOptionUInt64.write(value.connectTimeoutMs, into: &buf)
         FfiConverterOptionUInt64.write(value.requestTimeoutMs, into: &buf)
+        FfiConverterOptionTypeDeviceKey.write(value.deviceKey, into: &buf)
     }
 }
 
@@ -2459,10 +2739,19 @@ public struct SessionInfo: Equatable, Hashable {
     public var endpoint: String
     public var generation: UInt64
     public var expiresAt: UInt64
+    /**
+     * The RFC 7638 thumbprint (base64url SHA-256 of the canonical JWK) of the device key the
+     * session is bound to; none for an unbound session.
+     */
+    public var keyThumbprint: String?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
-    public init(sessionId: String, contractorId: String, subject: String, cellId: String, endpoint: String, generation: UInt64, expiresAt: UInt64) {
+    public init(sessionId: String, contractorId: String, subject: String, cellId: String, endpoint: String, generation: UInt64, expiresAt: UInt64, 
+        /**
+         * The RFC 7638 thumbprint (base64url SHA-256 of the canonical JWK) of the device key the
+         * session is bound to; none for an unbound session.
+         */keyThumbprint: String? = nil) {
         self.sessionId = sessionId
         self.contractorId = contractorId
         self.subject = subject
@@ -2470,6 +2759,7 @@ public struct SessionInfo: Equatable, Hashable {
         self.endpoint = endpoint
         self.generation = generation
         self.expiresAt = expiresAt
+        self.keyThumbprint = keyThumbprint
     }
 
     
@@ -2494,7 +2784,8 @@ public struct FfiConverterTypeSessionInfo: FfiConverterRustBuffer {
                 cellId: FfiConverterString.read(from: &buf), 
                 endpoint: FfiConverterString.read(from: &buf), 
                 generation: FfiConverterUInt64.read(from: &buf), 
-                expiresAt: FfiConverterUInt64.read(from: &buf)
+                expiresAt: FfiConverterUInt64.read(from: &buf), 
+                keyThumbprint: FfiConverterOptionString.read(from: &buf)
         )
     }
 
@@ -2506,6 +2797,7 @@ public struct FfiConverterTypeSessionInfo: FfiConverterRustBuffer {
         FfiConverterString.write(value.endpoint, into: &buf)
         FfiConverterUInt64.write(value.generation, into: &buf)
         FfiConverterUInt64.write(value.expiresAt, into: &buf)
+        FfiConverterOptionString.write(value.keyThumbprint, into: &buf)
     }
 }
 
@@ -2714,6 +3006,38 @@ enum CellbindError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError 
     case Internal(detail: String
     )
     /**
+     * The session is bound to a device key and the request carried no proof by it: the session
+     * ended (sign in again).
+     */
+    case DpopProofMissing(detail: String
+    )
+    /**
+     * The request's proof was malformed, badly signed, or made for another request.
+     */
+    case DpopProofInvalid(detail: String
+    )
+    /**
+     * The request's proof had been used before.
+     */
+    case DpopProofReplayed(detail: String
+    )
+    /**
+     * The cell wanted a fresh nonce twice in a row (the SDK retries once by itself).
+     */
+    case DpopNonceRequired(detail: String
+    )
+    /**
+     * The proof's nonce had expired twice in a row (the SDK retries once by itself).
+     */
+    case DpopNonceStale(detail: String
+    )
+    /**
+     * The proof was made by another key than the session's: the session ended (sign in
+     * again).
+     */
+    case DpopKeyMismatch(detail: String
+    )
+    /**
      * No session on this device: sign in.
      */
     case NotSignedIn(detail: String
@@ -2763,6 +3087,12 @@ enum CellbindError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError 
      * The contractor moved and the session could not follow it: sign in again.
      */
     case SignInRequired(detail: String
+    )
+    /**
+     * The device key failed to sign a proof or its public key is not P-256 or Ed25519
+     * (nothing was sent by the attempt that needed the proof).
+     */
+    case DeviceKey(detail: String
     )
 
     
@@ -2849,50 +3179,71 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
         case 17: return .Internal(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 18: return .NotSignedIn(
+        case 18: return .DpopProofMissing(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 19: return .CellsDisagree(
+        case 19: return .DpopProofInvalid(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 20: return .UntrustedRedirect(
+        case 20: return .DpopProofReplayed(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 21: return .Network(
+        case 21: return .DpopNonceRequired(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 22: return .DpopNonceStale(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 23: return .DpopKeyMismatch(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 24: return .NotSignedIn(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 25: return .CellsDisagree(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 26: return .UntrustedRedirect(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 27: return .Network(
             kind: try FfiConverterTypeNetworkErrorKind.read(from: &buf), 
             reachedCell: try FfiConverterBool.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 22: return .UnknownErrorCode(
+        case 28: return .UnknownErrorCode(
             code: try FfiConverterString.read(from: &buf), 
             status: try FfiConverterUInt16.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 23: return .PinMismatch(
+        case 29: return .PinMismatch(
             cell: try FfiConverterString.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 24: return .OutboxFull(
+        case 30: return .OutboxFull(
             capacity: try FfiConverterUInt64.read(from: &buf), 
             capacityBytes: try FfiConverterUInt64.read(from: &buf), 
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 25: return .InvalidResponse(
+        case 31: return .InvalidResponse(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 26: return .MapRefused(
+        case 32: return .MapRefused(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 27: return .Store(
+        case 33: return .Store(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 28: return .Config(
+        case 34: return .Config(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 29: return .InvalidInput(
+        case 35: return .InvalidInput(
             detail: try FfiConverterString.read(from: &buf)
             )
-        case 30: return .SignInRequired(
+        case 36: return .SignInRequired(
+            detail: try FfiConverterString.read(from: &buf)
+            )
+        case 37: return .DeviceKey(
             detail: try FfiConverterString.read(from: &buf)
             )
 
@@ -2997,75 +3348,110 @@ public struct FfiConverterTypeCellbindError: FfiConverterRustBuffer {
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .NotSignedIn(detail):
+        case let .DpopProofMissing(detail):
             writeInt(&buf, Int32(18))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .CellsDisagree(detail):
+        case let .DpopProofInvalid(detail):
             writeInt(&buf, Int32(19))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .UntrustedRedirect(detail):
+        case let .DpopProofReplayed(detail):
             writeInt(&buf, Int32(20))
             FfiConverterString.write(detail, into: &buf)
             
         
-        case let .Network(kind,reachedCell,detail):
+        case let .DpopNonceRequired(detail):
             writeInt(&buf, Int32(21))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .DpopNonceStale(detail):
+            writeInt(&buf, Int32(22))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .DpopKeyMismatch(detail):
+            writeInt(&buf, Int32(23))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .NotSignedIn(detail):
+            writeInt(&buf, Int32(24))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .CellsDisagree(detail):
+            writeInt(&buf, Int32(25))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .UntrustedRedirect(detail):
+            writeInt(&buf, Int32(26))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .Network(kind,reachedCell,detail):
+            writeInt(&buf, Int32(27))
             FfiConverterTypeNetworkErrorKind.write(kind, into: &buf)
             FfiConverterBool.write(reachedCell, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .UnknownErrorCode(code,status,detail):
-            writeInt(&buf, Int32(22))
+            writeInt(&buf, Int32(28))
             FfiConverterString.write(code, into: &buf)
             FfiConverterUInt16.write(status, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .PinMismatch(cell,detail):
-            writeInt(&buf, Int32(23))
+            writeInt(&buf, Int32(29))
             FfiConverterString.write(cell, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .OutboxFull(capacity,capacityBytes,detail):
-            writeInt(&buf, Int32(24))
+            writeInt(&buf, Int32(30))
             FfiConverterUInt64.write(capacity, into: &buf)
             FfiConverterUInt64.write(capacityBytes, into: &buf)
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .InvalidResponse(detail):
-            writeInt(&buf, Int32(25))
+            writeInt(&buf, Int32(31))
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .MapRefused(detail):
-            writeInt(&buf, Int32(26))
+            writeInt(&buf, Int32(32))
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .Store(detail):
-            writeInt(&buf, Int32(27))
+            writeInt(&buf, Int32(33))
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .Config(detail):
-            writeInt(&buf, Int32(28))
+            writeInt(&buf, Int32(34))
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .InvalidInput(detail):
-            writeInt(&buf, Int32(29))
+            writeInt(&buf, Int32(35))
             FfiConverterString.write(detail, into: &buf)
             
         
         case let .SignInRequired(detail):
-            writeInt(&buf, Int32(30))
+            writeInt(&buf, Int32(36))
+            FfiConverterString.write(detail, into: &buf)
+            
+        
+        case let .DeviceKey(detail):
+            writeInt(&buf, Int32(37))
             FfiConverterString.write(detail, into: &buf)
             
         }
@@ -3469,6 +3855,30 @@ fileprivate struct FfiConverterOptionData: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeDeviceKey: FfiConverterRustBuffer {
+    typealias SwiftType = DeviceKey?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeDeviceKey.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeDeviceKey.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeOutboxObserver: FfiConverterRustBuffer {
     typealias SwiftType = OutboxObserver?
 
@@ -3734,6 +4144,12 @@ private let initializationResult: InitializationResult = {
     if (uniffi_cellbind_mobile_checksum_method_cellbindclient_take_undelivered() != 16701) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_cellbind_mobile_checksum_method_devicekey_public_key_jwk() != 18595) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_cellbind_mobile_checksum_method_devicekey_sign() != 13724) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_cellbind_mobile_checksum_method_outboxobserver_on_delivered() != 47441) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -3756,6 +4172,7 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitDeviceKey()
     uniffiCallbackInitOutboxObserver()
     uniffiCallbackInitRequestObserver()
     uniffiCallbackInitSessionStore()

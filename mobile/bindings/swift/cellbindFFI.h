@@ -243,6 +243,20 @@ typedef void (*UniffiForeignFutureCompleteVoid)(uint64_t, UniffiForeignFutureRes
     );
 
 #endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_DEVICE_KEY_METHOD0
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_DEVICE_KEY_METHOD0
+typedef void (*UniffiCallbackInterfaceDeviceKeyMethod0)(uint64_t, RustBuffer* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
+#ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_DEVICE_KEY_METHOD1
+#define UNIFFI_FFIDEF_CALLBACK_INTERFACE_DEVICE_KEY_METHOD1
+typedef void (*UniffiCallbackInterfaceDeviceKeyMethod1)(uint64_t, RustBuffer, RustBuffer* _Nonnull, 
+        RustCallStatus *_Nonnull uniffiCallStatus
+    );
+
+#endif
 #ifndef UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD0
 #define UNIFFI_FFIDEF_CALLBACK_INTERFACE_OUTBOX_OBSERVER_METHOD0
 typedef void (*UniffiCallbackInterfaceOutboxObserverMethod0)(uint64_t, RustBuffer, uint16_t, void* _Nonnull, 
@@ -283,6 +297,16 @@ typedef void (*UniffiCallbackInterfaceSessionStoreMethod1)(uint64_t, RustBuffer,
 typedef void (*UniffiCallbackInterfaceSessionStoreMethod2)(uint64_t, RustBuffer, void* _Nonnull, 
         RustCallStatus *_Nonnull uniffiCallStatus
     );
+
+#endif
+#ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_DEVICE_KEY
+#define UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_DEVICE_KEY
+typedef struct UniffiVTableCallbackInterfaceDeviceKey {
+    UniffiCallbackInterfaceFree _Nonnull uniffiFree;
+    UniffiCallbackInterfaceClone _Nonnull uniffiClone;
+    UniffiCallbackInterfaceDeviceKeyMethod0 _Nonnull publicKeyJwk;
+    UniffiCallbackInterfaceDeviceKeyMethod1 _Nonnull sign;
+} UniffiVTableCallbackInterfaceDeviceKey;
 
 #endif
 #ifndef UNIFFI_FFIDEF_V_TABLE_CALLBACK_INTERFACE_OUTBOX_OBSERVER
@@ -383,6 +407,31 @@ uint64_t uniffi_cellbind_mobile_fn_method_cellbindclient_sign_out(uint64_t ptr
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
 RustBuffer uniffi_cellbind_mobile_fn_method_cellbindclient_take_undelivered(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_DEVICEKEY
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_DEVICEKEY
+uint64_t uniffi_cellbind_mobile_fn_clone_devicekey(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_DEVICEKEY
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_FREE_DEVICEKEY
+void uniffi_cellbind_mobile_fn_free_devicekey(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_DEVICEKEY
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_INIT_CALLBACK_VTABLE_DEVICEKEY
+void uniffi_cellbind_mobile_fn_init_callback_vtable_devicekey(const UniffiVTableCallbackInterfaceDeviceKey* _Nonnull vtable
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_DEVICEKEY_PUBLIC_KEY_JWK
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_DEVICEKEY_PUBLIC_KEY_JWK
+RustBuffer uniffi_cellbind_mobile_fn_method_devicekey_public_key_jwk(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_DEVICEKEY_SIGN
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_METHOD_DEVICEKEY_SIGN
+RustBuffer uniffi_cellbind_mobile_fn_method_devicekey_sign(uint64_t ptr, RustBuffer data, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_FN_CLONE_OUTBOXOBSERVER
@@ -783,6 +832,18 @@ uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_sign_out(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
 #define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_CELLBINDCLIENT_TAKE_UNDELIVERED
 uint16_t uniffi_cellbind_mobile_checksum_method_cellbindclient_take_undelivered(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_DEVICEKEY_PUBLIC_KEY_JWK
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_DEVICEKEY_PUBLIC_KEY_JWK
+uint16_t uniffi_cellbind_mobile_checksum_method_devicekey_public_key_jwk(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_DEVICEKEY_SIGN
+#define UNIFFI_FFIDEF_UNIFFI_CELLBIND_MOBILE_CHECKSUM_METHOD_DEVICEKEY_SIGN
+uint16_t uniffi_cellbind_mobile_checksum_method_devicekey_sign(void
     
 );
 #endif

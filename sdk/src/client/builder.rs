@@ -14,6 +14,7 @@ use crate::device::Devices;
 use crate::observer::{Observer, RequestObserver};
 use crate::outbox::{OutboxObserver, OutboxSettings, OutboxState};
 use crate::pins;
+use crate::proof::{DeviceKey, Signer};
 use crate::session::State;
 use crate::store::{MemoryStore, SessionStore};
 use crate::transport::{RetryPolicy, Transport};
@@ -27,7 +28,6 @@ impl Client {
 }
 
 /// Builds a [`Client`].
-#[derive(Debug)]
 pub struct ClientBuilder {
     map_bytes: Vec<u8>,
     map_key: PublicKey,
@@ -39,6 +39,22 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     observer: Observer,
     outbox: OutboxSettings,
+    device_key: Option<Arc<dyn DeviceKey>>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("map_bytes", &self.map_bytes.len())
+            .field("map_key", &self.map_key)
+            .field("extra_ca_pem", &self.extra_ca_pem.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("store", &self.store)
+            .field("retry", &self.retry)
+            .field("device_key", &self.device_key.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -56,6 +72,7 @@ impl ClientBuilder {
             retry: RetryPolicy::default(),
             observer: Observer::default(),
             outbox: OutboxSettings::default(),
+            device_key: None,
         }
     }
 
@@ -98,6 +115,16 @@ impl ClientBuilder {
         self.outbox.max_bytes = max_bytes;
         self
     }
+    /// The key that proves this device to the cells (DPoP, [`crate::proof`]): every sign-in
+    /// sends a proof by it, and the sessions it binds need its proof on every request. Give one
+    /// kept in the platform's keystore (Android Keystore or StrongBox, the Secure Enclave), so
+    /// the private key never leaves it. Without one, each sign-in makes a software P-256 key,
+    /// kept with the session in the app's store. Its public key is read by
+    /// [`ClientBuilder::build`] ([`Error::DeviceKey`] when it is not P-256 or Ed25519).
+    pub fn device_key(mut self, key: Arc<dyn DeviceKey>) -> Self {
+        self.device_key = Some(key);
+        self
+    }
     /// Tells `observer` what every outbox flush delivered or had refused for good.
     pub fn outbox_observer(mut self, observer: Arc<dyn OutboxObserver>) -> Self {
         self.outbox.observer = Some(observer);
@@ -106,6 +133,7 @@ impl ClientBuilder {
 
     pub fn build(self) -> Result<Client, Error> {
         let map = SignedMap::verify_bytes(&self.map_bytes, &self.map_key)?;
+        let device_key = self.device_key.map(Signer::app).transpose()?;
         // One crypto provider everywhere; an Err only means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let provider = rustls::crypto::CryptoProvider::get_default()
@@ -127,6 +155,7 @@ impl ClientBuilder {
                     pins::CellClients::new(base, provider, settings, pins_of(me.clone())),
                     self.retry,
                     self.observer,
+                    self.clock.clone(),
                 ),
                 map: RwLock::new(Arc::new(map)),
                 map_key: self.map_key,
@@ -138,6 +167,7 @@ impl ClientBuilder {
                 renewals_wanted: AtomicUsize::new(0),
                 outbox: OutboxState::new(self.outbox),
                 devices: Devices::default(),
+                device_key,
             }),
         })
     }

@@ -1,6 +1,7 @@
 //! Sign-in (DESIGN §7): the map's cell first, at most one redirect to a cell the signed map
 //! lists, the account's device token of that cell sent along and the new one kept
-//! ([`crate::device`]).
+//! ([`crate::device`]). Every attempt carries a proof by the device key (the app's, or a new
+//! software key per sign-in: [`crate::proof`]), so a cell that binds sessions binds this one.
 
 use protocol::api::SignInRequest;
 use protocol::map::CellEntry;
@@ -9,6 +10,7 @@ use protocol::{ClientKind, ContractorId, Login, Password};
 use super::{Client, endpoint_of, same_endpoint, session_from};
 use crate::Error;
 use crate::device;
+use crate::proof::Signer;
 use crate::session::{Event, Session, SessionInfo};
 
 impl Client {
@@ -24,8 +26,12 @@ impl Client {
         let _one = self.inner.sign_in_lock.lock().await;
         self.transition(Event::SignInStarted)?;
         let result = async {
+            let signer = match &self.inner.device_key {
+                Some(key) => key.clone(),
+                None => Signer::generate()?,
+            };
             let session = self
-                .sign_in_redirecting(contractor, login, password)
+                .sign_in_redirecting(contractor, login, password, &signer)
                 .await?;
             self.save(&session)?;
             Ok(session)
@@ -50,20 +56,23 @@ impl Client {
         contractor: &ContractorId,
         login: &Login,
         password: &Password,
+        signer: &Signer,
     ) -> Result<Session, Error> {
         let map = self.map();
         let first = map
             .map
             .cell_for(contractor)
             .ok_or(Error::UnknownContractor)?;
-        let (owner_cell, owner_endpoint) =
-            match self.sign_in_at(first, contractor, login, password).await {
-                Err(Error::WrongCell {
-                    owner_cell,
-                    owner_endpoint,
-                }) => (owner_cell, owner_endpoint),
-                other => return other,
-            };
+        let (owner_cell, owner_endpoint) = match self
+            .sign_in_at(first, contractor, login, password, signer)
+            .await
+        {
+            Err(Error::WrongCell {
+                owner_cell,
+                owner_endpoint,
+            }) => (owner_cell, owner_endpoint),
+            other => return other,
+        };
         let untrusted = || Error::UntrustedRedirect {
             owner_cell: owner_cell.clone(),
             owner_endpoint: owner_endpoint.clone(),
@@ -80,7 +89,10 @@ impl Client {
             return Err(untrusted());
         }
         tracing::info!(from = %first.id, to = %second.id, "sign-in redirected once");
-        match self.sign_in_at(second, contractor, login, password).await {
+        match self
+            .sign_in_at(second, contractor, login, password, signer)
+            .await
+        {
             Err(Error::WrongCell { owner_cell, .. }) => Err(Error::CellsDisagree {
                 first: first.id.clone(),
                 second: second.id.clone(),
@@ -96,6 +108,7 @@ impl Client {
         contractor: &ContractorId,
         login: &Login,
         password: &Password,
+        signer: &Signer,
     ) -> Result<Session, Error> {
         let store = self.inner.store.as_ref();
         let request = SignInRequest {
@@ -110,9 +123,17 @@ impl Client {
         };
         let endpoint = endpoint_of(cell)?;
         let resp = self
-            .post_json(&cell.id, &endpoint, "/v1/sessions", &request, true)
+            .post_json(
+                &cell.id,
+                &endpoint,
+                "/v1/sessions",
+                &request,
+                Some(signer),
+                true,
+            )
             .await?;
-        let session = session_from(&resp, &cell.id, endpoint, contractor)?;
+        let session = session_from(&resp, &cell.id, endpoint, contractor)?
+            .with_signer(Some(signer.clone()))?;
         if let Some(token) = device::issued_token(&resp) {
             let subject = &session.info.subject;
             (self.inner.devices).signed_in(store, &cell.id, contractor, login, subject, token);

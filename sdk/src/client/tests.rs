@@ -49,7 +49,7 @@ async fn first_sign_in_goes_to_the_maps_cell_and_is_stored() {
         .load(StoreSlot::Session)
         .unwrap()
         .expect("session stored");
-    assert!(blob.contains("\"schema\":1"));
+    assert!(blob.contains("\"schema\":2"));
 }
 
 #[tokio::test]

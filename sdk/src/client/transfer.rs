@@ -10,7 +10,9 @@
 //! [`Error::SessionRevoked`]. A rebind the owner could not confirm with the source (`503`,
 //! nothing burned) keeps the session and is never resent by itself: the next request transfers
 //! again, and the source answers the same ticket while it is valid. Single flight: concurrent
-//! requests that hit the same `WRONG_CELL` wait for one transfer and use its session.
+//! requests that hit the same `WRONG_CELL` wait for one transfer and use its session. The new
+//! session keeps the old one's device key ([`crate::proof`]): the transfer is proved like any
+//! request of a bound session, the rebind by the same key.
 
 use http::Method;
 use protocol::api::{RebindRequest, TransferResponse};
@@ -121,10 +123,20 @@ impl Client {
         };
         // Not replay-safe: the ticket is burned by the first rebind that reaches the owner.
         let endpoint = endpoint_of(owner)?;
+        // Proved by the session's key: the owner rebinds a bound session only with it, and binds
+        // the successor of an unbound one to it (as a sign-in would).
         let resp = self
-            .post_json(&owner.id, &endpoint, "/v1/sessions/rebind", &rebind, false)
+            .post_json(
+                &owner.id,
+                &endpoint,
+                "/v1/sessions/rebind",
+                &rebind,
+                session.signer.as_ref(),
+                false,
+            )
             .await?;
-        let fresh = session_from(&resp, &owner.id, endpoint, &session.info.contractor_id)?;
+        let fresh = session_from(&resp, &owner.id, endpoint, &session.info.contractor_id)?
+            .with_signer(session.signer.clone())?;
         if fresh.info.generation <= session.info.generation
             || fresh.info.subject != session.info.subject
         {

@@ -214,6 +214,7 @@ async fn a_permanent_refusal_is_removed_and_reported_and_a_503_stops_the_flush()
             headers: vec![],
             body: b"no such job".to_vec(),
             gate: None,
+            bind: false,
         },
     );
     f.cells[0].always(&route(3), ok());
@@ -639,6 +640,14 @@ fn the_verdict_table() {
         (Err(Error::SessionInvalid), ended),
         (Err(Error::SignInRequired), ended),
         (Err(Error::NotSignedIn), ended),
+        // a refused proof is not a refused write
+        (rejected(ErrorCode::DpopNonceStale), kept),
+        (rejected(ErrorCode::DpopNonceRequired), kept),
+        (rejected(ErrorCode::DpopProofInvalid), kept),
+        (rejected(ErrorCode::DpopProofReplayed), kept),
+        (rejected(ErrorCode::DpopProofMissing), ended),
+        (rejected(ErrorCode::DpopKeyMismatch), ended),
+        (Err(Error::DeviceKey("keystore locked".into())), kept),
     ];
     for (result, want) in cases {
         let shown = format!("{result:?}");

@@ -78,6 +78,12 @@ pub(crate) fn verdict(result: Result<Response, Error>) -> Verdict {
             why: e,
             session_ended: true,
         },
+        // the proof of possession was refused, not the write: kept (after a refusal that ended
+        // the session, for its user's next session)
+        Err(e) if e.is_proof_refusal() => Verdict::Kept {
+            session_ended: e.ends_session(),
+            why: e,
+        },
         // a refusal for good: a 4xx that waiting does not change
         Err(Error::Rejected {
             code,
