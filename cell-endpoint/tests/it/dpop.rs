@@ -118,6 +118,15 @@ async fn a_bound_session_is_served_only_with_a_fresh_proof_by_its_key() {
         (status, body["error"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("DPOP_PROOF_REPLAYED"))
     );
+    // A minute later its nonce is still accepted (its step and the next), and so its jti is
+    // still held: replayed again.
+    clock.advance(59);
+    let (status, _, body) = send(&edge, with_proof("GET", API, Some(&token), Some(&good))).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("DPOP_PROOF_REPLAYED"))
+    );
+    clock.set(NOW + 1);
 
     // Another key's proof for this session.
     let thief = SoftwareP256Key::generate().unwrap();
@@ -139,6 +148,11 @@ async fn a_bound_session_is_served_only_with_a_fresh_proof_by_its_key() {
 
     // Ten minutes later the nonce is stale; the answer carries the new one.
     clock.advance(600);
+    let (_, _, body) = send(&edge, with_proof("GET", API, Some(&token), Some(&good))).await;
+    assert_eq!(
+        body["error"], "DPOP_NONCE_STALE",
+        "the captured proof, ten minutes on"
+    );
     let p = proof(&key, "GET", API, Some(&token), Some(&nonce), NOW + 601);
     let (_, headers, body) = send(&edge, with_proof("GET", API, Some(&token), Some(&p))).await;
     assert_eq!(body["error"], "DPOP_NONCE_STALE");
