@@ -270,7 +270,6 @@ async fn a_thousand_replays_of_a_bound_session_at_two_edge_instances_are_all_ref
             note(&route, "same edge, 1 s later", r, same);
         }
     }
-    drop(note);
     let total: usize = tally.values().sum();
     println!("dpop replays: {total} sent, {accepted} accepted");
     for ((route, kind, code), n) in &tally {
