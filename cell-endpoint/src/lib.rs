@@ -71,7 +71,7 @@ pub mod testing {
     pub use crate::net::conn::ConnectionGate;
     pub use crate::net::limits::Limits;
     pub use crate::request::browser::{Verdict, decide, uses_session_cookie};
-    pub use crate::request::validate::{AfterRefetch, Validation};
+    pub use crate::request::validate::{AfterRefetch, Refused, Validation};
     pub use crate::service::Management;
 
     /// The held state's disk copy.

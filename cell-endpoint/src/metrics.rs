@@ -7,7 +7,10 @@
 //!   answered), `rate_limited` and `upstream_unavailable` (with `upstream`) failed before it;
 //!   `local` was answered from the edge's own state (health, keys, map, desk assets,
 //!   preflights). The split is the point: a failure before the cell and one inside it are
-//!   different incidents.
+//!   different incidents. Both also carry `synthetic` (`"true"`/`"false"`): a game day's
+//!   synthetic traffic ([`Synthetic`]), so a game day's stop condition reads the error ratio
+//!   and latency of real traffic alone (`synthetic="false"`); a sum without the label is all
+//!   traffic.
 //! - per instance (`instance` = `instance_id`): `cellbind_edge_feed_lag` and
 //!   `cellbind_edge_last_sync_age_seconds`;
 //! - `cellbind_edge_revocation_apply_seconds`: from a revocation's creation (its `at`, as the
@@ -17,7 +20,8 @@
 //!   (restores), unknown-kid key refetches and refused connections.
 //!
 //! Counting is one atomic add: every series of a bounded label set is created once, here, and
-//! looked up by index on the request path (no allocation, no lock).
+//! looked up by index on the request path (no allocation, no lock); the request series once
+//! per `synthetic` value (`[RequestSeries; 2]`).
 
 use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
@@ -32,6 +36,36 @@ use protocol::{CellId, ErrorCode};
 
 type Labels = [(&'static str, &'static str); 1];
 type RequestLabels = Vec<(&'static str, &'static str)>;
+/// `outcome` and `synthetic`.
+type LatencyLabels = [(&'static str, &'static str); 2];
+
+/// Every `synthetic` label value, indexed by whether the request is synthetic.
+const SYNTHETIC_VALUES: [&str; 2] = ["false", "true"];
+
+/// A game day's synthetic request, as the request counter learns it: put in the answer's
+/// extensions (beside its [`Outcome`]) by whoever reads the request's session — validation for
+/// `/api/*`, the forwarder for the session routes — when the session's contractor is in the
+/// reserved range (`protocol::ContractorId::is_synthetic`, decided once per verified token:
+/// `Validated::synthetic`), on the forwarded answer and on a refusal after the token was
+/// verified alike. A request that carries no session is synthetic when it says so with
+/// `x-cellbind-synthetic: 1` (`protocol::http::SYNTHETIC_HEADER`), which the counter reads
+/// itself; a session's request never is by the header. Either way it only changes the
+/// `synthetic` label of its request series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Synthetic;
+
+impl Synthetic {
+    /// Marks `resp` as the answer to a synthetic request when `synthetic`.
+    pub(crate) fn mark(
+        synthetic: bool,
+        mut resp: axum::response::Response,
+    ) -> axum::response::Response {
+        if synthetic {
+            resp.extensions_mut().insert(Synthetic);
+        }
+        resp
+    }
+}
 
 /// The upstream a request was forwarded to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +168,9 @@ impl Outcome {
         }
     }
 
-    /// The full label set of its `cellbind_edge_requests_total` series.
-    fn labels(self) -> RequestLabels {
+    /// The full label set of its `cellbind_edge_requests_total` series, of synthetic traffic
+    /// or real.
+    fn labels(self, synthetic: bool) -> RequestLabels {
         let mut l = vec![("outcome", self.kind())];
         match self {
             Outcome::Forwarded { upstream, class } => {
@@ -146,6 +181,7 @@ impl Outcome {
             Outcome::UpstreamUnavailable(upstream) => l.push(("upstream", upstream.as_str())),
             Outcome::RateLimited | Outcome::Local => {}
         }
+        l.push(("synthetic", SYNTHETIC_VALUES[usize::from(synthetic)]));
         l
     }
 }
@@ -184,7 +220,7 @@ pub(crate) const REFUSAL_CODES: [ErrorCode; 20] = [
     ErrorCode::DpopKeyMismatch,
 ];
 
-/// The series of `requests` resolved once, by index.
+/// The series of `requests` of one `synthetic` value, resolved once, by index.
 #[derive(Debug)]
 struct RequestSeries {
     /// `[upstream][class]`.
@@ -204,7 +240,8 @@ struct RequestSeries {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    series: RequestSeries,
+    /// `[synthetic]`: real traffic's series, then synthetic traffic's.
+    series: [RequestSeries; 2],
     validation: Histogram,
     state_age: Family<Labels, Gauge>,
     feed_lag: Gauge,
@@ -249,34 +286,40 @@ impl Metrics {
         let requests = registered(
             &mut registry,
             "requests",
-            "Requests by outcome: forwarded (upstream, class of its status), refused (code), rate_limited, upstream_unavailable (upstream), local",
+            "Requests by outcome: forwarded (upstream, class of its status), refused (code), rate_limited, upstream_unavailable (upstream), local; and by whether they were a game day's synthetic traffic (synthetic)",
             Family::<RequestLabels, Counter>::default(),
         );
         let latency_family = registered(
             &mut registry,
             "request_duration_seconds",
-            "Time from a request's arrival to its answer's headers, by outcome",
-            Family::<Labels, Histogram>::new_with_constructor(request_buckets as fn() -> Histogram),
+            "Time from a request's arrival to its answer's headers, by outcome and by whether it was a game day's synthetic traffic (synthetic)",
+            Family::<LatencyLabels, Histogram>::new_with_constructor(
+                request_buckets as fn() -> Histogram,
+            ),
         );
         // Every series exists from the start, so a dashboard sees zeros, not gaps.
-        let counter = |o: Outcome| requests.get_or_create_owned(&o.labels());
-        let forwarded = Upstream::ALL.map(|upstream| {
-            StatusClass::ALL.map(|class| counter(Outcome::Forwarded { upstream, class }))
+        let series = [false, true].map(|synthetic| {
+            let counter = |o: Outcome| requests.get_or_create_owned(&o.labels(synthetic));
+            let label = SYNTHETIC_VALUES[usize::from(synthetic)];
+            RequestSeries {
+                forwarded: Upstream::ALL.map(|upstream| {
+                    StatusClass::ALL.map(|class| counter(Outcome::Forwarded { upstream, class }))
+                }),
+                refused: REFUSAL_CODES
+                    .iter()
+                    .map(|c| counter(Outcome::Refused(*c)))
+                    .collect(),
+                rate_limited: counter(Outcome::RateLimited),
+                unavailable: Upstream::ALL.map(|u| counter(Outcome::UpstreamUnavailable(u))),
+                local: counter(Outcome::Local),
+                latency: OUTCOME_KINDS
+                    .iter()
+                    .map(|k| {
+                        latency_family.get_or_create_owned(&[("outcome", *k), ("synthetic", label)])
+                    })
+                    .collect(),
+            }
         });
-        let series = RequestSeries {
-            forwarded,
-            refused: REFUSAL_CODES
-                .iter()
-                .map(|c| counter(Outcome::Refused(*c)))
-                .collect(),
-            rate_limited: counter(Outcome::RateLimited),
-            unavailable: Upstream::ALL.map(|u| counter(Outcome::UpstreamUnavailable(u))),
-            local: counter(Outcome::Local),
-            latency: OUTCOME_KINDS
-                .iter()
-                .map(|k| latency_family.get_or_create_owned(&[("outcome", *k)]))
-                .collect(),
-        };
         let validation = registered(
             &mut registry,
             "validation_seconds",
@@ -389,9 +432,10 @@ impl Metrics {
         self.connections_refused.of("management")
     }
 
-    /// The pre-created counter of `outcome`, if it has one (every outcome the edge answers).
-    fn series(&self, outcome: Outcome) -> Option<&Counter> {
-        let s = &self.series;
+    /// The pre-created counter of `outcome` of synthetic traffic or real, if it has one (every
+    /// outcome the edge answers).
+    fn series(&self, outcome: Outcome, synthetic: bool) -> Option<&Counter> {
+        let s = &self.series[usize::from(synthetic)];
         match outcome {
             Outcome::Forwarded { upstream, class } => {
                 Some(&s.forwarded[upstream as usize][class as usize])
@@ -406,26 +450,37 @@ impl Metrics {
         }
     }
 
-    /// Counts one answered request and its latency.
-    pub(crate) fn request(&self, outcome: Outcome, elapsed: Duration) {
-        match self.series(outcome) {
+    /// Counts one answered request and its latency; `synthetic`: a game day's ([`Synthetic`]).
+    pub(crate) fn request(&self, outcome: Outcome, synthetic: bool, elapsed: Duration) {
+        match self.series(outcome, synthetic) {
             Some(c) => {
                 c.inc();
             }
             None => {
-                self.requests.get_or_create(&outcome.labels()).inc();
+                self.requests
+                    .get_or_create(&outcome.labels(synthetic))
+                    .inc();
             }
         }
-        if let Some(h) = self.series.latency.get(outcome.kind_index()) {
+        let latency = &self.series[usize::from(synthetic)].latency;
+        if let Some(h) = latency.get(outcome.kind_index()) {
             h.observe(elapsed.as_secs_f64());
         }
     }
 
-    /// Requests answered with `outcome` so far (tests, status).
+    /// Requests answered with `outcome` so far, synthetic and real (tests, status).
     pub fn requests(&self, outcome: Outcome) -> u64 {
-        match self.series(outcome) {
+        self.requests_of(outcome, false) + self.requests_of(outcome, true)
+    }
+
+    /// Requests answered with `outcome` so far that were synthetic traffic, or real.
+    pub fn requests_of(&self, outcome: Outcome, synthetic: bool) -> u64 {
+        match self.series(outcome, synthetic) {
             Some(c) => c.get(),
-            None => self.requests.get(&outcome.labels()).map_or(0, |c| c.get()),
+            None => self
+                .requests
+                .get(&outcome.labels(synthetic))
+                .map_or(0, |c| c.get()),
         }
     }
 
@@ -518,10 +573,12 @@ mod tests {
                 upstream: Upstream::App,
                 class: StatusClass::of(503),
             },
+            false,
             Duration::from_millis(3),
         );
         m.request(
             Outcome::Refused(ErrorCode::WrongCell),
+            false,
             Duration::from_millis(1),
         );
         let text = m.encode();
@@ -530,19 +587,19 @@ mod tests {
         }
         assert!(
             text.contains(
-                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"forwarded\",upstream=\"app\",class=\"5xx\"} 1"
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"forwarded\",upstream=\"app\",class=\"5xx\",synthetic=\"false\"} 1"
             ),
             "{text}"
         );
         assert!(
             text.contains(
-                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"WRONG_CELL\"} 1"
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"WRONG_CELL\",synthetic=\"false\"} 1"
             ),
             "{text}"
         );
         assert!(
             text.contains(
-                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"SESSION_REVOKED\"} 0"
+                "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"refused\",code=\"SESSION_REVOKED\",synthetic=\"true\"} 0"
             ),
             "{text}"
         );
@@ -551,11 +608,50 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"forwarded\"} 1"),
+            text.contains("cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"forwarded\",synthetic=\"false\"} 1"),
             "{text}"
         );
         assert_eq!(m.requests(Outcome::Refused(ErrorCode::WrongCell)), 1);
         assert_eq!(m.requests(Outcome::RateLimited), 0);
+    }
+
+    #[test]
+    fn synthetic_traffic_is_counted_and_timed_apart_from_real_traffic() {
+        let m = Metrics::new(&CellId::new("cell-07").unwrap(), "edge-2");
+        let ok = Outcome::Forwarded {
+            upstream: Upstream::App,
+            class: StatusClass::Success,
+        };
+        m.request(ok, true, Duration::from_millis(2));
+        m.request(ok, true, Duration::from_millis(2));
+        m.request(ok, false, Duration::from_millis(2));
+        m.request(Outcome::RateLimited, true, Duration::from_millis(1));
+        assert_eq!(m.requests_of(ok, true), 2);
+        assert_eq!(m.requests_of(ok, false), 1);
+        assert_eq!(m.requests(ok), 3);
+        assert_eq!(m.requests_of(Outcome::RateLimited, false), 0);
+        assert_eq!(m.requests(Outcome::RateLimited), 1);
+        let text = m.encode();
+        for want in [
+            "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"forwarded\",upstream=\"app\",class=\"2xx\",synthetic=\"true\"} 2",
+            "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"forwarded\",upstream=\"app\",class=\"2xx\",synthetic=\"false\"} 1",
+            "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"rate_limited\",synthetic=\"true\"} 1",
+            "cellbind_edge_requests_total{cell=\"cell-07\",outcome=\"rate_limited\",synthetic=\"false\"} 0",
+            "cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"forwarded\",synthetic=\"true\"} 2",
+            "cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"forwarded\",synthetic=\"false\"} 1",
+            "cellbind_edge_request_duration_seconds_count{cell=\"cell-07\",outcome=\"local\",synthetic=\"true\"} 0",
+        ] {
+            assert!(text.contains(want), "{want}\n{text}");
+        }
+        // Every request series, of every outcome, exists once per `synthetic` value.
+        let series = |synthetic: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("cellbind_edge_requests_total{"))
+                .filter(|l| l.contains(&format!("synthetic=\"{synthetic}\"")))
+                .count()
+        };
+        assert_eq!(series("true"), series("false"));
+        assert_eq!(series("true"), 8 + REFUSAL_CODES.len() + 1 + 2 + 1);
     }
 
     #[test]

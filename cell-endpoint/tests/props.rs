@@ -293,7 +293,7 @@ fn prop_edge_credentials() {
                 // Only a session minted with the cell's key, unchanged, is accepted.
                 prop_assert!(s.claims.contains(&v.claims), "accepted {:?}", v.claims);
             }
-            Validation::Decided(Err(e)) => known_refusal(&e)?,
+            Validation::Decided(Err(e)) => known_refusal(&e.refusal)?,
             // A key this cell does not hold: refused with it unless a refetch brings it.
             Validation::AfterRefetch(wait) => {
                 known_refusal(&Refusal::Token(TokenError::UnknownKid(wait.kid().clone())))?

@@ -60,6 +60,12 @@ pub const X_CLIENT_IP: &str = "x-cellbind-client-ip";
 /// (`protocol::dpop`); trusted by the auth-service only together with a valid [`X_EDGE_KEY`].
 pub const X_DPOP_JKT: &str = "x-cellbind-dpop-jkt";
 
+/// A session-less request (a sign-in) of a game day's synthetic client says so with
+/// `x-cellbind-synthetic: 1`. It only changes a metrics label: the edge counts the request as
+/// synthetic traffic (a request with a session is synthetic by its contractor instead,
+/// `ContractorId::is_synthetic`). Like every `x-cellbind-*` header it is never forwarded.
+pub const SYNTHETIC_HEADER: &str = "x-cellbind-synthetic";
+
 /// The scheme prefix of a bearer `Authorization` header, matched exactly.
 pub const BEARER_PREFIX: &str = "Bearer ";
 

@@ -146,6 +146,20 @@ string_id!(
     |s| check_prefixed_slug("contractor id", s, CONTRACTOR_ID_MAX_BYTES, "c-")
 );
 
+/// The reserved range of contractor ids a game day provisions: every id that starts with it is
+/// a synthetic contractor, and no real contractor may be given one. `cellctl gameday` only ever
+/// acts on ids in this range; the edge counts the requests of their sessions as synthetic
+/// traffic (its `synthetic` metrics label).
+pub const SYNTHETIC_CONTRACTOR_PREFIX: &str = "c-synthetic-";
+
+impl ContractorId {
+    /// Whether this contractor is in the reserved range of a game day's synthetic contractors
+    /// ([`SYNTHETIC_CONTRACTOR_PREFIX`]).
+    pub fn is_synthetic(&self) -> bool {
+        self.0.starts_with(SYNTHETIC_CONTRACTOR_PREFIX)
+    }
+}
+
 string_id!(
     /// A technician or dispatcher id (the `sub` claim): `[A-Za-z0-9_.@-]`, at most 128 bytes.
     SubjectId, "SubjectId", |s| check("subject id", s, SUBJECT_ID_MAX_BYTES, "[A-Za-z0-9_.@-]",
@@ -405,6 +419,29 @@ mod tests {
         assert_eq!(SessionId::from_random([7; 16]).as_str().len(), 22);
         assert!(SessionToken::new("a.b.c\n").is_err());
         assert!(serde_json::from_str::<ContractorId>("\"c-1/..\"").is_err());
+    }
+
+    #[test]
+    fn only_the_reserved_range_is_synthetic() {
+        for synthetic in ["c-synthetic-1", "c-synthetic-gd-2026-01-a"] {
+            assert!(
+                ContractorId::new(synthetic).unwrap().is_synthetic(),
+                "{synthetic}"
+            );
+        }
+        // The range is the whole prefix, its `-` included: a look-alike is a real contractor.
+        for real in [
+            "c-40711",
+            "c-synthetic",
+            "c-synthetics-1",
+            "c-1-synthetic-1",
+            "c-syn",
+        ] {
+            assert!(!ContractorId::new(real).unwrap().is_synthetic(), "{real}");
+        }
+        // The prefix is itself a valid contractor id's start (lower-case slug after `c-`).
+        assert!(SYNTHETIC_CONTRACTOR_PREFIX.starts_with("c-"));
+        assert!(ContractorId::new(format!("{SYNTHETIC_CONTRACTOR_PREFIX}1")).is_ok());
     }
 
     #[test]

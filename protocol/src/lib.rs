@@ -44,7 +44,8 @@ pub mod token;
 
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::{ErrorBody, ErrorCode};
+pub use http::SYNTHETIC_HEADER;
 pub use ids::{
     CellId, ClientKind, ContractorId, Generation, IdError, InstanceId, Jkt, Kid, Login, Password,
-    PasswordHash, SessionId, SessionToken, SubjectId,
+    PasswordHash, SYNTHETIC_CONTRACTOR_PREFIX, SessionId, SessionToken, SubjectId,
 };

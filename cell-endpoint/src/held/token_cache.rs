@@ -33,16 +33,20 @@ pub const CACHED_SESSION_BYTES: usize = 830;
 /// What the validation layer proved about a request; the forwarder reads it (as
 /// `Arc<Validated>` in the request extensions).
 ///
-/// Laid out in declaration order (`repr(C)`): what a cached request reads — the stamp — comes
-/// first, beside the `Arc`'s counts it touches anyway, so a session that is not in the CPU
-/// caches costs one miss here. Its expiry and the subject's limiter are in the cache's slot
-/// (`VerifiedSession`), read before this is.
+/// Laid out in declaration order (`repr(C)`): what a cached request reads — the stamp and the
+/// synthetic flag — comes first, beside the `Arc`'s counts it touches anyway, so a session
+/// that is not in the CPU caches costs one miss here. Its expiry and the subject's limiter are
+/// in the cache's slot (`VerifiedSession`), read before this is.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Validated {
     /// The view under which this session last passed the checks that depend only on the
     /// view (`ServedUnder`).
     pub served_under: ServedUnder,
+    /// Whether the session's contractor is a game day's synthetic one
+    /// (`ContractorId::is_synthetic`), decided once when the token was verified: the request
+    /// counter's `synthetic` label, read without touching the claims.
+    pub synthetic: bool,
     pub kid: Kid,
     pub claims: SessionClaims,
     /// `X-Cellbind-Subject`, `-Contractor`, `-Generation`, `-Session`, rendered once when the
@@ -102,6 +106,7 @@ impl Validated {
         ];
         Ok(Self {
             served_under: ServedUnder::default(),
+            synthetic: claims.ctr.is_synthetic(),
             kid,
             claims,
             identity_headers,

@@ -2,7 +2,12 @@
 //! its answer carries (put there by whoever decided it: `error::rescue` for a refusal, the
 //! forwarders for an upstream's answer; none means answered locally) and times it from
 //! arrival to the answer's headers. It wraps the inner future without boxing it: the request
-//! path pays one clock read and two atomic adds.
+//! path pays one clock read, one header lookup and two atomic adds.
+//!
+//! A request counts as a game day's synthetic traffic (the `synthetic` label, `metrics`) when
+//! its answer carries [`Synthetic`] (put there by whoever read its session: the session's
+//! contractor is in the reserved range), or when it carries no session and says so with
+//! `x-cellbind-synthetic: 1` (a sign-in), which is read here, on arrival.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,12 +16,13 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::Request;
+use axum::http::{HeaderMap, HeaderName, Request};
 use axum::response::Response;
+use protocol::http::{Presented, SYNTHETIC_HEADER};
 use tower::{Layer, Service};
 
 use crate::edge::Edge;
-use crate::metrics::Outcome;
+use crate::metrics::{Outcome, Synthetic};
 
 /// Counts and times every request of the service it wraps.
 #[derive(Debug, Clone)]
@@ -60,12 +66,32 @@ where
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let started = Instant::now();
+        let says_synthetic = says_synthetic(req.headers());
         CountedFuture {
-            started: Instant::now(),
+            started,
+            says_synthetic,
             edge: Some(self.edge.clone()),
             inner: self.inner.call(req),
         }
     }
+}
+
+/// `x-cellbind-synthetic`, parsed once.
+const SYNTHETIC: HeaderName = HeaderName::from_static(SYNTHETIC_HEADER);
+
+/// Whether a request says it is synthetic traffic: `x-cellbind-synthetic: 1`, and no session
+/// (neither an `Authorization` header nor a session cookie: a session's request is synthetic
+/// by its contractor alone, whatever it says). The credentials are only looked at when the
+/// header is there.
+fn says_synthetic(headers: &HeaderMap) -> bool {
+    headers
+        .get(&SYNTHETIC)
+        .is_some_and(|v| v.as_bytes() == b"1")
+        && {
+            let presented = Presented::from_headers(headers);
+            presented.authorization.is_none() && presented.cookie.is_none()
+        }
 }
 
 pin_project_lite::pin_project! {
@@ -75,6 +101,8 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         started: Instant,
+        // The request carried no session and `x-cellbind-synthetic: 1` (`says_synthetic`).
+        says_synthetic: bool,
         // Taken when the answer is counted (a future is never polled after it is ready).
         edge: Option<Edge>,
     }
@@ -95,8 +123,48 @@ where
                 .get::<Outcome>()
                 .copied()
                 .unwrap_or(Outcome::Local);
-            edge.metrics().request(outcome, this.started.elapsed());
+            let synthetic = *this.says_synthetic || resp.extensions().get::<Synthetic>().is_some();
+            edge.metrics()
+                .request(outcome, synthetic, this.started.elapsed());
         }
         Poll::Ready(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_a_session_less_request_says_it_is_synthetic() {
+        assert!(says_synthetic(&headers(&[("x-cellbind-synthetic", "1")])));
+        assert!(says_synthetic(&headers(&[
+            ("x-cellbind-synthetic", "1"),
+            ("cookie", "theme=dark"),
+        ])));
+        for not in [
+            &[][..],
+            &[("x-cellbind-synthetic", "0")][..],
+            &[("x-cellbind-synthetic", "true")][..],
+            &[("x-cellbind-synthetic", "")][..],
+            // A session's request is synthetic by its contractor, never by the header.
+            &[("x-cellbind-synthetic", "1"), ("authorization", "Bearer t")][..],
+            &[("x-cellbind-synthetic", "1"), ("authorization", "Basic x")][..],
+            &[
+                ("x-cellbind-synthetic", "1"),
+                ("cookie", "__Host-cellbind_session=t"),
+            ][..],
+        ] {
+            assert!(!says_synthetic(&headers(not)), "{not:?}");
+        }
     }
 }

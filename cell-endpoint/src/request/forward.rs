@@ -20,10 +20,10 @@ use runtime::dpop::ConnectionProofs;
 use crate::edge::Edge;
 use crate::error::Refusal;
 use crate::held::token_cache::Validated;
-use crate::metrics::{Outcome, StatusClass, Upstream};
+use crate::metrics::{Outcome, StatusClass, Synthetic, Upstream};
 use crate::net::limits::client_ip;
 use crate::net::upstream::SendError;
-use crate::request::validate::ProofContext;
+use crate::request::validate::{ProofContext, Refused};
 
 /// Whether a client's request header is never forwarded (ATTACKS A25, A26): hop-by-hop
 /// headers (RFC 9110 §7.6.1), `Host` and `Content-Length` (the upstream request has its own),
@@ -244,7 +244,8 @@ pub(crate) async fn send_to_auth(
 /// `/v1/sessions*` → the auth-service. Only the credential the rule chose travels: the bearer
 /// header or the session cookie, never both, never the other cookies; a cookie request with an
 /// unsafe method has passed the CSRF proof here; a DPoP proof has been verified here and only
-/// its key's thumbprint travels (`X-Cellbind-Dpop-Jkt`, believed with the edge token).
+/// its key's thumbprint travels (`X-Cellbind-Dpop-Jkt`, believed with the edge token). The
+/// answer to a synthetic contractor's session is marked [`Synthetic`] for the request counter.
 pub(crate) async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Response {
     let proved = req.headers().contains_key(DPOP_HEADER);
     match forward_auth(&edge, route, req).await {
@@ -252,7 +253,7 @@ pub(crate) async fn to_auth(edge: Edge, route: SessionRoute, req: Request) -> Re
             let status = r.status();
             with_nonce(&edge, proved, forwarded(Upstream::Auth, status, r))
         }
-        Err(e) => edge.rescue(&e),
+        Err(e) => edge.refuse(&e),
     }
 }
 
@@ -280,7 +281,9 @@ pub(crate) fn forwarded(
     resp
 }
 
-async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<Response, Refusal> {
+/// The auth-service's answer (already marked [`Synthetic`] when the session it acted on was a
+/// synthetic contractor's), or the refusal.
+async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<Response, Refused> {
     let ip = client_ip(&req);
     let connection = req.extensions().get::<Arc<ConnectionProofs>>().cloned();
     let (parts, body) = read_request(edge, req).await?;
@@ -304,17 +307,23 @@ async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<
     {
         headers.insert(HeaderName::from_static(X_DPOP_JKT), v);
     }
+    // Whether the session the route acts on is a synthetic contractor's (none: not).
+    let mut synthetic = false;
     if route.uses_session() {
         let chosen = edge
             .resolve_credential(&parts.headers, &parts.method)
             .await?;
+        synthetic = chosen.validated.synthetic;
         // A bound session's proof, by its key, for this very request.
-        if let Some(jkt) = edge.check_binding(
-            Some(&chosen.validated.claims),
-            Some(chosen.token),
-            &parts.headers,
-            &ctx,
-        )? && let Ok(v) = HeaderValue::from_str(jkt.as_str())
+        if let Some(jkt) = edge
+            .check_binding(
+                Some(&chosen.validated.claims),
+                Some(chosen.token),
+                &parts.headers,
+                &ctx,
+            )
+            .map_err(Refused::of_session(synthetic))?
+            && let Ok(v) = HeaderValue::from_str(jkt.as_str())
         {
             headers.insert(HeaderName::from_static(X_DPOP_JKT), v);
         }
@@ -325,7 +334,9 @@ async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<
             ),
             Source::Cookie => (header::COOKIE, session_cookie_request(chosen.token)),
         };
-        let mut v = value.ok_or(Refusal::Token(protocol::token::TokenError::Malformed))?;
+        let mut v = value
+            .ok_or(Refusal::Token(protocol::token::TokenError::Malformed))
+            .map_err(Refused::of_session(synthetic))?;
         v.set_sensitive(true);
         headers.insert(name, v);
     }
@@ -338,25 +349,31 @@ async fn forward_auth(edge: &Edge, route: SessionRoute, req: Request) -> Result<
         ip,
     )
     .await
+    .map(|resp| Synthetic::mark(synthetic, resp))
+    .map_err(Refused::of_session(synthetic))
 }
 
 /// Validated `/api/*` → the app, with the session's identity in `X-Cellbind-*` headers and
-/// without the bearer token or session cookie.
+/// without the bearer token or session cookie. The answer to a synthetic contractor's session,
+/// the app's or a refusal, is marked [`Synthetic`] for the request counter.
 pub(crate) async fn to_app(State(edge): State<Edge>, req: Request) -> Response {
     let proved = req.headers().contains_key(DPOP_HEADER);
-    match forward_app(&edge, req).await {
+    let Some(v) = req.extensions().get::<Arc<Validated>>().cloned() else {
+        return edge.rescue(&Refusal::SessionMissing);
+    };
+    let synthetic = v.synthetic;
+    let resp = match forward_app(&edge, v, req).await {
         Ok(r) => {
             let status = r.status();
             with_nonce(&edge, proved, forwarded(Upstream::App, status, r))
         }
         Err(e) => edge.rescue(&e),
-    }
+    };
+    Synthetic::mark(synthetic, resp)
 }
 
-async fn forward_app(edge: &Edge, req: Request) -> Result<Response, Refusal> {
-    let Some(v) = req.extensions().get::<Arc<Validated>>().cloned() else {
-        return Err(Refusal::SessionMissing);
-    };
+/// Forwards `req` of the validated session `v`.
+async fn forward_app(edge: &Edge, v: Arc<Validated>, req: Request) -> Result<Response, Refusal> {
     // A write registers itself, then looks at ownership again (see `drain`): a handoff applied
     // since validation refuses it, or the drain report that follows counts it.
     let _in_flight = if Access::of_method(req.method().as_str()) == Access::Write {

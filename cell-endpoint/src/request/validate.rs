@@ -24,6 +24,11 @@
 //! The verified claims are put in the request extensions for the forwarder. Steps 5 and 6 (and
 //! the revocation freshness bound, when configured) apply to `/api/*` only.
 //!
+//! A refusal after step 3 verified the token says whether the refused session was a game day's
+//! synthetic one ([`Refused`]), so its answer counts as synthetic traffic (`metrics::Synthetic`)
+//! like a served request of that session does; a refusal before (no session, an unreadable,
+//! forged or expired token) is real traffic's.
+//!
 //! A cached session that passed the key, revocation and ownership checks under the installed
 //! view (active here at its generation) is remembered to have (`token_cache::ServedUnder`):
 //! until another view is installed its requests skip those three lookups, whose answers cannot
@@ -51,6 +56,7 @@ use crate::error::{Refusal, rescue};
 use crate::held::state::CellState;
 use crate::held::subject_limit::SubjectLimiter;
 use crate::held::token_cache::{Validated, VerifiedSession};
+use crate::metrics::Synthetic;
 use crate::request::guard::{Check, Guard};
 
 /// Longest a request waits for an unknown-kid key refetch, in milliseconds.
@@ -65,6 +71,37 @@ pub(crate) struct Resolved<'h> {
     pub source: Source,
     /// The token as presented (the forwarder passes exactly this one on).
     pub token: &'h str,
+}
+
+/// A refused request, and whether the session it refused is a game day's synthetic one
+/// (`Validated::synthetic`): known once the session's token was verified, false before (what
+/// `?` on a plain [`Refusal`] gives).
+#[derive(Debug)]
+pub struct Refused {
+    pub refusal: Refusal,
+    pub synthetic: bool,
+}
+
+impl Refused {
+    /// A refusal of a verified session, synthetic or not (for `map_err`).
+    pub(crate) fn of_session(synthetic: bool) -> impl Fn(Refusal) -> Refused {
+        move |refusal| Refused { refusal, synthetic }
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(refusal: Refusal) -> Self {
+        Refused {
+            refusal,
+            synthetic: false,
+        }
+    }
+}
+
+impl From<TokenError> for Refused {
+    fn from(e: TokenError) -> Self {
+        Refusal::Token(e).into()
+    }
 }
 
 /// What a request's DPoP proof is checked against besides its headers: the request line, and
@@ -103,6 +140,12 @@ impl Edge {
             }
         }
         resp
+    }
+
+    /// [`Edge::rescue`] of a refused request, marked as synthetic traffic for the request
+    /// counter when the refused session was a synthetic contractor's.
+    pub(crate) fn refuse(&self, refused: &Refused) -> axum::response::Response {
+        Synthetic::mark(refused.synthetic, self.rescue(&refused.refusal))
     }
 
     /// Device binding (step 4's end): a bound session's proof, verified against this request
@@ -165,13 +208,14 @@ impl Edge {
         self.key_refetch().refetch(holding, fetch).await
     }
 
-    /// Steps 2–4 for one token: cached or verified, and not revoked.
+    /// Steps 2–4 for one token: cached or verified, and not revoked (a verified session's
+    /// revocation is refused as its contractor's: synthetic or not).
     fn verify_token(
         &self,
         state: &CellState,
         token: &str,
         source: Source,
-    ) -> Result<VerifiedSession, Refusal> {
+    ) -> Result<VerifiedSession, Refused> {
         let now = self.clock().now();
         let settings = self.settings();
         let session = match self.token_cache().get(token, state, now) {
@@ -181,7 +225,7 @@ impl Edge {
                 // A revoked key has left the set: its sessions are revoked, not unknown, and
                 // never worth a key refetch.
                 if state.revocations.is_key_revoked(&parsed.kid) {
-                    return Err(Refusal::Revoked);
+                    return Err(Refusal::Revoked.into());
                 }
                 let Some(key) = state.keyset.get(parsed.kid.as_str()).cloned() else {
                     return Err(TokenError::UnknownKid(parsed.kid).into());
@@ -204,7 +248,10 @@ impl Edge {
                 .revocations
                 .is_revoked(&verified.claims, &verified.kid)
         {
-            return Err(Refusal::Revoked);
+            return Err(Refused {
+                refusal: Refusal::Revoked,
+                synthetic: verified.synthetic,
+            });
         }
         Ok(session)
     }
@@ -217,16 +264,17 @@ impl Edge {
         state: &CellState,
         headers: &'h HeaderMap,
         access: Access,
-    ) -> Result<Resolved<'h>, Refusal> {
+    ) -> Result<Resolved<'h>, Refused> {
         let ((session, token), source) = Presented::from_headers(headers)
-            .resolve(Refusal::SessionMissing, |t, src| {
+            .resolve(Refused::from(Refusal::SessionMissing), |t, src| {
                 self.verify_token(state, t, src).map(|v| (v, t))
             })?;
         if source == Source::Cookie && access == Access::Write {
             protocol::http::check_csrf_proof(headers, |o| {
                 crate::held::origin::origin_allowed(o, &self.settings().public_url, Some(state))
             })
-            .map_err(Refusal::CsrfProof)?;
+            .map_err(Refusal::CsrfProof)
+            .map_err(Refused::of_session(session.validated.synthetic))?;
         }
         Ok(Resolved {
             validated: session.validated,
@@ -249,16 +297,17 @@ impl Edge {
         &self,
         headers: &'h HeaderMap,
         method: &http::Method,
-    ) -> Result<Resolved<'h>, Refusal> {
+    ) -> Result<Resolved<'h>, Refused> {
         let access = Access::of_method(method.as_str());
         let state = self.ready_state()?;
         match self.resolve_now(&state, headers, access) {
-            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
-                match self.refetch_for(&kid).await {
-                    Some(state) => self.resolve_now(&state, headers, access),
-                    None => Err(TokenError::UnknownKid(kid).into()),
-                }
-            }
+            Err(Refused {
+                refusal: Refusal::Token(TokenError::UnknownKid(kid)),
+                ..
+            }) => match self.refetch_for(&kid).await {
+                Some(state) => self.resolve_now(&state, headers, access),
+                None => Err(TokenError::UnknownKid(kid).into()),
+            },
             other => other,
         }
     }
@@ -276,14 +325,15 @@ impl Edge {
     ) -> Validation {
         let started = Instant::now();
         match self.validate_now(headers, access, ctx) {
-            Err(Refusal::Token(TokenError::UnknownKid(kid))) => {
-                Validation::AfterRefetch(AfterRefetch {
-                    edge: self.clone(),
-                    kid,
-                    access,
-                    started,
-                })
-            }
+            Err(Refused {
+                refusal: Refusal::Token(TokenError::UnknownKid(kid)),
+                ..
+            }) => Validation::AfterRefetch(AfterRefetch {
+                edge: self.clone(),
+                kid,
+                access,
+                started,
+            }),
             decided => {
                 self.metrics()
                     .validation_latency(started.elapsed().as_secs_f64());
@@ -300,7 +350,7 @@ impl Edge {
         headers: &HeaderMap,
         access: Access,
         ctx: &ProofContext<'_>,
-    ) -> Result<Arc<Validated>, Refusal> {
+    ) -> Result<Arc<Validated>, Refused> {
         if self.current().is_some_and(|s| s.has_kid(&kid)) || self.refetch_for(&kid).await.is_some()
         {
             self.validate_now(headers, access, ctx)
@@ -316,10 +366,25 @@ impl Edge {
         headers: &HeaderMap,
         access: Access,
         ctx: &ProofContext<'_>,
-    ) -> Result<Arc<Validated>, Refusal> {
+    ) -> Result<Arc<Validated>, Refused> {
         let state = self.ready_state()?;
-        let settings = self.settings();
         let resolved = self.resolve_now(&state, headers, access)?;
+        let synthetic = resolved.validated.synthetic;
+        self.admit(&state, resolved, headers, access, ctx)
+            .map_err(Refused::of_session(synthetic))
+    }
+
+    /// The rest of steps 4–7 for a verified session (`resolved`): device binding, the rate
+    /// limit, ownership, the revocation freshness bound and the write lease.
+    fn admit(
+        &self,
+        state: &CellState,
+        resolved: Resolved<'_>,
+        headers: &HeaderMap,
+        access: Access,
+        ctx: &ProofContext<'_>,
+    ) -> Result<Arc<Validated>, Refusal> {
+        let settings = self.settings();
         self.check_binding(
             Some(&resolved.validated.claims),
             Some(resolved.token),
@@ -330,7 +395,7 @@ impl Edge {
         let verified = resolved.validated;
         let c = &verified.claims;
         // The ownership decision, unless the session passed every check of this view already.
-        let decision = if verified.served_under.is(&state) {
+        let decision = if verified.served_under.is(state) {
             Decision::Serve
         } else {
             let record = state.ownership(&c.ctr);
@@ -339,7 +404,7 @@ impl Edge {
             // and revocations checked under this view by `resolve_now`: remembered.
             if decision == Decision::Serve && matches!(record, Some(OwnershipRecord::Active { .. }))
             {
-                verified.served_under.set(&state);
+                verified.served_under.set(state);
             }
             decision
         };
@@ -378,7 +443,7 @@ impl Edge {
 #[derive(Debug)]
 pub enum Validation {
     /// Decided at once: the verified session, or the refusal.
-    Decided(Result<Arc<Validated>, Refusal>),
+    Decided(Result<Arc<Validated>, Refused>),
     /// The token names a key this instance does not hold: [`AfterRefetch::decide`] decides
     /// once the key refetch is done.
     AfterRefetch(AfterRefetch),
@@ -390,7 +455,7 @@ impl Validation {
         self,
         headers: &HeaderMap,
         ctx: &ProofContext<'_>,
-    ) -> Result<Arc<Validated>, Refusal> {
+    ) -> Result<Arc<Validated>, Refused> {
         match self {
             Validation::Decided(decided) => decided,
             Validation::AfterRefetch(wait) => wait.decide(headers, ctx).await,
@@ -420,7 +485,7 @@ impl AfterRefetch {
         self,
         headers: &HeaderMap,
         ctx: &ProofContext<'_>,
-    ) -> Result<Arc<Validated>, Refusal> {
+    ) -> Result<Arc<Validated>, Refused> {
         let result = self
             .edge
             .validate_after_refetch(self.kid, headers, self.access, ctx)
@@ -459,7 +524,7 @@ impl Guard for ValidateGuard {
                 req.extensions_mut().insert(v);
                 Check::Pass(req)
             }
-            Validation::Decided(Err(e)) => Check::Answer(self.edge.rescue(&e)),
+            Validation::Decided(Err(e)) => Check::Answer(self.edge.refuse(&e)),
             Validation::AfterRefetch(wait) => {
                 let edge = self.edge.clone();
                 Check::Wait(Box::pin(async move {
@@ -468,7 +533,7 @@ impl Guard for ValidateGuard {
                             req.extensions_mut().insert(v);
                             Ok(req)
                         }
-                        Err(e) => Err(edge.rescue(&e)),
+                        Err(e) => Err(edge.refuse(&e)),
                     }
                 }))
             }

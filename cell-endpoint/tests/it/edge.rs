@@ -536,10 +536,11 @@ async fn jwks_map_and_metrics_come_from_the_held_state() {
     )
     .unwrap();
     for line in [
-        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="app",class="2xx"} 1"#,
-        r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_FOUND"} 1"#,
-        r#"cellbind_edge_requests_total{cell="cell-03",outcome="local"} 2"#,
-        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="forwarded"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="app",class="2xx",synthetic="false"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_FOUND",synthetic="false"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="local",synthetic="false"} 2"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="local",synthetic="true"} 0"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="forwarded",synthetic="false"} 1"#,
         r#"cellbind_edge_state_age_seconds{cell="cell-03",part="keys"} 0"#,
         r#"cellbind_edge_feed_lag{cell="cell-03",instance="edge-1"} 0"#,
         r#"cellbind_edge_validation_seconds_count{cell="cell-03"} 1"#,
@@ -551,6 +552,134 @@ async fn jwks_map_and_metrics_come_from_the_held_state() {
             && !text.contains(r#"cellbind_edge_map_version{cell="cell-03"} 0"#),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn synthetic_traffic_is_counted_apart_by_its_contractor_or_a_sign_ins_header() {
+    // An auth-service that answers every session route, recording what it saw.
+    let seen_auth = Arc::new(std::sync::Mutex::new(Vec::<axum::http::HeaderMap>::new()));
+    let s = seen_auth.clone();
+    let auth = Router::new().fallback(any(move |req: Request<Body>| {
+        let s = s.clone();
+        async move {
+            s.lock().unwrap().push(req.headers().clone());
+            (StatusCode::CREATED, "{}")
+        }
+    }));
+    let (app, seen) = recording_app();
+    let (shared, _fake) = clock();
+    let edge = Edge::new(settings(), shared, Upstreams::local(Some(auth), Some(app)));
+    // A game day's contractors beside the real ones: one active here, one in handoff.
+    const SYNTHETIC: &str = "c-synthetic-gd-1";
+    const SYNTHETIC_HANDOFF: &str = "c-synthetic-gd-2";
+    let mut snap = snapshot();
+    snap.ownership.insert(
+        ContractorId::new(SYNTHETIC).unwrap(),
+        OwnershipRecord::Active {
+            generation: Generation(1),
+        },
+    );
+    snap.ownership.insert(
+        ContractorId::new(SYNTHETIC_HANDOFF).unwrap(),
+        OwnershipRecord::Handoff {
+            generation: Generation(1),
+        },
+    );
+    edge.install(CellState::from_snapshot(cell(), 10, 10, NOW, snap).unwrap());
+    edge.mark_synced();
+    let synthetic = mint(&claims(SYNTHETIC, 1));
+    let real = session();
+    let says = |mut r: Request<Body>| {
+        r.headers_mut()
+            .insert("x-cellbind-synthetic", "1".parse().unwrap());
+        r
+    };
+
+    // `/api/*`: by the session's contractor, whatever the request says.
+    assert_eq!(
+        send(&edge, get("/api/x", Some(&synthetic))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&edge, get("/api/x", Some(&real))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&edge, says(get("/api/x", Some(&real)))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(seen.count(), 3);
+    // A refusal of a verified synthetic session is synthetic too (a write of a game day's
+    // contractor in handoff); one of a token never verified is not, header or no header.
+    let handoff = mint(&claims(SYNTHETIC_HANDOFF, 1));
+    let (status, _, body) = send(&edge, req("POST", "/api/x", Some(&handoff))).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::CONFLICT, "HANDOFF_IN_PROGRESS")
+    );
+    let (status, _, body) = send(&edge, says(get("/api/x", Some("not-a-token")))).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::UNAUTHORIZED, "SESSION_INVALID")
+    );
+
+    // Session routes: a sign-in (no session) by the header; a session's route by its
+    // contractor.
+    let sign_in = || req("POST", "/v1/sessions", None);
+    assert_eq!(send(&edge, says(sign_in())).await.0, StatusCode::CREATED);
+    assert_eq!(send(&edge, sign_in()).await.0, StatusCode::CREATED);
+    let current = |t: &str| get("/v1/sessions/current", Some(t));
+    assert_eq!(
+        send(&edge, current(&synthetic)).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        send(&edge, says(current(&real))).await.0,
+        StatusCode::CREATED
+    );
+    // The header is the edge's (`x-cellbind-*`): it never reaches an upstream.
+    let auth_saw = seen_auth.lock().unwrap().clone();
+    assert_eq!(auth_saw.len(), 4);
+    assert!(
+        auth_saw
+            .iter()
+            .all(|h| h.get("x-cellbind-synthetic").is_none())
+    );
+    assert!(seen.last().1.get("x-cellbind-synthetic").is_none());
+
+    let m = edge.metrics();
+    let app_ok = app_answered(StatusClass::Success);
+    let auth_ok = Outcome::Forwarded {
+        upstream: Upstream::Auth,
+        class: StatusClass::Success,
+    };
+    assert_eq!(m.requests_of(app_ok, true), 1);
+    assert_eq!(m.requests_of(app_ok, false), 2);
+    let handoff = Outcome::Refused(ErrorCode::HandoffInProgress);
+    assert_eq!(
+        (m.requests_of(handoff, true), m.requests_of(handoff, false)),
+        (1, 0)
+    );
+    let invalid = Outcome::Refused(ErrorCode::SessionInvalid);
+    assert_eq!(
+        (m.requests_of(invalid, true), m.requests_of(invalid, false)),
+        (0, 1)
+    );
+    assert_eq!(m.requests_of(auth_ok, true), 2);
+    assert_eq!(m.requests_of(auth_ok, false), 2);
+    let text = m.encode();
+    for line in [
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="app",class="2xx",synthetic="true"} 1"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="app",class="2xx",synthetic="false"} 2"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="forwarded",upstream="auth",class="2xx",synthetic="true"} 2"#,
+        r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="HANDOFF_IN_PROGRESS",synthetic="true"} 1"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="forwarded",synthetic="true"} 3"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="forwarded",synthetic="false"} 4"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="refused",synthetic="true"} 1"#,
+        r#"cellbind_edge_request_duration_seconds_count{cell="cell-03",outcome="refused",synthetic="false"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 }
 
 #[tokio::test]

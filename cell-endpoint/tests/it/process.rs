@@ -89,7 +89,7 @@ ca_cert = "{ca}"
     let text = r.text().await.unwrap();
     assert!(
         text.contains(
-            r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_READY"} 1"#
+            r#"cellbind_edge_requests_total{cell="cell-03",outcome="refused",code="NOT_READY",synthetic="false"} 1"#
         ),
         "{text}"
     );

@@ -149,10 +149,12 @@ impl Expected {
             .or_default() += n;
     }
 
-    /// An edge request of `cell` with `labels` (outcome and its own labels).
+    /// An edge request of `cell` with `labels` (outcome and its own labels): real traffic
+    /// (`synthetic="false"`: no script here uses a game day's contractors or header).
     fn edge(&mut self, cell: &CellId, labels: &[(&str, &str)], n: f64) {
         let mut all = vec![("cell", cell.as_str())];
         all.extend_from_slice(labels);
+        all.push(("synthetic", "false"));
         self.add(
             format!("{cell} edge"),
             "cellbind_edge_requests_total",
@@ -242,14 +244,16 @@ fn check_deltas(before: &Samples, after: &Samples, expected: &Expected) -> Vec<S
     for key in expected.0.keys().filter(|k| !after.contains_key(k)) {
         wrong.push(format!("{} {:?}: not exposed", key.0, key.1));
     }
-    // A histogram's count moves with its counter: edge latency by outcome, step durations.
+    // A histogram's count moves with its counter: edge latency by outcome (and synthetic or
+    // real traffic), step durations.
     let mut sums: BTreeMap<(String, String, String), f64> = BTreeMap::new();
     for key in after.keys() {
         let (server, (name, labels)) = key;
         let by = |l: &str| labels.get(l).cloned().unwrap_or_default();
+        let edge_slot = || format!("{} synthetic={}", by("outcome"), by("synthetic"));
         let slot = match name.as_str() {
-            "cellbind_edge_requests_total" => ("latency", by("outcome")),
-            "cellbind_edge_request_duration_seconds_count" => ("latency", by("outcome")),
+            "cellbind_edge_requests_total" => ("latency", edge_slot()),
+            "cellbind_edge_request_duration_seconds_count" => ("latency", edge_slot()),
             "cellbind_auth_migration_steps_total" => ("steps", by("step")),
             "cellbind_auth_migration_step_duration_seconds_count" => ("steps", by("step")),
             _ => continue,
