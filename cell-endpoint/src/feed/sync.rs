@@ -149,15 +149,21 @@ pub(crate) async fn run(edge: Edge, wait_ms: u64) {
     );
     let mut delays = backoff();
     let mut want_snapshot = false;
+    // The first request after a start or a failure does not wait: its answer renews the write
+    // lease at once, where a long poll would hold it (and every write) until the poll's end —
+    // up to half the lease after the auth-service came back (found by `cellctl gameday`'s
+    // `edge-restart-offline`).
+    let mut renew_now = true;
     loop {
         let since = if want_snapshot {
             0
         } else {
             edge.current().map_or(0, |s| s.seq)
         };
+        let wait = if renew_now { 0 } else { wait_ms };
         // A contractor reported busy drained: report again now rather than after the poll.
         let fetched = tokio::select! {
-            r = fetch(&edge, since, wait_ms) => Some(r),
+            r = fetch(&edge, since, wait) => Some(r),
             () = edge.in_flight().drained() => None,
         };
         let Some(fetched) = fetched else { continue };
@@ -169,9 +175,11 @@ pub(crate) async fn run(edge: Edge, wait_ms: u64) {
             Ok(applied) => {
                 delays = backoff();
                 want_snapshot = false;
+                renew_now = false;
                 settle(&edge, applied).await;
             }
             Err(e) => {
+                renew_now = true;
                 if matches!(e, EdgeError::Feed(_)) {
                     // Refused document (gap, rollback, bad key…): keep the last-known-good
                     // view and ask for a whole snapshot next time.
