@@ -190,3 +190,50 @@ pub(crate) async fn probe(
         tokio::time::sleep(Duration::from_millis(PROBE_INTERVAL_MS)).await;
     }
 }
+
+/// Stops the fleet's servers that are not its children: ones a game day (`cellctl gameday`,
+/// the `local` actuator) killed and started again, which `fleet.json` names. Only a live
+/// process whose command line names the fleet's directory is signalled (a pid `fleet.json`
+/// names may have been reused by another process since). SIGTERM, then SIGKILL after `grace`
+/// (none: SIGKILL at once, from `Drop`).
+pub(crate) fn stop_strays(dir: &Path, own: &[u32], grace: Option<Duration>) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Ok(file) = fleet_description::FleetFile::load(&dir.join(fleet_description::FLEET_FILE))
+    else {
+        return;
+    };
+    let needle = dir
+        .canonicalize()
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .to_string_lossy()
+        .into_owned();
+    let strays: Vec<Pid> = file
+        .pids()
+        .into_iter()
+        .filter(|p| !own.contains(p))
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(&needle))
+                .unwrap_or(false)
+        })
+        .filter_map(|p| i32::try_from(p).ok().map(Pid::from_raw))
+        .collect();
+    let first = if grace.is_some() {
+        Signal::SIGTERM
+    } else {
+        Signal::SIGKILL
+    };
+    for p in &strays {
+        let _ = kill(*p, first);
+    }
+    let Some(grace) = grace else { return };
+    let deadline = std::time::Instant::now() + grace;
+    // Not our children: nothing to reap, so poll for them to be gone.
+    while strays.iter().any(|p| kill(*p, None).is_ok()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in &strays {
+        let _ = kill(*p, Signal::SIGKILL);
+    }
+}

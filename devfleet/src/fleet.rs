@@ -487,7 +487,15 @@ impl Fleet {
     /// [`STOP_GRACE_MS`]. Returns once every child has been reaped; then stops the PostgreSQL
     /// server, if any.
     pub async fn stop(mut self) {
+        let own: Vec<u32> = self.children.iter().map(|c| c.pid).collect();
         stop_children(&self.sup, &mut self.children).await;
+        // Servers a game day restarted are not children: `fleet.json` names them.
+        let dir = self.dir.clone();
+        let grace = Duration::from_millis(crate::children::STOP_GRACE_MS);
+        let _ = tokio::task::spawn_blocking(move || {
+            crate::children::stop_strays(&dir, &own, Some(grace));
+        })
+        .await;
         stop_postgres(self.postgres.take()).await;
     }
 }
@@ -507,5 +515,11 @@ impl Drop for Fleet {
         // Dropping the stdin handles (below) makes the children exit: that is not a death to
         // report.
         self.sup.stopping.store(true, Ordering::SeqCst);
+        // A fleet dropped without `stop` (a test that panicked): the servers a game day
+        // restarted have no stdin tied to this process, so kill them here.
+        let own: Vec<u32> = self.children.iter().map(|c| c.pid).collect();
+        if !own.is_empty() {
+            crate::children::stop_strays(&self.dir, &own, None);
+        }
     }
 }
