@@ -20,6 +20,13 @@
 //! app_internal_url = "https://app.cell-01.internal:8448"
 //! admin_token_file = "secrets/cell-01/admin.token"
 //! app_internal_token_file = "secrets/cell-01/app-internal.token"
+//!
+//! [gameday]                              # optional: `cellctl gameday` (see [`crate::gameday`])
+//! state_dir = "gameday"
+//! [[gameday.actuators]]
+//! target = "cell-01/auth-service"
+//! kind = "systemd"
+//! units = ["cellbind-auth-service.service"]
 //! ```
 //!
 //! Every command reads its fleet through [`load`]: an inventory (a `.toml` file) or a dev
@@ -34,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fleet_file::{Demo, FLEET_SCHEMA, FleetCell, FleetFile, Service, StoreKind};
+use crate::gameday::GamedaySection;
 
 /// Mode of a configuration file that names token files and holds none (the inventory, and the
 /// dev fleet's server configurations).
@@ -77,7 +85,7 @@ pub struct CellEntry {
 }
 
 /// `cells.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Inventory {
     pub schema: u32,
@@ -85,6 +93,11 @@ pub struct Inventory {
     pub ca_cert: PathBuf,
     pub control_plane: ControlPlaneEntry,
     pub cells: Vec<CellEntry>,
+    /// `cellctl gameday`'s section (actuators, stop conditions, the edges' metrics URLs);
+    /// an inventory without one still reads. As written: [`crate::gameday::load_gameday`]
+    /// resolves its paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gameday: Option<GamedaySection>,
 }
 
 fn config(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -130,6 +143,10 @@ impl Inventory {
                     format_args!("cell {}: auth_service_urls is empty", c.id),
                 ));
             }
+        }
+        if let Some(g) = &inv.gameday {
+            let cells: Vec<&CellId> = inv.cells.iter().map(|c| &c.id).collect();
+            g.check(path, &cells)?;
         }
         Ok(inv)
     }
@@ -221,6 +238,7 @@ impl Inventory {
                 map_public_key: f.map_public_key.clone(),
             },
             cells,
+            gameday: None,
         })
     }
 
@@ -302,6 +320,141 @@ app_internal_token_file = "secrets/cell-01/app-internal.token"
         // Round trip through the dev fleet's writer.
         let again = Inventory::of_fleet(&f).unwrap();
         assert_eq!(again.cells[0].auth_service_urls.len(), 2);
+    }
+
+    const GAMEDAY: &str = r#"
+[gameday]
+state_dir = "state/gameday"
+[gameday.stop]
+max_error_ratio = 0.1
+max_p99_ms = 1500
+[[gameday.edges]]
+cell = "cell-01"
+metrics_urls = ["https://edge-a.cell-01.internal:9443/metrics"]
+[[gameday.actuators]]
+target = "cell-01/auth-service"
+kind = "systemd"
+units = ["cellbind-auth-service.service"]
+signal = "SIGKILL"
+[[gameday.actuators]]
+target = "cell-01/edge"
+kind = "command"
+down = ["kubectl", "scale", "deploy/cell-01-edge", "--replicas=0"]
+up = ["kubectl", "scale", "deploy/cell-01-edge", "--replicas=2"]
+[[gameday.actuators]]
+target = "control-plane"
+kind = "local"
+"#;
+
+    #[test]
+    fn an_inventory_with_a_gameday_section_reads_its_actuators() {
+        use crate::gameday::{
+            Actuator, ActuatorKind, DEFAULT_MIN_REQUESTS, DEFAULT_WINDOW_S, Target, load_gameday,
+        };
+        let (dir, path) = dir_with(&format!("{SAMPLE}{GAMEDAY}"));
+        let inv = Inventory::read(&path).unwrap();
+        let g = inv.gameday.as_ref().unwrap();
+        assert_eq!(g.state_dir, Path::new("state/gameday"));
+        let cell = CellId::new("cell-01").unwrap();
+        let kinds: Vec<(String, ActuatorKind)> = g
+            .actuators
+            .iter()
+            .map(|a| (a.target.to_string(), a.actuator.kind()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("cell-01/auth-service".to_owned(), ActuatorKind::Systemd),
+                ("cell-01/edge".to_owned(), ActuatorKind::Command),
+                ("control-plane".to_owned(), ActuatorKind::Local),
+            ]
+        );
+        assert_eq!(
+            g.actuators[0].actuator,
+            Actuator::Systemd {
+                units: vec!["cellbind-auth-service.service".into()],
+                signal: Some("SIGKILL".into()),
+            }
+        );
+        assert_eq!(
+            g.actuator_for(&Target::AuthReplica(cell.clone(), 1))
+                .unwrap()
+                .target,
+            Target::AuthService(cell)
+        );
+        assert_eq!(g.stop.max_error_ratio, 0.1);
+        assert_eq!(g.stop.max_p99_ms, 1500);
+        assert_eq!(g.stop.min_requests, DEFAULT_MIN_REQUESTS);
+        assert_eq!(g.stop.window_s, DEFAULT_WINDOW_S);
+        assert_eq!(
+            g.metrics_urls(),
+            ["https://edge-a.cell-01.internal:9443/metrics"]
+        );
+        // The loader resolves the state directory beside the inventory.
+        let loaded = load_gameday(&path).unwrap();
+        assert_eq!(loaded.state_dir, dir.path().join("state/gameday"));
+        // And the fleet still resolves.
+        assert_eq!(load(&path).unwrap().cells.len(), 1);
+    }
+
+    #[test]
+    fn an_inventory_without_a_gameday_section_still_reads() {
+        let (dir, path) = dir_with(SAMPLE);
+        assert!(Inventory::read(&path).unwrap().gameday.is_none());
+        let g = crate::gameday::load_gameday(&path).unwrap();
+        assert_eq!(g.state_dir, dir.path().join("gameday"));
+        assert!(g.actuators.is_empty());
+        // What `cellctl dev` writes has none either.
+        let f = load(&path).unwrap();
+        let text = toml::to_string(&Inventory::of_fleet(&f).unwrap()).unwrap();
+        assert!(!text.contains("gameday"), "{text}");
+    }
+
+    #[test]
+    fn a_bad_gameday_section_is_refused_naming_the_file() {
+        for (bad, says) in [
+            (
+                GAMEDAY.replace("kind = \"systemd\"", "kind = \"sytemd\""),
+                "unknown variant `sytemd`",
+            ),
+            (
+                GAMEDAY.replace("\"cell-01/edge\"", "\"cell-01/edge/0\""),
+                "\"cell-01/edge/0\" is not a game day target",
+            ),
+            (
+                GAMEDAY.replace("\"cell-01/edge\"", "\"cell-09/edge\""),
+                "cell-09 is not a cell of the inventory",
+            ),
+            (
+                GAMEDAY.replace("\"control-plane\"", "\"cell-01/edge\""),
+                "cell-01/edge has two actuators",
+            ),
+            (
+                GAMEDAY.replace("units = [\"cellbind-auth-service.service\"]", ""),
+                "needs `units`",
+            ),
+            (
+                GAMEDAY.replace("signal = \"SIGKILL\"", "signal = \"kill -9\""),
+                "not a signal name",
+            ),
+            (
+                GAMEDAY.replace("kind = \"local\"", "kind = \"local\"\nunits = [\"x\"]"),
+                "`units` does not apply",
+            ),
+            (
+                GAMEDAY.replace("max_p99_ms = 1500", "max_p99 = 1500"),
+                "max_p99",
+            ),
+            (
+                GAMEDAY.replace("max_error_ratio = 0.1", "max_error_ratio = 5.0"),
+                "max_error_ratio 5 is not between 0 and 1",
+            ),
+        ] {
+            let (_dir, path) = dir_with(&format!("{SAMPLE}{bad}"));
+            let e = Inventory::read(&path).unwrap_err().to_string();
+            assert!(e.contains(says), "{says}: {e}");
+            assert!(e.contains("cells.toml"), "{e}");
+        }
     }
 
     #[test]
