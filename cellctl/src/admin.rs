@@ -22,12 +22,13 @@
 //! and the typed answer.
 
 use protocol::admin::app::{
-    ActivateRequest, ContractorOp, ContractorState, ExportDoc, ImportResponse,
+    ActivateRequest, CONTRACTORS_PATH, CompletionsResponse, ContractorOp, ContractorState,
+    ExportDoc, ImportResponse, SeedRequest, SeedResponse,
 };
 use protocol::admin::cell::{
-    self, ContractorExport, DrainStatus, HeldRevocations, ImportAnswer, OwnershipRecord,
-    OwnershipSet, RevokeAnswer, RevokeRequest, Rotation, SessionRecordAnswer, Status,
-    WithdrawAnswer, WithdrawRequest,
+    self, ContractorExport, DrainStatus, HeldRevocations, ImportAnswer, ImportUsers,
+    OwnershipRecord, OwnershipSet, RevokeAnswer, RevokeRequest, Rotation, SessionRecordAnswer,
+    Status, UsersImported, WithdrawAnswer, WithdrawRequest,
 };
 use protocol::admin::placement::{self, PLACEMENT_MAP_PATH, Placement, PlacementAnswer};
 use protocol::map::SignedMap;
@@ -74,6 +75,17 @@ impl AdminClient {
             )
             .await;
         r.result.map(expect_some)?
+    }
+
+    /// `POST /admin/v1/users/import`: create or replace many users in one transaction.
+    pub async fn import_users(
+        &self,
+        auth: &Api,
+        users: &ImportUsers,
+    ) -> Result<UsersImported, AdminError> {
+        self.send(auth, Method::POST, cell::USERS_IMPORT_PATH, Some(users))
+            .await
+            .result
     }
 
     /// `GET /admin/v1/ownership/{ctr}`: the cell's record, `None` when it holds none.
@@ -176,6 +188,24 @@ impl AdminClient {
     }
 
     // ---- a cell's app (`protocol::admin::app`) -----------------------------------------------
+
+    /// `PUT /internal/v1/contractors`: the app's copies of new contractors (a contractor it
+    /// already holds at a higher generation keeps it).
+    pub async fn app_seed(&self, app: &Api, req: &SeedRequest) -> Result<SeedResponse, AdminError> {
+        self.send(app, Method::PUT, CONTRACTORS_PATH, Some(req))
+            .await
+            .result
+    }
+
+    /// `GET /internal/v1/contractors/{ctr}/completions`: the job completions the app holds for
+    /// a contractor, `None` when it holds no copy of it.
+    pub async fn app_completions(
+        &self,
+        app: &Api,
+        ctr: &ContractorId,
+    ) -> Result<Option<CompletionsResponse>, AdminError> {
+        self.lookup(app, &ContractorOp::Completions.path(ctr)).await
+    }
 
     /// `GET /internal/v1/contractors/{ctr}/export`.
     pub async fn app_export(&self, app: &Api, ctr: &ContractorId) -> Result<ExportDoc, AdminError> {

@@ -61,6 +61,9 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::revoke::RevokeCommand,
     },
+    /// Game days: the seed's exercises on synthetic contractors, with faults, stop conditions
+    /// and a report (`list`, `run`, `report`, `undo`).
+    Gameday(crate::gameday::GamedayArgs),
     /// Mint an edge instance's own feed credential from the cell's feed secret (offline).
     EdgeCredential(crate::edge_credential::EdgeCredentialArgs),
 }
@@ -111,5 +114,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
         Command::EdgeCredential(args) => crate::edge_credential::run(&args, cli.json),
+        Command::Gameday(args) => crate::gameday::run_cli(&cli.fleet, args, cli.json).await,
     }
 }

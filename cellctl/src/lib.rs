@@ -23,6 +23,7 @@ pub mod dev;
 pub mod edge_credential;
 pub mod edges;
 pub mod error;
+pub mod gameday;
 pub mod migrate;
 pub mod revoke;
 pub mod status;

@@ -13,6 +13,8 @@ mod dpop;
 mod feed_credentials;
 mod fleet_basics;
 mod game_day;
+mod gameday;
+mod gameday_report;
 mod hostile_client;
 mod layering;
 mod map_pins;

@@ -1,0 +1,429 @@
+//! What a scenario runs with: the run's shared [`Ctx`] (fleet, clients, faults, the synthetic
+//! population), one scenario's [`Run`] (its faults, figures, bounds and load), the [`Scale`],
+//! and the checks several scenarios share (writes at the apps, migrations).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::ValueEnum;
+use fleet_description::{FleetCell, FleetFile};
+use protocol::{CellId, ContractorId};
+
+use super::fault::{Faults, Target};
+use super::load::{self, Load, Recorder, Session};
+use super::model::{BoundCheck, FaultWindow, Figure, Outcome, ScenarioReport};
+use super::synthetic::{Population, Synthetic, Technician};
+use crate::admin::AdminClient;
+use crate::error::{CtlError, Result};
+
+/// Sign-ins made at once when a scenario signs its technicians in.
+pub const SIGN_IN_CONCURRENCY: usize = 16;
+/// Bound of waiting for a cell's edge to be ready again after a fault is undone, in seconds.
+pub const READY_AGAIN_S: u64 = 60;
+
+/// How big the synthetic population and its load are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scale {
+    /// 2 synthetic contractors per cell, 2 technicians each: a weekly run on a live fleet.
+    Small,
+    /// The seed's numbers: 2,400 contractors, 19,000 technicians, a 340-contractor wave.
+    Seed,
+}
+
+impl Scale {
+    /// Synthetic contractors per cell (out of `cells`).
+    pub fn contractors_per_cell(self, cells: usize) -> usize {
+        match self {
+            Scale::Small => 2,
+            Scale::Seed => 2_400usize.div_ceil(cells.max(1)),
+        }
+    }
+    /// Technicians per contractor.
+    pub fn technicians(self) -> usize {
+        match self {
+            Scale::Small => 2,
+            Scale::Seed => 8,
+        }
+    }
+    /// Load workers (requests in flight at once).
+    pub fn workers(self) -> usize {
+        match self {
+            Scale::Small => 8,
+            Scale::Seed => 48,
+        }
+    }
+    /// Requests a second of the whole synthetic load (it comes from one address: below an
+    /// edge's per-address limit, `rate_per_ip_per_s`, 200 by default).
+    pub fn rate_per_s(self) -> u32 {
+        match self {
+            Scale::Small => 100,
+            Scale::Seed => 150,
+        }
+    }
+    /// Contractors a migration wave moves.
+    pub fn wave(self, cells: usize) -> usize {
+        match self {
+            Scale::Small => cells.max(2),
+            Scale::Seed => 340,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scale::Small => "small",
+            Scale::Seed => "seed",
+        }
+    }
+}
+
+pub(crate) fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What every scenario of a run shares.
+#[derive(Debug)]
+pub struct Ctx {
+    pub fleet_path: PathBuf,
+    pub fleet: FleetFile,
+    pub admin: AdminClient,
+    /// The synthetic clients' HTTPS client (trusts the fleet's CA only).
+    pub http: reqwest::Client,
+    /// The cells the game day runs in.
+    pub cells: Vec<CellId>,
+    pub scale: Scale,
+    pub duration: Duration,
+    pub faults: Faults,
+    /// The synthetic population (provisioned before the first scenario).
+    pub pop: Population,
+    /// Names this run's idempotency keys.
+    pub run_id: String,
+}
+
+impl Ctx {
+    /// A cell of the fleet.
+    pub fn cell(&self, id: &CellId) -> Result<&FleetCell> {
+        Ok(self.fleet.named_cell(id, &self.fleet_path)?)
+    }
+
+    /// The admin client and the fleet, for provisioning.
+    pub fn fleet_view(&self) -> super::synthetic::Fleet<'_> {
+        super::synthetic::Fleet {
+            admin: &self.admin,
+            fleet: &self.fleet,
+        }
+    }
+
+    /// The synthetic technicians whose contractor `cell` owns.
+    pub fn technicians_of(&self, cell: &CellId) -> Vec<Technician> {
+        self.pop.technicians_of(cell).into_iter().cloned().collect()
+    }
+
+    /// Signs `techs` in at their owning cells, [`SIGN_IN_CONCURRENCY`] at a time; records each
+    /// sign-in in `rec` and answers the sessions (a failed sign-in has none).
+    pub async fn sign_in_all(&self, techs: &[Technician], rec: &Recorder) -> Vec<Session> {
+        use futures::StreamExt as _;
+        futures::stream::iter(techs.to_vec())
+            .map(|t| self.sign_in_one(t, rec))
+            .buffer_unordered(SIGN_IN_CONCURRENCY)
+            .filter_map(std::future::ready)
+            .collect()
+            .await
+    }
+
+    async fn sign_in_one(&self, t: Technician, rec: &Recorder) -> Option<Session> {
+        let cell = self.pop.owners.get(&t.contractor).map(|(c, _)| c.clone())?;
+        let endpoint = self.cell(&cell).ok()?.endpoint.clone();
+        let started = Instant::now();
+        let (a, s) = load::sign_in(&self.http, &endpoint, &t, &self.pop.password).await;
+        // A contractor a migration moved: the old cell names its owner (one hop, as an app
+        // with a stale map would take).
+        if let load::Answer::Status(409, v) = &a
+            && v["error"] == "WRONG_CELL"
+            && let Some(owner) = v["owner_endpoint"].as_str()
+        {
+            let (a, s) = load::sign_in(&self.http, owner, &t, &self.pop.password).await;
+            rec.record(&cell, classify(&a, 201), started.elapsed());
+            return s;
+        }
+        rec.record(&cell, classify(&a, 201), started.elapsed());
+        s
+    }
+
+    /// Waits until `cell`'s edge answers `/readyz` with 200 (after a fault on it is undone).
+    pub async fn wait_ready(&self, cell: &CellId) -> Result<()> {
+        let url = format!("{}/readyz", self.cell(cell)?.endpoint);
+        let deadline = Instant::now() + Duration::from_secs(READY_AGAIN_S);
+        loop {
+            if let Ok(r) = self.http.get(&url).send().await
+                && r.status().as_u16() == 200
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(CtlError::Failed(format!(
+                    "{cell}'s edge not ready {READY_AGAIN_S} s after its fault was undone"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// `a` as a request that expected `want`.
+pub fn classify(a: &load::Answer, want: u16) -> load::Class {
+    match a {
+        load::Answer::NoAnswer(_) => load::Class::BeforeCell,
+        load::Answer::Status(s, _) if *s == want => load::Class::Ok,
+        load::Answer::Status(..) => load::Class::InCell,
+    }
+}
+
+/// One scenario's run in progress: its faults, figures and bounds.
+#[derive(Debug)]
+pub struct Run {
+    pub ctx: Arc<Ctx>,
+    pub started: Instant,
+    pub rec: Arc<Recorder>,
+    /// Counters of every load the scenario started.
+    pub stats: Arc<load::LoadStats>,
+    faults: Vec<(String, FaultWindow)>,
+    figures: Vec<Figure>,
+    bounds: Vec<BoundCheck>,
+}
+
+impl Run {
+    pub(crate) fn new(ctx: Arc<Ctx>) -> Run {
+        let started = Instant::now();
+        Run {
+            ctx,
+            started,
+            rec: Arc::new(Recorder::new(started)),
+            stats: Arc::default(),
+            faults: Vec::new(),
+            figures: Vec::new(),
+            bounds: Vec::new(),
+        }
+    }
+
+    /// Milliseconds since the scenario started.
+    pub fn ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Applies a fault (the undo log records it first).
+    pub async fn down(&mut self, target: &Target) -> Result<()> {
+        let start_ms = self.ms();
+        let what = self.ctx.faults.down(target).await?;
+        self.faults.push((
+            target.to_string(),
+            FaultWindow {
+                what,
+                start_ms,
+                end_ms: None,
+            },
+        ));
+        Ok(())
+    }
+
+    /// Undoes a fault.
+    pub async fn up(&mut self, target: &Target) -> Result<()> {
+        self.ctx.faults.up(target).await?;
+        let end = self.ms();
+        self.close(&target.to_string(), end);
+        Ok(())
+    }
+
+    /// A restart (down then up) as one fault window.
+    pub async fn restart(&mut self, target: &Target) -> Result<()> {
+        let start_ms = self.ms();
+        let what = self.ctx.faults.restart(target).await?;
+        let end_ms = Some(self.ms());
+        self.faults.push((
+            target.to_string(),
+            FaultWindow {
+                what,
+                start_ms,
+                end_ms,
+            },
+        ));
+        Ok(())
+    }
+
+    /// Records an action that is a fault but is not undone (a key rotation, a migration).
+    pub fn mark(&mut self, what: String, start_ms: u64) {
+        let end_ms = Some(self.ms());
+        self.faults.push((
+            String::new(),
+            FaultWindow {
+                what,
+                start_ms,
+                end_ms,
+            },
+        ));
+    }
+
+    /// Closes every fault window still open (the engine undid them at `end`).
+    pub(crate) fn close_all(&mut self, end: u64) {
+        for (_, w) in &mut self.faults {
+            if w.end_ms.is_none() {
+                w.end_ms = Some(end);
+            }
+        }
+    }
+
+    fn close(&mut self, target: &str, end: u64) {
+        for (t, w) in &mut self.faults {
+            if t == target && w.end_ms.is_none() {
+                w.end_ms = Some(end);
+            }
+        }
+    }
+
+    /// A measured figure.
+    pub fn figure(&mut self, name: &str, value: f64, unit: &str) {
+        self.figures.push(Figure {
+            name: name.to_owned(),
+            value,
+            unit: unit.to_owned(),
+        });
+    }
+
+    /// A bound on a figure already measured (a missing figure fails the bound, read as 0).
+    pub fn bound(&mut self, figure: &str, op: &str, limit: f64) {
+        let found = self.figures.iter().find(|f| f.name == figure);
+        let mut b = BoundCheck::check(figure, op, limit, found.map_or(0.0, |f| f.value));
+        b.met &= found.is_some();
+        self.bounds.push(b);
+    }
+
+    /// Starts the synthetic load over `sessions`.
+    pub fn load(&self, sessions: Vec<Session>) -> Load {
+        Load::start(
+            self.ctx.http.clone(),
+            sessions,
+            self.rec.clone(),
+            self.stats.clone(),
+            self.ctx.scale.workers(),
+            self.ctx.scale.rate_per_s(),
+            &format!("{}-{}", self.ctx.run_id, self.ms()),
+        )
+    }
+
+    /// Lets the load run for `d` (the scenario's measured window; not a synchronisation).
+    pub async fn hold(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    /// Records the load's totals as figures (`requests_ok`, `requests_failed_before_cell`,
+    /// `requests_failed_in_cell`, `latency_p50_ms`, `latency_p99_ms`).
+    pub fn load_figures(&mut self) {
+        let t = self.rec.total();
+        let lat = self.rec.latencies();
+        self.figure("requests_ok", t.ok as f64, "count");
+        self.figure("requests_failed_before_cell", t.before_cell as f64, "count");
+        self.figure("requests_failed_in_cell", t.in_cell as f64, "count");
+        self.figure("latency_p50_ms", load::percentile(&lat, 0.50), "ms");
+        self.figure("latency_p99_ms", load::percentile(&lat, 0.99), "ms");
+        // The failures by what they got, as `failed_<status>_<code>` (`failed_no_answer`).
+        for (what, n) in self.stats.failures() {
+            let name = format!(
+                "failed_{}",
+                what.to_lowercase().replace([' ', '(', ')'], "_")
+            );
+            self.figure(name.trim_end_matches('_'), n as f64, "count");
+        }
+    }
+
+    /// The report of scenario `name` (which `proves`) that ended with `outcome`.
+    pub(crate) fn finish(
+        mut self,
+        (name, proves): (&str, &str),
+        outcome: Outcome,
+        reason: String,
+        started_unix_ms: u64,
+        stopped_ms: Option<u64>,
+    ) -> ScenarioReport {
+        let end = self.ms();
+        for (_, w) in &mut self.faults {
+            if w.end_ms.is_none() {
+                w.end_ms = Some(end);
+            }
+        }
+        let outcome = match outcome {
+            Outcome::Passed if self.bounds.iter().any(|b| !b.met) => Outcome::Failed,
+            o => o,
+        };
+        ScenarioReport {
+            name: name.to_owned(),
+            proves: proves.to_owned(),
+            outcome,
+            reason,
+            started_unix_ms,
+            duration_ms: end,
+            stopped_ms,
+            faults: self.faults.into_iter().map(|(_, w)| w).collect(),
+            figures: self.figures,
+            bounds: self.bounds,
+            timeline: self.rec.timeline(),
+        }
+    }
+}
+
+/// The cell a synthetic contractor is placed in now (the control plane's placement).
+pub async fn placed_in(ctx: &Ctx, s: &Synthetic) -> Result<CellId> {
+    let cp = crate::admin::Api::control_plane(&ctx.fleet)?;
+    match ctx.admin.placement(&cp, s.id()).await? {
+        Some(p) => Ok(p.cell),
+        None => Err(CtlError::Failed(format!("the control plane places no {s}"))),
+    }
+}
+
+/// Migrates a synthetic contractor to the cell after its current one (among the game day's
+/// cells) with the product's orchestrator; answers its report.
+pub async fn migrate_report(ctx: &Ctx, s: &Synthetic) -> Result<crate::migrate::MigrationReport> {
+    let from = placed_in(ctx, s).await?;
+    let i = ctx.cells.iter().position(|c| *c == from).unwrap_or(0);
+    let to = ctx.cells[(i + 1) % ctx.cells.len().max(1)].clone();
+    if to == from {
+        return Err(CtlError::BadRequest(
+            "a migration needs at least two cells in the game day".to_owned(),
+        ));
+    }
+    let opts = crate::migrate::MigrateOptions::new(s.id().clone(), to);
+    crate::migrate::migrate(&ctx.fleet_path, &opts, |_| {}).await
+}
+
+/// [`migrate_report`], answering (from, to).
+pub async fn migrate_synthetic(ctx: &Ctx, s: &Synthetic) -> Result<(CellId, CellId)> {
+    let r = migrate_report(ctx, s).await?;
+    Ok((r.source, r.target))
+}
+
+/// Checks acknowledged completions against the apps: answers (lost, duplicated). A write is
+/// lost when its owning cell's app does not hold its key, duplicated when it holds it twice.
+pub async fn verify_writes(
+    ctx: &Ctx,
+    acked: &std::collections::BTreeMap<ContractorId, Vec<String>>,
+) -> Result<(usize, usize)> {
+    let (mut lost, mut duplicated) = (0, 0);
+    for (c, keys) in acked {
+        let s = Synthetic::new(c.clone())?;
+        let cell = placed_in(ctx, &s).await?;
+        let app = crate::admin::Api::app(ctx.cell(&cell)?)?;
+        let held = ctx.admin.app_completions(&app, c).await?;
+        let held: Vec<String> = held
+            .map(|h| {
+                h.completions
+                    .into_iter()
+                    .filter_map(|x| x.idempotency_key)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unique: std::collections::BTreeSet<&String> = held.iter().collect();
+        duplicated += held.len() - unique.len();
+        lost += keys.iter().filter(|k| !unique.contains(k)).count();
+    }
+    Ok((lost, duplicated))
+}
