@@ -324,6 +324,9 @@ pub struct LoadStats {
     pub read_only_refusals: AtomicU64,
     /// Completions acknowledged, by contractor: their idempotency keys.
     pub acked: Mutex<BTreeMap<ContractorId, Vec<String>>>,
+    /// Route loads sent, and served (`200`).
+    pub route_loads: AtomicU64,
+    pub route_loads_ok: AtomicU64,
     /// Failed requests by kind and what they got (`write 503 CELL_STATE_STALE`, `route no
     /// answer`).
     pub failures: Mutex<BTreeMap<String, u64>>,
@@ -481,6 +484,12 @@ impl Worker {
             };
             let cell = sessions[i].cell.clone();
             self.rec.record(&cell, class, latency);
+            if !write {
+                self.stats.route_loads.fetch_add(1, Ordering::Relaxed);
+                if class == Class::Ok {
+                    self.stats.route_loads_ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             if class != Class::Ok {
                 let kind = if write { "write" } else { "route" };
                 let what = match &a {

@@ -94,6 +94,9 @@ pub struct RunArgs {
     /// Synthetic contractors to use instead of provisioning (a real contractor is refused).
     #[arg(long, value_delimiter = ',')]
     pub contractors: Vec<ContractorId>,
+    /// Contractors a migration wave moves (default: `small` one per cell, `seed` 340).
+    #[arg(long)]
+    pub wave: Option<usize>,
     /// Where to write the report (default: the game day's state directory, `reports/`).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -292,13 +295,19 @@ pub async fn run(fleet_path: &Path, args: &RunArgs, json: bool) -> Result<Option
         faults,
         pop: Population::empty()?,
         run_id: format!("{started_unix_ms:x}"),
+        wave: args.wave,
     };
     eprintln!(
         "gameday: provisioning synthetic contractors ({} scale) in {} cells…",
         args.scale.as_str(),
         cells.len()
     );
-    let wanted = synthetic::wanted(&cells, args.scale.contractors_per_cell(cells.len()), &named)?;
+    // A `--wave` bigger than the scale's population provisions enough contractors for it.
+    let per_cell = args
+        .scale
+        .contractors_per_cell(cells.len())
+        .max(args.wave.unwrap_or(0).div_ceil(cells.len().max(1)));
+    let wanted = synthetic::wanted(&cells, per_cell, &named)?;
     ctx.pop = synthetic::provision(ctx.fleet_view(), &wanted, args.scale.technicians()).await?;
     let ctx = Arc::new(ctx);
     let mut reports = Vec::new();

@@ -99,6 +99,8 @@ pub struct Ctx {
     pub pop: Population,
     /// Names this run's idempotency keys.
     pub run_id: String,
+    /// Contractors a migration wave moves (`--wave`; default: the scale's).
+    pub wave: Option<usize>,
 }
 
 impl Ctx {
@@ -426,4 +428,120 @@ pub async fn verify_writes(
         lost += keys.iter().filter(|k| !unique.contains(k)).count();
     }
     Ok((lost, duplicated))
+}
+
+/// Migrations a wave runs at once.
+pub const WAVE_PARALLEL: usize = 3;
+
+/// A migration wave in progress: `WAVE_PARALLEL` at a time, each contractor to the cell after
+/// its current one, with the product's orchestrator.
+#[derive(Debug)]
+pub struct Wave {
+    started: Instant,
+    size: usize,
+    workers: tokio::task::JoinSet<Result<Vec<crate::migrate::MigrationReport>>>,
+}
+
+impl Wave {
+    /// Starts moving `contractors`.
+    pub fn start(ctx: &Arc<Ctx>, contractors: Vec<Synthetic>) -> Wave {
+        let size = contractors.len();
+        let queue = Arc::new(std::sync::Mutex::new(contractors));
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..WAVE_PARALLEL {
+            let (queue, ctx) = (queue.clone(), ctx.clone());
+            workers.spawn(async move {
+                let mut done = Vec::new();
+                loop {
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .pop();
+                    let Some(s) = next else {
+                        return Ok(done);
+                    };
+                    done.push(migrate_report(&ctx, &s).await?);
+                }
+            });
+        }
+        Wave {
+            started: Instant::now(),
+            size,
+            workers,
+        }
+    }
+
+    /// Waits for the wave's end: its reports and how long it took.
+    pub async fn finish(mut self) -> Result<(Vec<crate::migrate::MigrationReport>, Duration)> {
+        let mut reports = Vec::new();
+        while let Some(done) = self.workers.join_next().await {
+            match done {
+                Ok(r) => reports.extend(r?),
+                Err(e) => return Err(CtlError::Internal(format!("migration worker: {e}"))),
+            }
+        }
+        Ok((reports, self.started.elapsed()))
+    }
+
+    /// How many contractors it moves.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+/// The contractors a wave moves (`--wave`, or the scale's).
+pub fn wave_of(ctx: &Ctx) -> Vec<Synthetic> {
+    let n = ctx.wave.unwrap_or_else(|| ctx.scale.wave(ctx.cells.len()));
+    ctx.pop.owners.keys().take(n).cloned().collect()
+}
+
+/// Records a wave's figures and what the apps hold after it: `migrated`, `wave_s`, the
+/// read-only windows (`read_only_worst_ms`, `read_only_p99_ms`), completions acknowledged, lost,
+/// duplicated, accepted by a non-owning cell (a source app holding a key its contractor's
+/// owner does not), `wrong_cell_hops`, `signed_in_again`.
+pub async fn wave_figures(
+    r: &mut Run,
+    reports: &[crate::migrate::MigrationReport],
+    took: Duration,
+) -> Result<()> {
+    let mut windows: Vec<f32> = reports
+        .iter()
+        .map(|m| m.read_only_ms.unwrap_or(0) as f32)
+        .collect();
+    windows.sort_by(f32::total_cmp);
+    let acked = r.stats.acked();
+    let (lost, duplicated) = verify_writes(&r.ctx, &acked).await?;
+    let mut non_owner = 0usize;
+    for m in reports {
+        let src = crate::admin::Api::app(r.ctx.cell(&m.source)?)?;
+        let dst = crate::admin::Api::app(r.ctx.cell(&m.target)?)?;
+        let keys = |h: Option<protocol::admin::app::CompletionsResponse>| -> std::collections::BTreeSet<String> {
+            h.map(|h| h.completions.into_iter().filter_map(|c| c.idempotency_key).collect())
+                .unwrap_or_default()
+        };
+        let at_source = keys(r.ctx.admin.app_completions(&src, &m.contractor_id).await?);
+        let at_target = keys(r.ctx.admin.app_completions(&dst, &m.contractor_id).await?);
+        non_owner += at_source.difference(&at_target).count();
+    }
+    let hops = r.stats.hops.load(std::sync::atomic::Ordering::Relaxed);
+    let again = r
+        .stats
+        .sign_in_again
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let acked_total = r.stats.acked_total();
+    r.figure("migrated", reports.len() as f64, "count");
+    r.figure("wave_s", took.as_secs_f64(), "s");
+    r.figure(
+        "read_only_worst_ms",
+        windows.last().copied().map_or(0.0, f64::from),
+        "ms",
+    );
+    r.figure("read_only_p99_ms", load::percentile(&windows, 0.99), "ms");
+    r.figure("completions_acked", acked_total as f64, "count");
+    r.figure("completions_lost", lost as f64, "count");
+    r.figure("completions_duplicated", duplicated as f64, "count");
+    r.figure("writes_at_non_owner", non_owner as f64, "count");
+    r.figure("wrong_cell_hops", hops as f64, "count");
+    r.figure("signed_in_again", again as f64, "count");
+    Ok(())
 }

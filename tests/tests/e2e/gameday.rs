@@ -29,6 +29,7 @@ fn args(scenarios: &[&str], all: bool, duration_s: u64, out: &std::path::Path) -
         scale: Scale::Small,
         dry_run: false,
         contractors: Vec::new(),
+        wave: None,
         out: Some(out.to_path_buf()),
     }
 }

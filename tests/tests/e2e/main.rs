@@ -12,7 +12,6 @@ mod desk_browser;
 mod dpop;
 mod feed_credentials;
 mod fleet_basics;
-mod game_day;
 mod gameday;
 mod gameday_report;
 mod hostile_client;

@@ -10,6 +10,7 @@ mod key_rotation;
 mod migration;
 mod replica_revocations;
 mod revocation;
+mod shift_start_wave;
 mod stale_map;
 mod storm;
 
@@ -25,4 +26,5 @@ pub const ALL: &[Scenario] = &[
     key_rotation::SCENARIO,
     stale_map::SCENARIO,
     migration::SCENARIO,
+    shift_start_wave::SCENARIO,
 ];
