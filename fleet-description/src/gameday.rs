@@ -26,7 +26,7 @@
 //! # up = ["kubectl", "scale", "deploy/cell-01-auth", "--replicas=2"]
 //! ```
 //!
-//! A dev fleet's `fleet.json` has no such section: [`load_gameday`] synthesises one (every
+//! A dev fleet's `fleet.json` has no such section: [`crate::inventory::load_gameday`] synthesises one (every
 //! component `local`, the edges' management URLs, the default stop conditions).
 
 use std::path::{Path, PathBuf};
@@ -36,7 +36,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fleet_file::{FleetFile, FleetManagement};
-use crate::inventory::Inventory;
 
 /// Default bound of the real traffic's error ratio (errors / requests) over the window.
 pub const DEFAULT_MAX_ERROR_RATIO: f64 = 0.05;
@@ -396,7 +395,7 @@ pub struct EdgeMetrics {
 #[serde(deny_unknown_fields)]
 pub struct GamedaySection {
     /// Where the undo log (and reports, by default) live. Relative to the inventory in the
-    /// file; [`load_gameday`] returns it resolved.
+    /// file; [`crate::inventory::load_gameday`] returns it resolved.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
     #[serde(default)]
@@ -537,28 +536,6 @@ pub(crate) fn beside(file: &Path, p: &Path) -> PathBuf {
     }
 }
 
-/// `true` when `path` names an inventory (`*.toml`), not a dev fleet's `fleet.json` (the
-/// rule of [`crate::inventory::load`]).
-pub fn is_inventory(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "toml")
-}
-
-/// The game day section of the fleet at `path`: an inventory's `[gameday]` (its defaults when
-/// it has none; `state_dir` resolved beside the file), or, for a dev fleet's `fleet.json`, one
-/// synthesised by [`GamedaySection::of_fleet`].
-pub fn load_gameday(path: &Path) -> Result<GamedaySection> {
-    if is_inventory(path) {
-        let inv = Inventory::read(path)?;
-        let mut g = inv.gameday.unwrap_or_default();
-        g.state_dir = beside(path, &g.state_dir);
-        Ok(g)
-    } else {
-        let fleet = FleetFile::load(path)?;
-        let management = FleetManagement::load(path)?;
-        Ok(GamedaySection::of_fleet(&fleet, &management, path))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -694,8 +671,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (f, m) = sample_fleet(dir.path(), [1, 2, 3, 4, 5]);
         let path = dir.path().join(crate::FLEET_FILE);
-        f.save_with(&path, &m).unwrap();
-        let g = load_gameday(&path).unwrap();
+        let g = GamedaySection::of_fleet(&f, &m, &path);
         assert_eq!(g.state_dir, dir.path().join("gameday"));
         assert_eq!(g.stop, StopConditions::default());
         assert_eq!(g.metrics_urls(), ["https://127.0.0.1:9443/metrics"]);

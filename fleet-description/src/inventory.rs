@@ -40,7 +40,9 @@ use runtime::Secret;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::fleet_file::{Demo, FLEET_SCHEMA, FleetCell, FleetFile, Service, StoreKind};
+use crate::fleet_file::{
+    Demo, FLEET_SCHEMA, FleetCell, FleetFile, FleetManagement, Service, StoreKind,
+};
 use crate::gameday::GamedaySection;
 
 /// Mode of a configuration file that names token files and holds none (the inventory, and the
@@ -94,7 +96,7 @@ pub struct Inventory {
     pub control_plane: ControlPlaneEntry,
     pub cells: Vec<CellEntry>,
     /// `cellctl gameday`'s section (actuators, stop conditions, the edges' metrics URLs);
-    /// an inventory without one still reads. As written: [`crate::gameday::load_gameday`]
+    /// an inventory without one still reads. As written: [`load_gameday`]
     /// resolves its paths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gameday: Option<GamedaySection>,
@@ -259,6 +261,28 @@ pub fn load(path: &Path) -> Result<FleetFile> {
     }
 }
 
+/// `true` when `path` names an inventory (`*.toml`), not a dev fleet's `fleet.json` (the
+/// rule of [`crate::inventory::load`]).
+pub fn is_inventory(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+/// The game day section of the fleet at `path`: an inventory's `[gameday]` (its defaults when
+/// it has none; `state_dir` resolved beside the file), or, for a dev fleet's `fleet.json`, one
+/// synthesised by [`GamedaySection::of_fleet`].
+pub fn load_gameday(path: &Path) -> Result<GamedaySection> {
+    if is_inventory(path) {
+        let inv = Inventory::read(path)?;
+        let mut g = inv.gameday.unwrap_or_default();
+        g.state_dir = beside(path, &g.state_dir);
+        Ok(g)
+    } else {
+        let fleet = FleetFile::load(path)?;
+        let management = FleetManagement::load(path)?;
+        Ok(GamedaySection::of_fleet(&fleet, &management, path))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -349,7 +373,7 @@ kind = "local"
     #[test]
     fn an_inventory_with_a_gameday_section_reads_its_actuators() {
         use crate::gameday::{
-            Actuator, ActuatorKind, DEFAULT_MIN_REQUESTS, DEFAULT_WINDOW_S, Target, load_gameday,
+            Actuator, ActuatorKind, DEFAULT_MIN_REQUESTS, DEFAULT_WINDOW_S, Target,
         };
         let (dir, path) = dir_with(&format!("{SAMPLE}{GAMEDAY}"));
         let inv = Inventory::read(&path).unwrap();
@@ -401,7 +425,7 @@ kind = "local"
     fn an_inventory_without_a_gameday_section_still_reads() {
         let (dir, path) = dir_with(SAMPLE);
         assert!(Inventory::read(&path).unwrap().gameday.is_none());
-        let g = crate::gameday::load_gameday(&path).unwrap();
+        let g = load_gameday(&path).unwrap();
         assert_eq!(g.state_dir, dir.path().join("gameday"));
         assert!(g.actuators.is_empty());
         // What `cellctl dev` writes has none either.

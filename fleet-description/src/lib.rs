@@ -6,7 +6,7 @@
 //! - [`inventory`]: a real fleet's inventory (`cells.toml`: token FILES, no pids, no demo
 //!   users) and [`inventory::load`], which reads either kind into a [`FleetFile`].
 //! - [`gameday`]: the inventory's `[gameday]` section (actuators, stop conditions, the edges'
-//!   metrics URLs) and [`gameday::load_gameday`], which reads it from either kind of file.
+//!   metrics URLs) and [`inventory::load_gameday`], which reads it from either kind of file.
 //! - [`client`]: the HTTPS client that trusts only the fleet's CA.
 //! - [`error`]: the crate's one error type.
 //!
@@ -26,5 +26,5 @@ pub use fleet_file::{
     CellManagement, Demo, DemoUser, FLEET_FILE, FLEET_SCHEMA, FleetCell, FleetFile,
     FleetManagement, JOURNAL_FILE, MAP_FILE, PostgresInfo, SESSION_FILE, Service, StoreKind,
 };
-pub use gameday::{GamedaySection, load_gameday};
-pub use inventory::{CONFIG_FILE_MODE, INVENTORY_FILE, Inventory};
+pub use gameday::GamedaySection;
+pub use inventory::{CONFIG_FILE_MODE, INVENTORY_FILE, Inventory, load_gameday};
