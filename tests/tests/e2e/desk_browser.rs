@@ -9,29 +9,27 @@
 //! The board's screenshot is written to `<target dir>/desk-screenshots/board.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cellbind_tests::{TestFleet, bin_dir};
 use devfleet::DemoUser;
 use fantoccini::cookies::Cookie;
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{Value, json};
 
-/// Set to `1` to skip the browser tests on a machine without Chromium.
-const SKIP_ENV: &str = "CELLBIND_SKIP_BROWSER_TESTS";
-const CHROMIUM_ENV: &str = "CELLBIND_CHROMIUM";
-const CHROMEDRIVER_ENV: &str = "CELLBIND_CHROMEDRIVER";
-const CERTUTIL_ENV: &str = "CELLBIND_CERTUTIL";
+use crate::browser::{
+    CERTUTIL_ENV, CHROMEDRIVER_ENV, CHROMIUM_ENV, browser, browser_home, skipped, start_driver,
+    tool,
+};
+
 /// How long any one browser step may take before the test fails.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long chromedriver may take to answer its status endpoint.
-const DRIVER_START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a revocation may take to send the open page back to sign-in.
 const REVOCATION_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_millis(100);
+/// The browser window's size.
+const DESK_WINDOW: (u32, u32) = (1200, 900);
 /// Wrong passwords tried before the per-account throttle must have answered 429 (its burst
 /// is 10 in the dev fleet).
 const MAX_SIGN_IN_ATTEMPTS: usize = 20;
@@ -40,154 +38,11 @@ const CSRF_COOKIE: &str = "__Host-cellbind_csrf";
 /// The session lifetime of the dev fleet (DESIGN §3 default), in seconds.
 const SESSION_LIFETIME_S: u64 = 30 * 24 * 3600;
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-fn tool(env: &str, name: &str) -> PathBuf {
-    std::env::var_os(env)
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| on_path(name))
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` was not found: install the browser test tools \
-                 (apt-get install -y chromium chromium-driver libnss3-tools), point {env} at it, \
-                 or set {SKIP_ENV}=1 to skip the browser tests on this machine"
-            )
-        })
-}
-
-fn skipped() -> bool {
-    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: {SKIP_ENV}=1, the desk browser test did not run");
-        return true;
-    }
-    false
-}
-
 fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run a tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A `HOME` whose NSS database trusts `ca` (or nothing, when `ca` is `None`).
-fn browser_home(ca: Option<&Path>) -> tempfile::TempDir {
-    let home = tempfile::tempdir().expect("home dir");
-    let db = home.path().join(".pki").join("nssdb");
-    std::fs::create_dir_all(&db).expect("nssdb dir");
-    let certutil = tool(CERTUTIL_ENV, "certutil");
-    let db_arg = format!("sql:{}", db.display());
-    run(Command::new(&certutil).args(["-d", &db_arg, "-N", "--empty-password"]));
-    if let Some(ca) = ca {
-        run(Command::new(&certutil)
-            .args(["-d", &db_arg, "-A", "-t", "C,,", "-n", "cellbind-dev", "-i"])
-            .arg(ca));
-    }
-    home
-}
-
-/// A chromedriver child process, killed on drop.
-struct Driver {
-    child: Child,
-    url: String,
-    _home: tempfile::TempDir,
-    profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    /// Kills chromedriver's whole process group, so the browser it started goes too even when
-    /// a failed step left its session open.
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-async fn start_driver(home: tempfile::TempDir) -> Driver {
-    let chromedriver = tool(CHROMEDRIVER_ENV, "chromedriver");
-    let port = free_port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .process_group(0)
-        .env("HOME", home.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let url = format!("http://127.0.0.1:{port}");
-    let driver = Driver {
-        child,
-        url,
-        _home: home,
-        profile: tempfile::tempdir().expect("profile dir"),
-    };
-    let probe = reqwest::Client::new();
-    let deadline = Instant::now() + DRIVER_START_TIMEOUT;
-    loop {
-        if let Ok(r) = probe.get(format!("{}/status", driver.url)).send().await
-            && r.status().is_success()
-        {
-            return driver;
-        }
-        assert!(Instant::now() < deadline, "chromedriver did not start");
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-async fn browser(driver: &Driver) -> Client {
-    let chromium = tool(CHROMIUM_ENV, "chromium");
-    let args = vec![
-        "--headless".to_owned(),
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--disable-quic".to_owned(),
-        "--disable-background-networking".to_owned(),
-        "--disable-component-update".to_owned(),
-        "--disable-sync".to_owned(),
-        "--no-first-run".to_owned(),
-        "--window-size=1200,900".to_owned(),
-        format!("--user-data-dir={}", driver.profile.path().display()),
-    ];
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({ "binary": chromium, "args": args }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a WebDriver session")
 }
 
 /// Waits until `selector` matches a displayed element.
@@ -352,7 +207,7 @@ async fn set_ownership(t: &TestFleet, u: &DemoUser, record: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_works_the_board_in_a_real_browser() {
-    if skipped() {
+    if skipped("desk browser test") {
         return;
     }
     // Fail fast, before a fleet is started, when a tool is missing.
@@ -379,7 +234,7 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
     );
 
     let driver = start_driver(browser_home(Some(&f.ca_cert))).await;
-    let c = browser(&driver).await;
+    let c = browser(&driver, DESK_WINDOW, &["--disable-quic"]).await;
 
     // 1. Sign in at cell-01; the page follows WRONG_CELL once and lands on cell-04's board.
     let t0 = Instant::now();
@@ -844,7 +699,7 @@ async fn a_dispatcher_works_the_board_in_a_real_browser() {
 
     // 9. Negative: a browser that does not trust the fleet's CA refuses the page.
     let untrusting = start_driver(browser_home(None)).await;
-    let c = browser(&untrusting).await;
+    let c = browser(&untrusting, DESK_WINDOW, &["--disable-quic"]).await;
     let navigation = c.goto(&format!("{cell01}/desk/")).await;
     let deadline = Instant::now() + STEP_TIMEOUT;
     let mut page = match navigation {

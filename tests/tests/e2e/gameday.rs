@@ -20,6 +20,26 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// Waits until a sign-in of `u` at `endpoint` answers `want` (panics after `limit`).
+async fn sign_in_answers(
+    t: &TestFleet,
+    endpoint: &str,
+    u: &devfleet::DemoUser,
+    want: u16,
+    limit: Duration,
+    what: &str,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (s, _) = sign_in(&t.client, endpoint, u).await;
+        if s == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} (sign-in answered {s})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn args(scenarios: &[&str], all: bool, duration_s: u64, out: &std::path::Path) -> RunArgs {
     RunArgs {
         scenarios: scenarios.iter().map(|s| (*s).to_owned()).collect(),
@@ -167,15 +187,16 @@ async fn a_scenario_hurting_real_traffic_stops_itself_and_undoes_its_fault() {
         .iter()
         .find(|u| u.cell_id == victim.id)
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (s, _) = sign_in(&t.client, &victim.endpoint, u).await;
-        if s == 201 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "real sign-ins work again");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let limit = Duration::from_secs(30);
+    sign_in_answers(
+        &t,
+        &victim.endpoint,
+        u,
+        201,
+        limit,
+        "real sign-ins work again",
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     traffic.await.unwrap();
     t.fleet.stop().await;
@@ -216,18 +237,16 @@ async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_which_undoes_it_first
         .iter()
         .find(|u| u.cell_id == victim.id)
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (s, _) = sign_in(&t.client, &victim.endpoint, u).await;
-        if s == 503 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the fault outlived cellctl (sign-in answered {s})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let limit = Duration::from_secs(20);
+    sign_in_answers(
+        &t,
+        &victim.endpoint,
+        u,
+        503,
+        limit,
+        "the fault outlived cellctl",
+    )
+    .await;
     // The next run undoes it first.
     let undone = tokio::process::Command::new(bin_dir().join("cellctl"))
         .arg("--fleet")
@@ -247,18 +266,8 @@ async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_which_undoes_it_first
         text.contains("undone:") && text.contains("auth-service"),
         "{text}"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (s, _) = sign_in(&t.client, &victim.endpoint, u).await;
-        if s == 201 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sign-ins work again (answered {s})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let limit = Duration::from_secs(30);
+    sign_in_answers(&t, &victim.endpoint, u, 201, limit, "sign-ins work again").await;
     t.fleet.stop().await;
 }
 

@@ -11,24 +11,19 @@
 //! `GAMEDAY_SCREENSHOT` to a file (or an existing directory) to keep a copy.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cellbind_tests::{Slot, fleet_slot};
 use cellctl::gameday::model::{
     BoundCheck, Bucket, FaultWindow, Figure, Outcome, REPORT_SCHEMA, Report, ScenarioReport,
 };
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::json;
+use fantoccini::{Client, Locator};
 
-const SKIP_ENV: &str = "CELLBIND_SKIP_BROWSER_TESTS";
-const CHROMIUM_ENV: &str = "CELLBIND_CHROMIUM";
-const CHROMEDRIVER_ENV: &str = "CELLBIND_CHROMEDRIVER";
+use crate::browser::{CHROMEDRIVER_ENV, CHROMIUM_ENV, browser, skipped, start_driver, tool};
+
 /// Where to keep a copy of the screenshot (a file, or an existing directory).
 const SCREENSHOT_ENV: &str = "GAMEDAY_SCREENSHOT";
-const DRIVER_START_TIMEOUT: Duration = Duration::from_secs(15);
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(100);
 const WIDTH: u32 = 1200;
@@ -40,124 +35,6 @@ const TIMELINE_S: u64 = 40;
 const FAULT_WHAT: &str = "cell-03/auth-service down (local: SIGKILL pid 4242)";
 /// The scenario without a fault.
 const QUIET: &str = "control-plane-down";
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-fn tool(env: &str, name: &str) -> PathBuf {
-    std::env::var_os(env)
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| on_path(name))
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` was not found: install the browser test tools \
-                 (apt-get install -y chromium chromium-driver), point {env} at it, \
-                 or set {SKIP_ENV}=1 to skip the browser tests on this machine"
-            )
-        })
-}
-
-fn skipped() -> bool {
-    if std::env::var(SKIP_ENV).is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: {SKIP_ENV}=1, the game day report browser test did not run");
-        return true;
-    }
-    false
-}
-
-/// A chromedriver child process (its own process group), killed with the browser on drop.
-struct Driver {
-    child: Child,
-    url: String,
-    _home: tempfile::TempDir,
-    profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-async fn start_driver() -> Driver {
-    let chromedriver = tool(CHROMEDRIVER_ENV, "chromedriver");
-    let home = tempfile::tempdir().expect("home dir");
-    let port = free_port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .process_group(0)
-        .env("HOME", home.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let driver = Driver {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        _home: home,
-        profile: tempfile::tempdir().expect("profile dir"),
-    };
-    // reqwest is built without a default crypto provider (the fleet helpers install one).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let probe = reqwest::Client::new();
-    let deadline = Instant::now() + DRIVER_START_TIMEOUT;
-    loop {
-        if let Ok(r) = probe.get(format!("{}/status", driver.url)).send().await
-            && r.status().is_success()
-        {
-            return driver;
-        }
-        assert!(Instant::now() < deadline, "chromedriver did not start");
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-async fn browser(driver: &Driver) -> Client {
-    let chromium = tool(CHROMIUM_ENV, "chromium");
-    let args = vec![
-        "--headless".to_owned(),
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--disable-background-networking".to_owned(),
-        "--disable-component-update".to_owned(),
-        "--disable-sync".to_owned(),
-        "--no-first-run".to_owned(),
-        "--hide-scrollbars".to_owned(),
-        format!("--window-size={WIDTH},2000"),
-        format!("--user-data-dir={}", driver.profile.path().display()),
-    ];
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({ "binary": chromium, "args": args }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a WebDriver session")
-}
 
 fn bucket(t: u64, ok: u64, before: u64, in_cell: u64, p50: f64, p99: f64) -> Bucket {
     Bucket {
@@ -284,7 +161,7 @@ fn keep_screenshot(png: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_page_shows_its_timelines_in_a_browser() {
-    if skipped() {
+    if skipped("game day report browser test") {
         return;
     }
     // Fail fast when a tool is missing.
@@ -307,8 +184,8 @@ async fn the_report_page_shows_its_timelines_in_a_browser() {
         "the page references nothing outside itself"
     );
 
-    let driver = start_driver().await;
-    let c = browser(&driver).await;
+    let driver = start_driver(tempfile::tempdir().expect("home dir")).await;
+    let c = browser(&driver, (WIDTH, 2000), &["--hide-scrollbars"]).await;
     c.goto(&format!("file://{}", html_path.display()))
         .await
         .expect("open the report");

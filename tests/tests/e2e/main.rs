@@ -5,6 +5,7 @@
 //! The fleet's binaries must be built first: `cargo build --workspace --bins`. Run one
 //! module with a filter, e.g. `cargo test -p cellbind-tests layering`.
 
+mod browser;
 mod cellctl_cli;
 mod configuration;
 mod credentials;
