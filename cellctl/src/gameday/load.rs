@@ -191,6 +191,16 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// `503 UPSTREAM_UNAVAILABLE`, `no answer`.
+    pub fn describe(&self) -> String {
+        match self {
+            Answer::Status(status, v) => {
+                format!("{status} {}", v["error"].as_str().unwrap_or("(no code)"))
+            }
+            Answer::NoAnswer(_) => "no answer".to_owned(),
+        }
+    }
+
     fn code(&self) -> Option<&str> {
         match self {
             Answer::Status(_, v) => v["error"].as_str(),
@@ -340,6 +350,10 @@ impl LoadStats {
     /// Failed requests by kind and what they got.
     pub fn failures(&self) -> BTreeMap<String, u64> {
         lock(&self.failures).clone()
+    }
+    /// Counts one failed request (`route 503 CELL_STATE_STALE`).
+    pub fn failed(&self, what: &str) {
+        *lock(&self.failures).entry(what.to_owned()).or_default() += 1;
     }
     /// Failed requests whose description starts with `prefix` (`route`, `write 503`).
     pub fn failed_where(&self, prefix: &str) -> u64 {
@@ -492,14 +506,7 @@ impl Worker {
             }
             if class != Class::Ok {
                 let kind = if write { "write" } else { "route" };
-                let what = match &a {
-                    Answer::Status(status, v) => format!(
-                        "{kind} {status} {}",
-                        v["error"].as_str().unwrap_or("(no code)")
-                    ),
-                    Answer::NoAnswer(_) => format!("{kind} no answer"),
-                };
-                *lock(&self.stats.failures).entry(what).or_default() += 1;
+                self.stats.failed(&format!("{kind} {}", a.describe()));
             }
             if let Some((job, key)) = job_key {
                 if matches!(a, Answer::Status(200 | 201, _)) {

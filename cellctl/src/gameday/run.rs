@@ -19,6 +19,11 @@ use crate::error::{CtlError, Result};
 
 /// Sign-ins made at once when a scenario signs its technicians in.
 pub const SIGN_IN_CONCURRENCY: usize = 16;
+/// Sign-ins a second per cell a run's synthetic clients make at most (below an
+/// auth-service's per-client throttle, `signin_ip_per_minute` 1,200 = 20/s).
+pub const SIGN_INS_PER_CELL_PER_S: u32 = 15;
+/// Attempts of one sign-in (a `429`/`503` is tried again after its `Retry-After`).
+pub const SIGN_IN_ATTEMPTS: u32 = 5;
 /// Bound of waiting for a cell's edge to be ready again after a fault is undone, in seconds.
 pub const READY_AGAIN_S: u64 = 60;
 
@@ -122,35 +127,80 @@ impl Ctx {
         self.pop.technicians_of(cell).into_iter().cloned().collect()
     }
 
-    /// Signs `techs` in at their owning cells, [`SIGN_IN_CONCURRENCY`] at a time; records each
-    /// sign-in in `rec` and answers the sessions (a failed sign-in has none).
-    pub async fn sign_in_all(&self, techs: &[Technician], rec: &Recorder) -> Vec<Session> {
+    /// Signs `techs` in at their owning cells, [`SIGN_IN_CONCURRENCY`] at a time and at most
+    /// [`SIGN_INS_PER_CELL_PER_S`] a second per cell; records each sign-in in `rec` (and a
+    /// failure's answer in `stats`) and answers the sessions (a failed sign-in has none).
+    ///
+    /// Paced and retried like an app: every synthetic client comes from one address, which each
+    /// auth-service throttles (`signin_ip_per_minute`, 1,200 by default); a `429` or `503` is
+    /// tried again after its `Retry-After`, at most [`SIGN_IN_ATTEMPTS`] times.
+    pub async fn sign_in_all(
+        &self,
+        techs: &[Technician],
+        rec: &Recorder,
+        stats: &load::LoadStats,
+    ) -> Vec<Session> {
         use futures::StreamExt as _;
+        let per_s = u32::try_from(self.cells.len().max(1))
+            .unwrap_or(u32::MAX)
+            .saturating_mul(SIGN_INS_PER_CELL_PER_S);
+        let pace = governor::RateLimiter::direct(governor::Quota::per_second(
+            std::num::NonZeroU32::new(per_s).unwrap_or(std::num::NonZeroU32::MIN),
+        ));
         futures::stream::iter(techs.to_vec())
-            .map(|t| self.sign_in_one(t, rec))
+            .map(|t| {
+                let pace = &pace;
+                async move {
+                    pace.until_ready().await;
+                    self.sign_in_one(t, rec, stats).await
+                }
+            })
             .buffer_unordered(SIGN_IN_CONCURRENCY)
             .filter_map(std::future::ready)
             .collect()
             .await
     }
 
-    async fn sign_in_one(&self, t: Technician, rec: &Recorder) -> Option<Session> {
+    async fn sign_in_one(
+        &self,
+        t: Technician,
+        rec: &Recorder,
+        stats: &load::LoadStats,
+    ) -> Option<Session> {
         let cell = self.pop.owners.get(&t.contractor).map(|(c, _)| c.clone())?;
-        let endpoint = self.cell(&cell).ok()?.endpoint.clone();
+        let mut endpoint = self.cell(&cell).ok()?.endpoint.clone();
         let started = Instant::now();
-        let (a, s) = load::sign_in(&self.http, &endpoint, &t, &self.pop.password).await;
-        // A contractor a migration moved: the old cell names its owner (one hop, as an app
-        // with a stale map would take).
-        if let load::Answer::Status(409, v) = &a
-            && v["error"] == "WRONG_CELL"
-            && let Some(owner) = v["owner_endpoint"].as_str()
-        {
-            let (a, s) = load::sign_in(&self.http, owner, &t, &self.pop.password).await;
-            rec.record(&cell, classify(&a, 201), started.elapsed());
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (a, s) = load::sign_in(&self.http, &endpoint, &t, &self.pop.password).await;
+            let retry_after = match &a {
+                load::Answer::Status(429 | 503, v) if attempt < SIGN_IN_ATTEMPTS => {
+                    Some(v["retry_after_s"].as_u64().unwrap_or(1).clamp(1, 30))
+                }
+                _ => None,
+            };
+            if let Some(wait_s) = retry_after {
+                tokio::time::sleep(Duration::from_secs(wait_s)).await;
+                continue;
+            }
+            // A contractor a migration moved: the old cell names its owner (one hop, as an
+            // app with a stale map would take).
+            if let load::Answer::Status(409, v) = &a
+                && v["error"] == "WRONG_CELL"
+                && let Some(owner) = v["owner_endpoint"].as_str()
+                && attempt < SIGN_IN_ATTEMPTS
+            {
+                endpoint = owner.to_owned();
+                continue;
+            }
+            let class = classify(&a, 201);
+            rec.record(&cell, class, started.elapsed());
+            if class != load::Class::Ok {
+                stats.failed(&format!("sign-in {}", a.describe()));
+            }
             return s;
         }
-        rec.record(&cell, classify(&a, 201), started.elapsed());
-        s
     }
 
     /// Waits until `cell`'s edge answers `/readyz` with 200 (after a fault on it is undone).
@@ -300,6 +350,11 @@ impl Run {
         self.bounds.push(b);
     }
 
+    /// Signs `techs` in at their owning cells (see [`Ctx::sign_in_all`]), counted in this run.
+    pub async fn sign_in(&self, techs: &[Technician]) -> Vec<Session> {
+        self.ctx.sign_in_all(techs, &self.rec, &self.stats).await
+    }
+
     /// Starts the synthetic load over `sessions`.
     pub fn load(&self, sessions: Vec<Session>) -> Load {
         Load::start(
@@ -382,19 +437,35 @@ pub async fn placed_in(ctx: &Ctx, s: &Synthetic) -> Result<CellId> {
     }
 }
 
-/// Migrates a synthetic contractor to the cell after its current one (among the game day's
-/// cells) with the product's orchestrator; answers its report.
-pub async fn migrate_report(ctx: &Ctx, s: &Synthetic) -> Result<crate::migrate::MigrationReport> {
-    let from = placed_in(ctx, s).await?;
-    let i = ctx.cells.iter().position(|c| *c == from).unwrap_or(0);
+/// The cell after `from` among the game day's cells (a migration's target).
+pub fn next_cell(ctx: &Ctx, from: &CellId) -> Result<CellId> {
+    let i = ctx.cells.iter().position(|c| c == from).unwrap_or(0);
     let to = ctx.cells[(i + 1) % ctx.cells.len().max(1)].clone();
-    if to == from {
+    if &to == from {
         return Err(CtlError::BadRequest(
             "a migration needs at least two cells in the game day".to_owned(),
         ));
     }
+    Ok(to)
+}
+
+/// Migrates a synthetic contractor to `to` with the product's orchestrator; answers its
+/// report. (Its steps wait, within their timeout, for a control plane that is down.)
+pub async fn migrate_to(
+    ctx: &Ctx,
+    s: &Synthetic,
+    to: CellId,
+) -> Result<crate::migrate::MigrationReport> {
     let opts = crate::migrate::MigrateOptions::new(s.id().clone(), to);
     crate::migrate::migrate(&ctx.fleet_path, &opts, |_| {}).await
+}
+
+/// Migrates a synthetic contractor to the cell after its current one (the control plane's
+/// placement) among the game day's cells; answers its report.
+pub async fn migrate_report(ctx: &Ctx, s: &Synthetic) -> Result<crate::migrate::MigrationReport> {
+    let from = placed_in(ctx, s).await?;
+    let to = next_cell(ctx, &from)?;
+    migrate_to(ctx, s, to).await
 }
 
 /// [`migrate_report`], answering (from, to).
@@ -443,9 +514,10 @@ pub struct Wave {
 }
 
 impl Wave {
-    /// Starts moving `contractors`.
-    pub fn start(ctx: &Arc<Ctx>, contractors: Vec<Synthetic>) -> Wave {
-        let size = contractors.len();
+    /// Starts moving each of `moves` to its cell.
+    pub fn start(ctx: &Arc<Ctx>, moves: Vec<(Synthetic, CellId)>) -> Wave {
+        let size = moves.len();
+        let contractors = moves;
         let queue = Arc::new(std::sync::Mutex::new(contractors));
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..WAVE_PARALLEL {
@@ -457,10 +529,10 @@ impl Wave {
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .pop();
-                    let Some(s) = next else {
+                    let Some((s, to)) = next else {
                         return Ok(done);
                     };
-                    done.push(migrate_report(&ctx, &s).await?);
+                    done.push(migrate_to(&ctx, &s, to).await?);
                 }
             });
         }
@@ -489,10 +561,17 @@ impl Wave {
     }
 }
 
-/// The contractors a wave moves (`--wave`, or the scale's).
-pub fn wave_of(ctx: &Ctx) -> Vec<Synthetic> {
+/// The moves of a wave (`--wave`, or the scale's number of contractors), each to the cell
+/// after the one the control plane places it in now: decided before the wave starts, so a
+/// control plane that goes down during it only delays it.
+pub async fn wave_of(ctx: &Ctx) -> Result<Vec<(Synthetic, CellId)>> {
     let n = ctx.wave.unwrap_or_else(|| ctx.scale.wave(ctx.cells.len()));
-    ctx.pop.owners.keys().take(n).cloned().collect()
+    let mut moves = Vec::new();
+    for s in ctx.pop.owners.keys().take(n) {
+        let from = placed_in(ctx, s).await?;
+        moves.push((s.clone(), next_cell(ctx, &from)?));
+    }
+    Ok(moves)
 }
 
 /// Records a wave's figures and what the apps hold after it: `migrated`, `wave_s`, the

@@ -203,7 +203,7 @@ async fn a_scenario_hurting_real_traffic_stops_itself_and_undoes_its_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_which_undoes_it_first() {
+async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_and_a_signalled_one_undoes_it() {
     let t = TestFleet::start_in(Slot::Exclusive, |o| o).await;
     let path = t.fleet.fleet_file_path();
     let fleet = t.file().clone();
@@ -268,6 +268,55 @@ async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_which_undoes_it_first
     );
     let limit = Duration::from_secs(30);
     sign_in_answers(&t, &victim.endpoint, u, 201, limit, "sign-ins work again").await;
+
+    // SIGINT (Ctrl-C) or SIGTERM (systemd, Kubernetes) instead: cellctl undoes the fault
+    // itself, writes its report and exits non-zero.
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        let mut child = tokio::process::Command::new(bin_dir().join("cellctl"))
+            .arg("--fleet")
+            .arg(&path)
+            .args(["gameday", "run", "auth-service-down", "--duration", "300s"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(60), in_force).await,
+            "the fault is recorded in the undo log"
+        );
+        sign_in_answers(&t, &victim.endpoint, u, 503, limit, "the fault is in force").await;
+        let interrupted = Instant::now();
+        cellbind_tests::signal(child.id().unwrap(), sig);
+        let out = tokio::time::timeout(Duration::from_secs(60), async {
+            let mut text = String::new();
+            use tokio::io::AsyncReadExt as _;
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut text)
+                .await
+                .unwrap();
+            (child.wait().await.unwrap(), text)
+        })
+        .await
+        .expect("cellctl exits after the signal");
+        println!(
+            "gameday after {sig}: exit {:?} after {} ms, undo log {}",
+            out.0.code(),
+            interrupted.elapsed().as_millis(),
+            if in_force() {
+                "still holds the fault"
+            } else {
+                "empty"
+            }
+        );
+        assert_eq!(out.0.code(), Some(1), "{}", out.1);
+        assert!(out.1.contains("interrupted"), "{}", out.1);
+        assert!(!in_force(), "the fault was undone by cellctl itself");
+        sign_in_answers(&t, &victim.endpoint, u, 201, limit, "sign-ins work again").await;
+    }
     t.fleet.stop().await;
 }
 

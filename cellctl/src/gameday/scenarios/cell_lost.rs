@@ -31,7 +31,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
 async fn run(r: &mut Run) -> Result<()> {
     let cell = victim(&r.ctx.cells)?;
     let techs = r.ctx.pop.technicians.clone();
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     let load = r.load(sessions);
     let whole = target(&cell, "")?;
     r.down(&whole).await?;

@@ -55,7 +55,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
 async fn run(r: &mut Run) -> Result<()> {
     let cell = victim(&r.ctx.cells)?;
     let techs = r.ctx.technicians_of(&cell);
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     let probe = sessions
         .first()
         .cloned()

@@ -27,7 +27,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
 
 async fn run(r: &mut Run) -> Result<()> {
     let techs = r.ctx.pop.technicians.clone();
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     let load = r.load(sessions);
     r.hold(r.ctx.duration / 2).await;
     let start = r.ms();
@@ -41,7 +41,7 @@ async fn run(r: &mut Run) -> Result<()> {
         );
         rotated += 1;
     }
-    let fresh = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let fresh = r.sign_in(&techs).await;
     let fresh_load = r.load(fresh.clone());
     r.hold(r.ctx.duration / 2).await;
     let _ = fresh_load.stop().await;

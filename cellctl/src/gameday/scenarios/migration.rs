@@ -31,10 +31,10 @@ pub(super) const SCENARIO: Scenario = Scenario {
 
 async fn run(r: &mut Run) -> Result<()> {
     let techs = r.ctx.pop.technicians.clone();
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     let load = r.load(sessions);
     let start = r.ms();
-    let wave = Wave::start(&r.ctx, wave_of(&r.ctx));
+    let wave = Wave::start(&r.ctx, wave_of(&r.ctx).await?);
     let size = wave.size();
     let (reports, took) = wave.finish().await?;
     r.mark(format!("{size} contractors migrated"), start);

@@ -58,7 +58,7 @@ async fn run(r: &mut Run) -> Result<()> {
         techs.extend(more);
     }
     techs.truncate(BURST);
-    let victims = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let victims = r.sign_in(&techs).await;
     let auth = Api::auth(r.ctx.cell(&cell)?)?;
     let replica = target(&cell, "auth-service/0")?;
     let exp = protocol::time::Clock::now(&protocol::time::SystemClock) + 31 * 86_400;

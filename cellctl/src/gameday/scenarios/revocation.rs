@@ -36,11 +36,8 @@ pub(super) const SCENARIO: Scenario = Scenario {
 
 async fn run(r: &mut Run) -> Result<()> {
     let techs = r.ctx.pop.technicians.clone();
-    let carriers = r.ctx.sign_in_all(&techs, &r.rec).await;
-    let victims = r
-        .ctx
-        .sign_in_all(&techs[..techs.len().min(REVOKED)], &r.rec)
-        .await;
+    let carriers = r.sign_in(&techs).await;
+    let victims = r.sign_in(&techs[..techs.len().min(REVOKED)]).await;
     let load = r.load(carriers);
     let mut took = Vec::new();
     let mut not_propagated = 0u64;

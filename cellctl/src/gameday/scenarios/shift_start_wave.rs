@@ -39,11 +39,11 @@ pub(super) const SCENARIO: Scenario = Scenario {
 
 async fn run(r: &mut Run) -> Result<()> {
     let techs = r.ctx.pop.technicians.clone();
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     r.figure("technicians_with_sessions", sessions.len() as f64, "count");
     let peak = r.ms();
     let load = r.load(sessions);
-    let wave = Wave::start(&r.ctx, wave_of(&r.ctx));
+    let wave = Wave::start(&r.ctx, wave_of(&r.ctx).await?);
     let size = wave.size();
     r.hold(r.ctx.duration / 4).await;
     let outage: Duration = r.ctx.duration / 2;

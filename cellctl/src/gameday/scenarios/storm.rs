@@ -33,7 +33,7 @@ pub(super) const SCENARIO: Scenario = Scenario {
 async fn run(r: &mut Run) -> Result<()> {
     r.down(&Target::ControlPlane).await?;
     let techs = r.ctx.pop.technicians.clone();
-    let sessions = r.ctx.sign_in_all(&techs, &r.rec).await;
+    let sessions = r.sign_in(&techs).await;
     r.figure("sign_ins", techs.len() as f64, "count");
     r.figure("sign_ins_ok", sessions.len() as f64, "count");
     let load = r.load(sessions);
