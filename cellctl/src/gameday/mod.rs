@@ -133,7 +133,8 @@ pub async fn run_cli(fleet_path: &Path, args: GamedayArgs, json: bool) -> Result
         GamedayCommand::Report { file } => report::run_report(&file, json),
         GamedayCommand::Undo => {
             let faults = Faults::open(fleet_path)?;
-            let undone = faults.finish_pending().await?;
+            let mut undone = faults.finish_pending().await?;
+            undone.extend(run::finish_migrations(fleet_path).await?);
             print_undone(&undone, json);
             Ok(())
         }
@@ -253,7 +254,8 @@ pub async fn run(fleet_path: &Path, args: &RunArgs, json: bool) -> Result<Option
         return Ok(None);
     }
     let started_unix_ms = unix_ms();
-    let undone_first = faults.finish_pending().await?;
+    let mut undone_first = faults.finish_pending().await?;
+    undone_first.extend(run::finish_migrations(fleet_path).await?);
     for u in &undone_first {
         eprintln!("gameday: undone first (left by an interrupted run): {u}");
     }
@@ -444,6 +446,17 @@ async fn run_one(
     };
     // The scenario's future (and its load) is dropped here; undo whatever it left in force.
     let undone = ctx.faults.undo_all().await;
+    // A wave cut short leaves contractors read-only until their migrations finish.
+    let undone = match undone {
+        Ok(mut list) => match run::finish_migrations(&ctx.fleet_path).await {
+            Ok(more) => {
+                list.extend(more);
+                Ok(list)
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
     let undone_ms = run.ms();
     run.close_all(undone_ms);
     let undo_note = match &undone {

@@ -2,6 +2,7 @@
 //! population), one scenario's [`Run`] (its faults, figures, bounds and load), the [`Scale`],
 //! and the checks several scenarios share (writes at the apps, migrations).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -147,7 +148,21 @@ impl Ctx {
         let pace = governor::RateLimiter::direct(governor::Quota::per_second(
             std::num::NonZeroU32::new(per_s).unwrap_or(std::num::NonZeroU32::MIN),
         ));
-        futures::stream::iter(techs.to_vec())
+        // Interleaved by cell, so the pace spreads over every cell's throttle at once.
+        let mut by_cell: BTreeMap<Option<CellId>, VecDeque<Technician>> = BTreeMap::new();
+        for t in techs {
+            by_cell
+                .entry(self.pop.owner(&t.contractor))
+                .or_default()
+                .push_back(t.clone());
+        }
+        let mut order = Vec::with_capacity(techs.len());
+        while order.len() < techs.len() {
+            for q in by_cell.values_mut() {
+                order.extend(q.pop_front());
+            }
+        }
+        futures::stream::iter(order)
             .map(|t| {
                 let pace = &pace;
                 async move {
@@ -167,7 +182,7 @@ impl Ctx {
         rec: &Recorder,
         stats: &load::LoadStats,
     ) -> Option<Session> {
-        let cell = self.pop.owners.get(&t.contractor).map(|(c, _)| c.clone())?;
+        let mut cell = self.pop.owner(&t.contractor)?;
         let mut endpoint = self.cell(&cell).ok()?.endpoint.clone();
         let started = Instant::now();
         let mut attempt = 0;
@@ -175,7 +190,14 @@ impl Ctx {
             attempt += 1;
             let (a, s) = load::sign_in(&self.http, &endpoint, &t, &self.pop.password).await;
             let retry_after = match &a {
+                // Throttled, busy, or the contractor read-only while it moves: an app tries
+                // again after the answer's `Retry-After`.
                 load::Answer::Status(429 | 503, v) if attempt < SIGN_IN_ATTEMPTS => {
+                    Some(v["retry_after_s"].as_u64().unwrap_or(1).clamp(1, 30))
+                }
+                load::Answer::Status(409, v)
+                    if v["error"] == "HANDOFF_IN_PROGRESS" && attempt < SIGN_IN_ATTEMPTS =>
+                {
                     Some(v["retry_after_s"].as_u64().unwrap_or(1).clamp(1, 30))
                 }
                 _ => None,
@@ -189,9 +211,12 @@ impl Ctx {
             if let load::Answer::Status(409, v) = &a
                 && v["error"] == "WRONG_CELL"
                 && let Some(owner) = v["owner_endpoint"].as_str()
+                && let Some(owner_cell) = v["owner_cell"].as_str().and_then(|c| CellId::new(c).ok())
                 && attempt < SIGN_IN_ATTEMPTS
             {
                 endpoint = owner.to_owned();
+                self.pop.moved(&t.contractor, owner_cell.clone());
+                cell = owner_cell;
                 continue;
             }
             let class = classify(&a, 201);
@@ -203,13 +228,25 @@ impl Ctx {
         }
     }
 
-    /// Waits until `cell`'s edge answers `/readyz` with 200 (after a fault on it is undone).
+    /// Waits until `cell` serves again after a fault on it is undone: its edge answers
+    /// `/readyz` with 200 and its auth-service its admin status (an edge with saved state is
+    /// ready before a restarted auth-service, whose sign-ins it would refuse with `503`).
     pub async fn wait_ready(&self, cell: &CellId) -> Result<()> {
         let url = format!("{}/readyz", self.cell(cell)?.endpoint);
+        let auth = crate::admin::Api::auth(self.cell(cell)?)?;
         let deadline = Instant::now() + Duration::from_secs(READY_AGAIN_S);
         loop {
-            if let Ok(r) = self.http.get(&url).send().await
-                && r.status().as_u16() == 200
+            let edge_ready = matches!(
+                self.http.get(&url).send().await,
+                Ok(r) if r.status().as_u16() == 200
+            );
+            if edge_ready
+                && self
+                    .admin
+                    .until(Instant::now() + Duration::from_secs(1))
+                    .status(&auth)
+                    .await
+                    .is_ok()
             {
                 return Ok(());
             }
@@ -457,7 +494,9 @@ pub async fn migrate_to(
     to: CellId,
 ) -> Result<crate::migrate::MigrationReport> {
     let opts = crate::migrate::MigrateOptions::new(s.id().clone(), to);
-    crate::migrate::migrate(&ctx.fleet_path, &opts, |_| {}).await
+    let report = crate::migrate::migrate(&ctx.fleet_path, &opts, |_| {}).await?;
+    ctx.pop.moved(s, report.target.clone());
+    Ok(report)
 }
 
 /// Migrates a synthetic contractor to the cell after its current one (the control plane's
@@ -510,7 +549,8 @@ pub const WAVE_PARALLEL: usize = 3;
 pub struct Wave {
     started: Instant,
     size: usize,
-    workers: tokio::task::JoinSet<Result<Vec<crate::migrate::MigrationReport>>>,
+    workers:
+        tokio::task::JoinSet<Vec<std::result::Result<crate::migrate::MigrationReport, String>>>,
 }
 
 impl Wave {
@@ -530,9 +570,14 @@ impl Wave {
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .pop();
                     let Some((s, to)) = next else {
-                        return Ok(done);
+                        return done;
                     };
-                    done.push(migrate_to(&ctx, &s, to).await?);
+                    // A migration that fails is reported; the wave goes on with the others.
+                    done.push(
+                        migrate_to(&ctx, &s, to)
+                            .await
+                            .map_err(|e| format!("{s}: {e}")),
+                    );
                 }
             });
         }
@@ -543,16 +588,24 @@ impl Wave {
         }
     }
 
-    /// Waits for the wave's end: its reports and how long it took.
-    pub async fn finish(mut self) -> Result<(Vec<crate::migrate::MigrationReport>, Duration)> {
-        let mut reports = Vec::new();
+    /// Waits for the wave's end (every migration finished or failed): the reports, the
+    /// failures (`contractor: reason`) and how long it took.
+    pub async fn finish(mut self) -> (Vec<crate::migrate::MigrationReport>, Vec<String>, Duration) {
+        let (mut reports, mut failed) = (Vec::new(), Vec::new());
         while let Some(done) = self.workers.join_next().await {
             match done {
-                Ok(r) => reports.extend(r?),
-                Err(e) => return Err(CtlError::Internal(format!("migration worker: {e}"))),
+                Ok(list) => {
+                    for r in list {
+                        match r {
+                            Ok(r) => reports.push(r),
+                            Err(e) => failed.push(e),
+                        }
+                    }
+                }
+                Err(e) => failed.push(format!("migration worker: {e}")),
             }
         }
-        Ok((reports, self.started.elapsed()))
+        (reports, failed, self.started.elapsed())
     }
 
     /// How many contractors it moves.
@@ -567,9 +620,10 @@ impl Wave {
 pub async fn wave_of(ctx: &Ctx) -> Result<Vec<(Synthetic, CellId)>> {
     let n = ctx.wave.unwrap_or_else(|| ctx.scale.wave(ctx.cells.len()));
     let mut moves = Vec::new();
-    for s in ctx.pop.owners.keys().take(n) {
-        let from = placed_in(ctx, s).await?;
-        moves.push((s.clone(), next_cell(ctx, &from)?));
+    for s in ctx.pop.contractors().into_iter().take(n) {
+        let from = placed_in(ctx, &s).await?;
+        let to = next_cell(ctx, &from)?;
+        moves.push((s, to));
     }
     Ok(moves)
 }
@@ -581,8 +635,12 @@ pub async fn wave_of(ctx: &Ctx) -> Result<Vec<(Synthetic, CellId)>> {
 pub async fn wave_figures(
     r: &mut Run,
     reports: &[crate::migrate::MigrationReport],
+    failed: &[String],
     took: Duration,
 ) -> Result<()> {
+    for f in failed {
+        tracing::warn!(migration = %f, "a migration of the wave failed");
+    }
     let mut windows: Vec<f32> = reports
         .iter()
         .map(|m| m.read_only_ms.unwrap_or(0) as f32)
@@ -609,6 +667,7 @@ pub async fn wave_figures(
         .load(std::sync::atomic::Ordering::Relaxed);
     let acked_total = r.stats.acked_total();
     r.figure("migrated", reports.len() as f64, "count");
+    r.figure("migrations_failed", failed.len() as f64, "count");
     r.figure("wave_s", took.as_secs_f64(), "s");
     r.figure(
         "read_only_worst_ms",
@@ -623,4 +682,30 @@ pub async fn wave_figures(
     r.figure("wrong_cell_hops", hops as f64, "count");
     r.figure("signed_in_again", again as f64, "count");
     Ok(())
+}
+
+/// Finishes every migration of a synthetic contractor that the journal holds unfinished (a
+/// wave cut short: an aborted scenario, a killed `cellctl`): until then its contractor stays
+/// read-only at the source. Each is resumed where it stopped (`cellctl migrate` does the same).
+/// Answers one line per migration finished; an unfinished migration of a real contractor is
+/// left to its operator (named in the answer).
+pub async fn finish_migrations(fleet_path: &std::path::Path) -> Result<Vec<String>> {
+    let journal = crate::migrate::Journal::open(&crate::migrate::journal_path(fleet_path))?;
+    let mut done = Vec::new();
+    for (c, to) in journal.unfinished()? {
+        if !c.is_synthetic() {
+            done.push(format!(
+                "the migration of {c} to {to} is unfinished (a real contractor: `cellctl migrate {c} --to {to}` finishes it)"
+            ));
+            continue;
+        }
+        let opts = crate::migrate::MigrateOptions::new(c.clone(), to.clone());
+        let r = crate::migrate::migrate(fleet_path, &opts, |_| {}).await?;
+        done.push(format!(
+            "finished the interrupted migration of {c} to {} (read-only {} ms)",
+            r.target,
+            r.read_only_ms.unwrap_or(0)
+        ));
+    }
+    Ok(done)
 }

@@ -108,18 +108,45 @@ pub struct Technician {
 pub struct Population {
     /// This run's password of every synthetic technician.
     pub password: Password,
-    /// Contractor → (owning cell, generation), as provisioned.
-    pub owners: BTreeMap<Synthetic, (CellId, Generation)>,
+    /// Contractor → its owning cell, as provisioned and as migrations and sign-ins since
+    /// learnt ([`Population::owner`], [`Population::moved`]).
+    owners: std::sync::RwLock<BTreeMap<Synthetic, CellId>>,
     pub technicians: Vec<Technician>,
 }
 
 impl Population {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Synthetic, CellId>> {
+        // A panic while writing leaves a map that is still a map.
+        self.owners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The technicians of contractors owned by `cell`.
     pub fn technicians_of(&self, cell: &CellId) -> Vec<&Technician> {
+        let owners = self.read();
         self.technicians
             .iter()
-            .filter(|t| self.owners.get(&t.contractor).map(|(c, _)| c) == Some(cell))
+            .filter(|t| owners.get(&t.contractor) == Some(cell))
             .collect()
+    }
+
+    /// The cell that owns `s`, as last learnt.
+    pub fn owner(&self, s: &Synthetic) -> Option<CellId> {
+        self.read().get(s).cloned()
+    }
+
+    /// `s` is owned by `cell` now (a migration finished, a sign-in was sent on).
+    pub fn moved(&self, s: &Synthetic, cell: CellId) {
+        self.owners
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(s.clone(), cell);
+    }
+
+    /// The synthetic contractors, in id order.
+    pub fn contractors(&self) -> Vec<Synthetic> {
+        self.read().keys().cloned().collect()
     }
 }
 
@@ -236,7 +263,9 @@ pub async fn provision(
     }
     Ok(Population {
         password,
-        owners,
+        owners: std::sync::RwLock::new(
+            owners.into_iter().map(|(s, (cell, _))| (s, cell)).collect(),
+        ),
         technicians: all,
     })
 }
@@ -316,7 +345,7 @@ impl Population {
     pub fn empty() -> Result<Population> {
         Ok(Population {
             password: password()?,
-            owners: BTreeMap::new(),
+            owners: std::sync::RwLock::default(),
             technicians: Vec::new(),
         })
     }

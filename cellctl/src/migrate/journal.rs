@@ -122,6 +122,27 @@ impl Journal {
         (|| op(&self.conn()?)).retry(backoff).when(is_busy).call()
     }
 
+    /// Every unfinished migration: (contractor, target).
+    pub fn unfinished(&self) -> Result<Vec<(ContractorId, CellId)>> {
+        let rows = self.with_conn(|conn| {
+            let mut st = conn.prepare(
+                "SELECT contractor, target FROM migrations WHERE step != 'done' ORDER BY id",
+            )?;
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })?;
+        rows.into_iter()
+            .map(|(c, t)| {
+                Ok((
+                    ContractorId::new(c).map_err(corrupt)?,
+                    CellId::new(t).map_err(corrupt)?,
+                ))
+            })
+            .collect()
+    }
+
     /// The unfinished migration of a contractor, if any.
     pub fn open_migration(&self, c: &ContractorId) -> Result<Option<Record>> {
         let row = self.with_conn(|conn| {

@@ -97,6 +97,9 @@ async fn every_scenario_meets_its_bounds_on_a_dev_fleet() {
         .collect();
     assert!(files.iter().any(|f| f.ends_with(".json")), "{files:?}");
     assert!(files.iter().any(|f| f.ends_with(".html")), "{files:?}");
+    // The page, as an SRE opens it.
+    let html = files.iter().find(|f| f.ends_with(".html")).unwrap();
+    crate::gameday_report::look_at_report(&out.path().join(html), &report).await;
     // The synthetic users are retired: a sign-in of each is refused now (at its owner, which a
     // migration may have changed).
     let fleet = t.file();

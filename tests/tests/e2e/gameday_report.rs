@@ -151,7 +151,7 @@ fn keep_screenshot(png: &Path) {
         return;
     };
     let to = if to.is_dir() {
-        to.join("gameday-report.png")
+        to.join(png.file_name().expect("a file name"))
     } else {
         to
     };
@@ -294,7 +294,13 @@ async fn the_report_page_shows_its_timelines_in_a_browser() {
         .expect("bound text");
     assert_eq!(unmet, "✘ route_loads_failed == 0 — 1");
 
-    // A full-page screenshot: the window as tall as the page.
+    full_page_screenshot(&c, &dir.path().join("gameday-report.png")).await;
+    c.close().await.expect("close");
+}
+
+/// A screenshot of the whole page (the window made as tall as the page) written to `shot`,
+/// and kept under `GAMEDAY_SCREENSHOT` when that is set.
+async fn full_page_screenshot(c: &Client, shot: &Path) {
     let height = c
         .execute(
             "return Math.ceil(document.documentElement.scrollHeight);",
@@ -304,15 +310,66 @@ async fn the_report_page_shows_its_timelines_in_a_browser() {
         .expect("page height")
         .as_f64()
         .expect("a number");
-    let height = (height as u32).clamp(600, 8000);
+    let height = (height as u32).clamp(600, 16_000);
     c.set_window_size(WIDTH, height + 140)
         .await
         .expect("resize the window");
     let png = c.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-    let shot = dir.path().join("gameday-report.png");
-    std::fs::write(&shot, &png).expect("write the screenshot");
+    std::fs::write(shot, &png).expect("write the screenshot");
     println!("screenshot: {} ({} bytes)", shot.display(), png.len());
-    keep_screenshot(&shot);
+    keep_screenshot(shot);
+}
+
+/// Opens the HTML page of a report a real run wrote (`html`, beside its JSON) in headless
+/// Chromium and checks what an SRE would look at: one laid-out timeline plot per scenario, the
+/// verdict, a fault band in the plot of every scenario that injected a fault. Takes a full-page
+/// screenshot (`<html's stem>.png` beside it). Does nothing when browser tests are skipped.
+pub(crate) async fn look_at_report(html: &Path, report: &Report) {
+    if skipped("game day report check") {
+        return;
+    }
+    let driver = start_driver(tempfile::tempdir().expect("home dir")).await;
+    let c = browser(&driver, (WIDTH, 2000), &["--hide-scrollbars"]).await;
+    c.goto(&format!("file://{}", html.display()))
+        .await
+        .expect("open the report");
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while count(&c, "svg.timeline").await < report.scenarios.len() {
+        assert!(
+            Instant::now() < deadline,
+            "not every timeline plot appeared"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    for p in c
+        .find_all(Locator::Css("svg.timeline"))
+        .await
+        .expect("plots")
+    {
+        let (_, _, w, h) = p.rectangle().await.expect("plot rectangle");
+        assert!(w > 100.0 && h > 100.0, "a plot of {w}x{h}");
+    }
+    let overall = c
+        .find(Locator::Css("#overall"))
+        .await
+        .expect("#overall")
+        .text()
+        .await
+        .expect("verdict");
+    assert_eq!(overall, if report.passed() { "PASS" } else { "FAIL" });
+    for s in report.scenarios.iter().filter(|s| !s.faults.is_empty()) {
+        let bands = count(
+            &c,
+            &format!("svg.timeline[data-scenario=\"{}\"] .fault", s.name),
+        )
+        .await;
+        assert!(bands >= 1, "{}: no fault band in its plot", s.name);
+    }
+    println!(
+        "report page: {} timeline plots, verdict {overall}, fault bands where faults were injected",
+        report.scenarios.len()
+    );
+    full_page_screenshot(&c, &html.with_extension("png")).await;
     c.close().await.expect("close");
 }

@@ -18,14 +18,25 @@
 //!
 //! The tarball holds the debug binaries (`--profile debug --no-build`), the ones the suite
 //! built; the release build is the same script with the default profile.
+//!
+//! Then a game day (`cellctl gameday run`, docs/GAMEDAY.md) from the operator's inventory with
+//! a `[gameday]` section, its faults through `command` actuators written as an operator of this
+//! layout (no `cellctl dev`, no systemd) would write them: `down` SIGKILLs the servers named by
+//! their pid files and waits for them to die, `up` starts each server again detached, exactly
+//! as this test starts it except for stdin (`/dev/null`, so without the stop-at-end-of-stdin
+//! switch) and writes its pid file. Every scenario it runs must pass; the servers the `up`
+//! commands started are stopped with the rest at the end (they are not this test's children:
+//! found by their command lines, which name this test's directory).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cellbind_tests::{Slot, bin_dir, fleet_slot};
+use cellbind_tests::{Slot, bin_dir, fleet_slot, process_gone, signal};
+use cellctl::gameday::model::Outcome;
+use cellctl::gameday::{RunArgs, Scale};
 use devfleet::{LocalCa, PgServer, client_trusting};
 use protocol::admin::app::{CONTRACTORS_PATH, SeedRequest};
 use protocol::admin::cell::{
@@ -146,18 +157,78 @@ struct CellSecrets {
     database_url: String,
 }
 
+/// A server this test started.
+struct Started {
+    host: String,
+    server: Server,
+    ip: IpAddr,
+    child: Child,
+}
+
 /// The rehearsal's running world.
 struct World {
     dir: PathBuf,
     /// The unpacked tarball.
     dist: PathBuf,
     ca: LocalCa,
-    children: Vec<(String, Child)>,
+    children: Vec<Started>,
 }
 
 impl World {
     fn host_root(&self, host: &str) -> PathBuf {
         self.dir.join("hosts").join(host)
+    }
+
+    /// `host`'s `etc/<server>.toml`.
+    fn config_path(&self, host: &str, server: Server) -> PathBuf {
+        self.host_root(host)
+            .join("etc")
+            .join(format!("{}.toml", server.name()))
+    }
+
+    /// Where `host`'s server's pid is written (as a unit's `PIDFile=`): `run/<binary>.pid`.
+    fn pid_file(&self, host: &str, server: Server) -> PathBuf {
+        self.host_root(host)
+            .join("run")
+            .join(format!("{}.pid", server.binary()))
+    }
+
+    fn log_path(&self, host: &str) -> PathBuf {
+        self.dir.join(format!("{host}.log"))
+    }
+
+    /// The pid `host`'s pid file names, when that process runs and is `host`'s server (its
+    /// command line names the host's configuration).
+    fn serving_pid(&self, host: &str, server: Server) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.pid_file(host, server))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let config = self.config_path(host, server).display().to_string();
+        let names_config = String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .any(|a| a == config);
+        (names_config && !process_gone(pid)).then_some(pid)
+    }
+
+    /// The servers started again by someone else (a game day's `up` command) after this
+    /// test's child exited: (host, server, ip, pid).
+    fn restarted(&mut self) -> Vec<(String, Server, IpAddr, u32)> {
+        let mut exited = Vec::new();
+        for s in &mut self.children {
+            if let Ok(Some(_)) = s.child.try_wait() {
+                exited.push((s.host.clone(), s.server, s.ip));
+            }
+        }
+        exited
+            .into_iter()
+            .filter_map(|(host, server, ip)| {
+                let pid = self.serving_pid(&host, server)?;
+                Some((host, server, ip, pid))
+            })
+            .collect()
     }
 
     /// Makes `host`'s directories, its certificate for `ip` (`etc/tls/`) and key
@@ -297,10 +368,10 @@ impl World {
     }
 
     /// Writes the adapted example of `server` as `host`'s `etc/<server>.toml` and starts the
-    /// tarball's binary with it; its stderr goes to `host.log`.
+    /// tarball's binary with it; its stderr goes to `host.log`, its pid to its pid file.
     fn start(&mut self, host: &str, server: Server, ip: IpAddr, cell: Option<u8>, map_key: &str) {
         let config = self.write_config(host, server, ip, cell, map_key);
-        let log = std::fs::File::create(self.dir.join(format!("{host}.log"))).unwrap();
+        let log = std::fs::File::create(self.log_path(host)).unwrap();
         let child = Command::new(self.dist.join("bin").join(server.binary()))
             .arg("--config")
             .arg(&config)
@@ -312,22 +383,32 @@ impl World {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        self.children.push((host.to_owned(), child));
+        let pid_file = self.pid_file(host, server);
+        std::fs::create_dir_all(pid_file.parent().unwrap()).unwrap();
+        std::fs::write(&pid_file, format!("{}\n", child.id().unwrap())).unwrap();
+        self.children.push(Started {
+            host: host.to_owned(),
+            server,
+            ip,
+            child,
+        });
     }
 
     fn log_of(&self, host: &str) -> String {
-        std::fs::read_to_string(self.dir.join(format!("{host}.log"))).unwrap_or_default()
+        std::fs::read_to_string(self.log_path(host)).unwrap_or_default()
     }
 
-    /// Fails with the host's log when one of the servers has exited.
+    /// Fails with the host's log when one of the servers has exited (and was not started
+    /// again: a game day's `up` command writes the new pid to the pid file).
     fn check_alive(&mut self) {
         let mut dead = Vec::new();
-        for (host, child) in &mut self.children {
-            if let Ok(Some(status)) = child.try_wait() {
-                dead.push((host.clone(), status));
+        for s in &mut self.children {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                dead.push((s.host.clone(), s.server, status));
             }
         }
-        if let Some((host, status)) = dead.first() {
+        dead.retain(|(host, server, _)| self.serving_pid(host, *server).is_none());
+        if let Some((host, _, status)) = dead.first() {
             panic!("{host} exited ({status}):\n{}", self.log_of(host));
         }
     }
@@ -349,6 +430,167 @@ impl World {
                 self.log_of(host)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The scenarios of the game day, in this order: `shift-start-storm` and `auth-service-down`
+/// fault through the `command` actuators of [`World::gameday_section`] (the control plane, the
+/// last cell's auth-services); the others fault nothing (a key rotation, revocations, a
+/// migration).
+///
+/// Between two scenarios the game day waits for each cell's edge (`/readyz`) and auth-service
+/// (its admin status): an `up` command (like `systemctl start` of a `Type=exec` unit) returns
+/// before the server listens (~0.7 s here for an auth-service). `cell-lost` would need an
+/// actuator for the whole cell and is left to `e2e::gameday`.
+const GAMEDAY_SCENARIOS: &[&str] = &[
+    "shift-start-storm",
+    "revocation-propagation",
+    "key-rotation",
+    "stale-map-sign-in",
+    "auth-service-down",
+];
+/// How long each scenario holds its fault under load.
+const GAMEDAY_DURATION: Duration = Duration::from_secs(3);
+
+/// Shell function of the actuators' scripts: whether pid `$1` runs (a process nobody reaped
+/// yet does not).
+const RUNNING_FN: &str = "running() { [ -d \"/proc/$1\" ] && ! grep -q '^State:[[:space:]]*Z' \"/proc/$1/status\" 2>/dev/null; }";
+
+/// The `down` command's script (`sh -c SCRIPT sh PIDFILE…`): SIGKILL each server its pid file
+/// names and wait until it is gone, as `systemctl stop` returns once the unit stopped; one
+/// already stopped is left as it is (a cell's fault runs both the cell's entry and its
+/// auth-services' entry when there is one, and both would name them).
+fn down_script() -> String {
+    format!(
+        "{RUNNING_FN}; \
+         for f; do \
+         p=$(cat \"$f\") || exit; \
+         running \"$p\" || continue; \
+         kill -KILL \"$p\" || exit; \
+         while running \"$p\"; do sleep 0.05; done; \
+         done"
+    )
+}
+
+/// The `up` command's script (`sh -c SCRIPT sh BIN CONFIG LOG PIDFILE…`): start each server
+/// as [`World::start`] does, detached: stdin `/dev/null` (so without the stop-at-end-of-stdin
+/// switch), stdout discarded, stderr appended to its log; its pid into its pid file. One that
+/// runs already is left as it is (`systemctl start` of a running unit does nothing).
+fn up_script() -> String {
+    format!(
+        "{RUNNING_FN}; \
+         while [ \"$#\" -ge 4 ]; do \
+         if ! {{ p=$(cat \"$4\" 2>/dev/null) && running \"$p\"; }}; then \
+         env -u {} \"$1\" --config \"$2\" </dev/null >/dev/null 2>>\"$3\" & \
+         echo \"$!\" >\"$4\" || exit; \
+         fi; \
+         shift 4; \
+         done",
+        runtime::EXIT_ON_STDIN_EOF_ENV
+    )
+}
+
+impl World {
+    /// `sh -c` [`down_script`] for `hosts`' servers, in this order.
+    fn down_argv(&self, hosts: &[(String, Server)]) -> Vec<String> {
+        let mut argv: Vec<String> = vec!["sh".into(), "-c".into(), down_script(), "sh".into()];
+        for (host, server) in hosts {
+            argv.push(self.pid_file(host, *server).display().to_string());
+        }
+        argv
+    }
+
+    /// `sh -c` [`up_script`] for `hosts`' servers, in this order.
+    fn up_argv(&self, hosts: &[(String, Server)]) -> Vec<String> {
+        let mut argv: Vec<String> = vec!["sh".into(), "-c".into(), up_script(), "sh".into()];
+        for (host, server) in hosts {
+            for p in [
+                self.dist.join("bin").join(server.binary()),
+                self.config_path(host, *server),
+                self.log_path(host),
+                self.pid_file(host, *server),
+            ] {
+                argv.push(p.display().to_string());
+            }
+        }
+        argv
+    }
+
+    /// The inventory's `[gameday]` section for this layout: the edges' management `/metrics`,
+    /// and `command` actuators for the control plane and the last cell's auth-services.
+    fn gameday_section(&self) -> String {
+        let toml_array = |v: Vec<String>| serde_json::to_string(&v).unwrap();
+        let mut s = String::from(
+            "\n# The rehearsal's game day: this layout's own commands (no systemd here).\n\
+             [gameday]\nstate_dir = \"gameday\"\n",
+        );
+        for n in 1..=CELLS {
+            s.push_str(&format!(
+                "\n[[gameday.edges]]\ncell = \"{}\"\nmetrics_urls = [\"https://{}:{}/metrics\"]\n",
+                cell_id(n),
+                ip(n, EDGE),
+                Server::Edge.management_port()
+            ));
+        }
+        let c = cell_id(CELLS);
+        let auth = vec![
+            (format!("{c}-auth-a"), Server::AuthService),
+            (format!("{c}-auth-b"), Server::AuthService),
+        ];
+        let cp = vec![("control-plane".to_owned(), Server::ControlPlane)];
+        for (target, down, up) in [
+            ("control-plane".to_owned(), &cp, &cp),
+            (format!("{c}/auth-service"), &auth, &auth),
+        ] {
+            s.push_str(&format!(
+                "\n[[gameday.actuators]]\ntarget = \"{target}\"\nkind = \"command\"\ndown = {}\nup = {}\n",
+                toml_array(self.down_argv(down)),
+                toml_array(self.up_argv(up))
+            ));
+        }
+        s
+    }
+}
+
+/// The running processes (not zombies) of the tarball unpacked in `dir`: the servers whose
+/// program is its `bin/` and whose configuration is a host's below `dir` — this test's
+/// children, and the ones a game day's `up` command started (whoever's pid file names them).
+fn servers_of(dir: &Path, dist: &Path) -> Vec<u32> {
+    let bin = dist.join("bin").display().to_string();
+    let hosts = dir.join("hosts").display().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let args: Vec<&str> = cmdline.split('\0').collect();
+            args.first().is_some_and(|a| a.starts_with(&bin))
+                && args
+                    .windows(2)
+                    .any(|w| w[0] == "--config" && w[1].starts_with(&hosts))
+                && !process_gone(*pid)
+        })
+        .collect()
+}
+
+impl Drop for World {
+    /// Stops every server of the rehearsal, the ones a game day's `up` command started too
+    /// (they are not this test's children; its children are also killed on drop), and waits
+    /// until they are gone.
+    fn drop(&mut self) {
+        let servers = servers_of(&self.dir, &self.dist);
+        for pid in &servers {
+            signal(*pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !servers.iter().all(|p| process_gone(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -415,9 +657,150 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
+/// The game day: appends [`World::gameday_section`] to the operator's inventory and runs
+/// [`GAMEDAY_SCENARIOS`] from it, in-process (`cellctl gameday run`); every scenario must pass.
+/// Then every server a `down` command stopped runs again (started by an `up` command: pid
+/// file, `/readyz`) and the undo log is empty.
+async fn game_day(world: &mut World, client: &reqwest::Client, inventory: &Path) {
+    let section = world.gameday_section();
+    let mut text = std::fs::read_to_string(inventory).unwrap();
+    text.push_str(&section);
+    std::fs::write(inventory, text).unwrap();
+    println!(
+        "rehearsal gameday: appended to {}:{section}",
+        inventory.display()
+    );
+    let args = |dry_run| RunArgs {
+        scenarios: GAMEDAY_SCENARIOS.iter().map(|s| (*s).to_owned()).collect(),
+        all: false,
+        cells: Vec::new(),
+        duration: GAMEDAY_DURATION,
+        scale: Scale::Small,
+        dry_run,
+        contractors: Vec::new(),
+        wave: None,
+        out: None,
+    };
+    // The plan first, as an operator checks it: each fault names its command.
+    let plan = cellctl::gameday::run(inventory, &args(true), false)
+        .await
+        .unwrap();
+    assert!(plan.is_none(), "a dry run writes no report");
+    let started = Instant::now();
+    let report = cellctl::gameday::run(inventory, &args(false), false)
+        .await
+        .unwrap()
+        .expect("a report");
+    println!(
+        "rehearsal gameday (command actuator): {} scenarios in {:.1} s",
+        report.scenarios.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for s in &report.scenarios {
+        println!(
+            "  {} {:?} ({} ms) {}",
+            s.name, s.outcome, s.duration_ms, s.reason
+        );
+        for f in &s.faults {
+            println!(
+                "    fault {} .. {:?} ms: {}",
+                f.start_ms,
+                f.end_ms,
+                f.what.chars().take(160).collect::<String>()
+            );
+        }
+        for f in &s.figures {
+            println!("    {} = {} {}", f.name, f.value, f.unit);
+        }
+        for b in s.bounds.iter().filter(|b| !b.met) {
+            println!(
+                "    BOUND NOT MET: {} {} {} (was {})",
+                b.figure, b.op, b.limit, b.value
+            );
+        }
+    }
+    if !report.passed() {
+        // What the servers of the faulted cell said (the last lines of each log).
+        let c = cell_id(CELLS);
+        for host in [
+            format!("{c}-edge"),
+            format!("{c}-auth-a"),
+            format!("{c}-auth-b"),
+            format!("{c}-app"),
+            "control-plane".to_owned(),
+        ] {
+            let log = world.log_of(&host);
+            let lines: Vec<&str> = log.lines().collect();
+            println!(
+                "--- {host}.log (last 40 lines) ---\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+    }
+    assert_eq!(
+        report
+            .scenarios
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        GAMEDAY_SCENARIOS
+    );
+    for s in &report.scenarios {
+        assert_eq!(s.outcome, Outcome::Passed, "{}: {}", s.name, s.reason);
+        assert!(
+            s.faults.iter().all(|f| f.end_ms.is_some()),
+            "{}: every fault undone within the scenario",
+            s.name
+        );
+    }
+    // The faulting scenarios went through the command actuators.
+    for name in ["shift-start-storm", "auth-service-down"] {
+        let s = report.scenarios.iter().find(|s| s.name == name).unwrap();
+        assert!(
+            !s.faults.is_empty() && s.faults.iter().all(|f| f.what.contains("(command: sh -c")),
+            "{name}: {:?}",
+            s.faults.iter().map(|f| &f.what).collect::<Vec<_>>()
+        );
+    }
+    println!(
+        "rehearsal gameday (command actuator): {} scenarios passed: {}",
+        report.scenarios.len(),
+        GAMEDAY_SCENARIOS.join(", ")
+    );
+
+    // Every server stopped by a `down` command runs again, started by an `up` command.
+    let restarted = world.restarted();
+    let c = cell_id(CELLS);
+    let mut hosts: Vec<&str> = restarted.iter().map(|(h, ..)| h.as_str()).collect();
+    hosts.sort_unstable();
+    let mut want = vec![
+        "control-plane".to_owned(),
+        format!("{c}-auth-a"),
+        format!("{c}-auth-b"),
+    ];
+    want.sort_unstable();
+    assert_eq!(hosts, want, "the servers the game day stopped and started");
+    for (host, server, host_ip, pid) in &restarted {
+        println!("rehearsal gameday: {host} runs again as pid {pid} (started by an `up` command)");
+        world.wait_ready(client, host, *host_ip, *server).await;
+    }
+    // One server per host: no `up` command started a second one.
+    let running = servers_of(&world.dir, &world.dist);
+    assert_eq!(
+        running.len(),
+        world.children.len(),
+        "servers running: {running:?}"
+    );
+    // Nothing left in force: the undo log is empty (and the lock free).
+    let faults = cellctl::gameday::fault::Faults::open(inventory).unwrap();
+    let undone = faults.finish_pending().await.unwrap();
+    assert!(undone.is_empty(), "left in force: {undone:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
-    let _slot = fleet_slot(Slot::Shared).await;
+    let slot = fleet_slot(Slot::Shared).await;
+    let test_started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     bin_dir();
@@ -902,7 +1285,27 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     assert!(ok, "at cell-02: {out}{err}");
     assert_eq!(json(&out)["status"], 200);
 
+    // The game day measures latencies: it runs with no other fleet test beside it.
+    drop(slot);
+    let _slot = fleet_slot(Slot::Exclusive).await;
+    game_day(&mut world, &client, &inventory).await;
+    // The fleet serves as before: the contractor (at cell-02, whose auth-services the game day
+    // restarted) signs in and loads its route.
+    let (ok, out, err) = sign_in().await;
+    assert!(ok, "after the game day: {err}");
+    assert_eq!(json(&out)["cell_id"], "cell-02", "{out}");
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "after the game day: {out}{err}");
+
     world.check_alive();
+    let (world_dir, world_dist) = (world.dir.clone(), world.dist.clone());
     drop(world);
+    // No server outlives the test, not even the ones started by the `up` commands.
+    let left = servers_of(&world_dir, &world_dist);
+    assert!(left.is_empty(), "servers still running: {left:?}");
     pg.stop().unwrap();
+    println!(
+        "rehearsal: {:.1} s in all",
+        test_started.elapsed().as_secs_f64()
+    );
 }

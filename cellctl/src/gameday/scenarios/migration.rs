@@ -36,14 +36,15 @@ async fn run(r: &mut Run) -> Result<()> {
     let start = r.ms();
     let wave = Wave::start(&r.ctx, wave_of(&r.ctx).await?);
     let size = wave.size();
-    let (reports, took) = wave.finish().await?;
+    let (reports, failed, took) = wave.finish().await;
     r.mark(format!("{size} contractors migrated"), start);
     // Let the sessions meet their contractors' new cells before the load stops.
     r.hold(r.ctx.duration / 4).await;
     let _ = load.stop().await;
     r.load_figures();
-    wave_figures(r, &reports, took).await?;
+    wave_figures(r, &reports, &failed, took).await?;
     r.bound("migrated", ">=", size as f64);
+    r.bound("migrations_failed", "==", 0.0);
     r.bound("read_only_worst_ms", "<=", READ_ONLY_WORST_MS);
     r.bound("completions_lost", "==", 0.0);
     r.bound("completions_duplicated", "==", 0.0);

@@ -50,7 +50,7 @@ async fn run(r: &mut Run) -> Result<()> {
     r.down(&Target::ControlPlane).await?;
     r.hold(outage).await;
     r.up(&Target::ControlPlane).await?;
-    let (reports, took) = wave.finish().await?;
+    let (reports, failed, took) = wave.finish().await;
     r.mark(format!("{size} contractors migrated"), peak);
     r.hold(r.ctx.duration / 4).await;
     let _ = load.stop().await;
@@ -62,8 +62,9 @@ async fn run(r: &mut Run) -> Result<()> {
         .load(std::sync::atomic::Ordering::Relaxed);
     r.figure("route_loads_ok", route_ok as f64, "count");
     r.figure("route_loads_failed", route_failed as f64, "count");
-    wave_figures(r, &reports, took).await?;
+    wave_figures(r, &reports, &failed, took).await?;
     r.bound("migrated", ">=", size as f64);
+    r.bound("migrations_failed", "==", 0.0);
     r.bound("route_loads_failed", "==", 0.0);
     r.bound("requests_failed_before_cell", "==", 0.0);
     r.bound("requests_failed_in_cell", "==", 0.0);
