@@ -15,8 +15,8 @@ use crate::gameday::scenario::{Scenario, target, victim};
 
 /// Bound: from the restart to the first route load served, in milliseconds.
 const BACK_WITHIN_MS: f64 = 15_000.0;
-/// Bound: from the auth-service's return to the first write accepted, in milliseconds (the
-/// edge renews its write lease with its first feed answer).
+/// Bound: from the auth-service's `up` to the first write accepted, in milliseconds (the edge
+/// renews its write lease with its first feed answer).
 const WRITES_BACK_MS: f64 = 5_000.0;
 /// Give up waiting for the restarted edge after this long, in seconds.
 const GIVE_UP_S: u64 = 60;
@@ -79,10 +79,11 @@ async fn run(r: &mut Run) -> Result<()> {
     let load = r.load(sessions);
     r.hold(r.ctx.duration).await;
     let offline_acked = r.stats.acked_total();
+    // Writes resume once the edge's feed renews its lease: from the auth-service's `up` to the
+    // first write accepted.
+    let up_at = Instant::now();
     r.up(&auth).await?;
     r.up(&Target::ControlPlane).await?;
-    // Writes resume once the edge's feed renews its lease: wait for the first one.
-    let up_at = Instant::now();
     let writes_back_ms = loop {
         if r.stats.acked_total() > offline_acked {
             break up_at.elapsed().as_secs_f64() * 1000.0;

@@ -25,7 +25,7 @@ const KILL_AFTER: usize = BURST / 3;
 const UP_AFTER: usize = 2 * BURST / 3;
 /// Budget of one revocation's attempts (the admin client fails over between replicas), in
 /// seconds.
-const REVOKE_BUDGET_S: u64 = 2;
+const REVOKE_BUDGET_S: u64 = 1;
 /// Give up on one acknowledged revocation reaching the edge after this long, in seconds.
 const GIVE_UP_S: u64 = 30;
 
