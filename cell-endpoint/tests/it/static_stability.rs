@@ -234,20 +234,25 @@ ca_cert = "{ca}"
         expect_ready: bool,
         env: &[(&str, &str)],
     ) -> EdgeProc {
-        let port = free_port();
-        let management_port = free_port();
-        let config = self.dir.join(format!("{name}.toml"));
-        // The instance's own feed credential, derived from the cell's feed secret.
-        let credential = runtime::feed_credential::derive(
-            &runtime::Secret::new(FEED_TOKEN),
-            &protocol::CellId::new(CELL).unwrap(),
-            &protocol::InstanceId::new(name).unwrap(),
-        );
-        write_secret(&self.dir.join(format!("{name}.feed")), credential.expose());
-        std::fs::write(
-            &config,
-            format!(
-                r#"cell_id = "{CELL}"
+        // A port `free_port` found may be taken by a neighbour test before the edge binds it
+        // (the edge then exits): start again on other ports.
+        let mut attempt = 0;
+        let (port, management_port, proc) = loop {
+            attempt += 1;
+            let port = free_port();
+            let management_port = free_port();
+            let config = self.dir.join(format!("{name}.toml"));
+            // The instance's own feed credential, derived from the cell's feed secret.
+            let credential = runtime::feed_credential::derive(
+                &runtime::Secret::new(FEED_TOKEN),
+                &protocol::CellId::new(CELL).unwrap(),
+                &protocol::InstanceId::new(name).unwrap(),
+            );
+            write_secret(&self.dir.join(format!("{name}.feed")), credential.expose());
+            std::fs::write(
+                &config,
+                format!(
+                    r#"cell_id = "{CELL}"
 instance_id = "{name}"
 listen = "127.0.0.1:{port}"
 management_listen = "127.0.0.1:{management_port}"
@@ -265,20 +270,45 @@ ca_cert = "{ca}"
 write_lease_ms = {LEASE_MS}
 feed_wait_ms = {FEED_WAIT_MS}
 "#,
-                public = self.public_url,
-                auth = self.auth_url(),
-                auth_public = self.auth_public_url(),
-                app = self.app_addr,
-                d = self.dir.display(),
-                state = state_dir.display(),
-                cert = self.pki.cert.display(),
-                key = self.pki.key.display(),
-                ca = self.pki.ca.display(),
-            ),
-        )
-        .unwrap();
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_cellbind-cell-endpoint"));
-        let proc = Proc::spawn(name, &bin, &config, &self.dir, env);
+                    public = self.public_url,
+                    auth = self.auth_url(),
+                    auth_public = self.auth_public_url(),
+                    app = self.app_addr,
+                    d = self.dir.display(),
+                    state = state_dir.display(),
+                    cert = self.pki.cert.display(),
+                    key = self.pki.key.display(),
+                    ca = self.pki.ca.display(),
+                ),
+            )
+            .unwrap();
+            let bin = PathBuf::from(env!("CARGO_BIN_EXE_cellbind-cell-endpoint"));
+            let mut proc = Proc::spawn(name, &bin, &config, &self.dir, env);
+            let listening = wait_for(
+                &format!("{name} to listen or exit"),
+                Duration::from_secs(30),
+                || {
+                    let exited = proc.child.try_wait().ok().flatten().is_some();
+                    async move {
+                        if exited {
+                            return Some(false);
+                        }
+                        tokio::net::TcpStream::connect(("127.0.0.1", port))
+                            .await
+                            .ok()
+                            .map(|_| true)
+                    }
+                },
+            )
+            .await;
+            if listening {
+                break (port, management_port, proc);
+            }
+            assert!(
+                attempt < 5,
+                "{name} exited at start {attempt} times (see {name}.log)"
+            );
+        };
         let url = format!("https://127.0.0.1:{port}");
         if expect_ready {
             let ready = format!("{url}/readyz");
