@@ -226,13 +226,12 @@ pub async fn run(fleet_path: &Path, args: &RunArgs, json: bool) -> Result<Option
     let faults = Faults::open(fleet_path)?;
     let section = fleet_description::load_gameday(fleet_path)?;
     if args.dry_run {
-        let ctx_cells = cells.clone();
         for s in &chosen {
             println!("{}: {}", s.name, s.proves);
-            for line in (s.plan)(&ctx_cells, args.scale, args.duration) {
+            for line in (s.plan)(&cells, args.scale, args.duration) {
                 println!("  - {line}");
             }
-            for t in (s.targets)(&ctx_cells) {
+            for t in (s.targets)(&cells) {
                 match faults.describe(&t) {
                     Ok(d) => println!("  - fault: {d}"),
                     Err(e) => println!("  - fault {t}: cannot be applied here: {e}"),

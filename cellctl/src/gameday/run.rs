@@ -440,11 +440,7 @@ impl Run {
         stopped_ms: Option<u64>,
     ) -> ScenarioReport {
         let end = self.ms();
-        for (_, w) in &mut self.faults {
-            if w.end_ms.is_none() {
-                w.end_ms = Some(end);
-            }
-        }
+        self.close_all(end);
         let outcome = match outcome {
             Outcome::Passed if self.bounds.iter().any(|b| !b.met) => Outcome::Failed,
             o => o,
