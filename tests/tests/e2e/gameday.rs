@@ -20,6 +20,39 @@ fn unix_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// The pids an undo log records as killed (its `local` entries).
+fn killed_pids(log: &str) -> Vec<u32> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<u32>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v.as_u64()) {
+                        ("killed_pid", Some(p)) => out.extend(u32::try_from(p).ok()),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(log) {
+        walk(&v, &mut out);
+    }
+    out
+}
+
+/// `true` while `pid` runs (a zombie, killed but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].trim_start().chars().next());
+        !matches!(state, None | Some('Z' | 'X' | 'x'))
+    })
+}
+
 /// Waits until a sign-in of `u` at `endpoint` answers `want` (panics after `limit`).
 async fn sign_in_answers(
     t: &TestFleet,
@@ -221,9 +254,12 @@ async fn a_killed_cellctl_leaves_its_fault_to_the_next_run_and_a_signalled_one_u
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // In force: recorded in the undo log (which cellctl writes BEFORE it acts) and every
+    // process it names killed. Waiting on the log alone let the test SIGKILL cellctl between
+    // its two replicas' kills, leaving one replica serving.
     let in_force = || {
         std::fs::read_to_string(&undo_log)
-            .map(|s| s.contains("auth-service"))
+            .map(|s| s.contains("auth-service") && killed_pids(&s).iter().all(|p| !alive(*p)))
             .unwrap_or(false)
     };
     assert!(
