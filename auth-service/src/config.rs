@@ -11,7 +11,7 @@ pub use runtime::dpop::{Binding, BindingMode};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
-use runtime::server::SecretFile;
+use runtime::server::ConfigFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -194,16 +194,26 @@ impl runtime::server::ServerConfig for Config {
         self.log_format
     }
 
-    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+    /// The key-encryption key may be missing: the first start creates it (0600). A named
+    /// `ca_cert` or `database_ca_cert` is checked even where this store or this setting does
+    /// not read it (a wrong path is a mistake either way).
+    fn files(&self) -> Vec<ConfigFile<'_>> {
         let mut files = vec![
-            SecretFile::new("kek_file", &self.kek_file),
-            SecretFile::new("admin_token_file", &self.admin_token_file),
-            SecretFile::new("feed_token_file", &self.feed_token_file),
-            SecretFile::new("edge_token_file", &self.edge_token_file),
-            SecretFile::new("tls_key", &self.tls_key),
+            ConfigFile::secret_made_at_start("kek_file", &self.kek_file),
+            ConfigFile::secret("admin_token_file", &self.admin_token_file),
+            ConfigFile::secret("feed_token_file", &self.feed_token_file),
+            ConfigFile::secret("edge_token_file", &self.edge_token_file),
+            ConfigFile::read("tls_cert", &self.tls_cert),
+            ConfigFile::secret("tls_key", &self.tls_key),
         ];
         if let Some(url) = &self.database_url_file {
-            files.push(SecretFile::new("database_url_file", url));
+            files.push(ConfigFile::secret("database_url_file", url));
+        }
+        if let Some(ca) = &self.database_ca_cert {
+            files.push(ConfigFile::read("database_ca_cert", ca));
+        }
+        if let Some(ca) = &self.ca_cert {
+            files.push(ConfigFile::read("ca_cert", ca));
         }
         files
     }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use protocol::admin::cell::{ExportedUser, NewUser};
+use protocol::admin::cell::{ExportedUser, ListedUser, NewUser, UserChange};
 use protocol::{ContractorId, PasswordHash, SubjectId};
 
 use crate::error::{Error, Result};
@@ -81,4 +81,58 @@ pub(crate) async fn create(state: &AppState, users: Vec<NewUser>) -> Result<Vec<
     let subjects = records.iter().map(|r| r.subject.clone()).collect();
     store_records(state, records).await?;
     Ok(subjects)
+}
+
+/// A contractor's users as the admin API lists them (no password hashes), by login.
+pub(crate) async fn list(state: &AppState, ctr: &ContractorId) -> Result<Vec<ListedUser>> {
+    let mut users: Vec<ListedUser> = state
+        .store
+        .users_of(ctr)
+        .await?
+        .into_iter()
+        .map(|u| ListedUser {
+            login: u.login,
+            subject: u.subject,
+            role: u.role,
+            status: u.status,
+        })
+        .collect();
+    users.sort_by(|a, b| a.login.as_str().cmp(b.login.as_str()));
+    Ok(users)
+}
+
+/// Changes one user's role, status or password; `Ok(None)` when there is no such user,
+/// `Ok(Some(false))` when it already was as asked (nothing is written then).
+pub(crate) async fn change(
+    state: &AppState,
+    subject: &SubjectId,
+    change: UserChange,
+) -> Result<Option<bool>> {
+    if change.is_empty() {
+        return Err(Error::BadRequest(
+            "give at least one of role, status and password".into(),
+        ));
+    }
+    let Some(mut user) = state.store.user_by_subject(subject).await? else {
+        return Ok(None);
+    };
+    let mut changed = false;
+    if let Some(role) = change.role {
+        changed |= user.role != role;
+        user.role = role;
+    }
+    if let Some(status) = change.status {
+        changed |= user.status != status;
+        user.status = status;
+    }
+    if let Some(password) = change.password {
+        let rng = state.rng.clone();
+        user.password_hash =
+            PasswordHash::new(blocking(move || hash(&password, &rng)).await?);
+        changed = true;
+    }
+    if changed {
+        store_records(state, vec![user]).await?;
+    }
+    Ok(Some(changed))
 }

@@ -11,9 +11,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::admin::cell::{
     self, AuditFormat, AuditQuery, ContractorExport, DrainQuery, HeldRevocations, ImportUsers,
-    KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk, OwnershipRecord,
-    OwnershipSet, RevokeRequest, Status, UserCreated, UsersImported, WithdrawAnswer,
-    WithdrawRequest,
+    ContractorUsers, KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk,
+    OwnershipRecord, OwnershipSet, RevokeRequest, Status, UserChange, UserChanged, UserCreated,
+    UsersImported, WithdrawAnswer, WithdrawRequest,
 };
 use protocol::{ContractorId, Kid, SessionId, SubjectId};
 
@@ -86,6 +86,70 @@ pub(crate) async fn import_users(
     Ok(Json(UsersImported {
         imported: subjects.len() as u64,
     }))
+}
+
+/// `GET /admin/v1/contractors/{ctr}/users` → 200 [`ContractorUsers`] (no password hashes).
+#[utoipa::path(
+    get,
+    path = cell::CONTRACTOR_USERS_ROUTE,
+    tag = "admin",
+    security(("adminToken" = [])),
+    params(("ctr" = protocol::ContractorId, Path, description = "The contractor.")),
+    responses(
+        (status = 200, description = "The contractor's users at this cell, by login (none: an empty list).", body = protocol::admin::cell::ContractorUsers),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes.")
+    )
+)]
+pub(crate) async fn contractor_users(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(ctr): PathId<ContractorId>,
+) -> Result<Json<ContractorUsers>> {
+    let users = users::list(&state, &ctr).await?;
+    Ok(Json(ContractorUsers {
+        contractor_id: ctr,
+        users,
+    }))
+}
+
+/// `PATCH /admin/v1/subjects/{sub}` [`UserChange`] → 200 [`UserChanged`] or 404.
+#[utoipa::path(
+    patch,
+    path = cell::SUBJECT_ROUTE,
+    tag = "admin",
+    security(("adminToken" = [])),
+    request_body = protocol::admin::cell::UserChange,
+    params(("sub" = protocol::SubjectId, Path, description = "The user (`{contractor}.{login}`).")),
+    responses(
+        (status = 200, description = "Changed (or already as asked: `changed` false).", body = protocol::admin::cell::UserChanged),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token."),
+        (status = 400, description = "`INVALID_REQUEST`: the body, path or query is not what the route takes, or asks for no change."),
+        (status = 404, description = "`NOT_FOUND`: no such user at this cell."),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`: the body is over the route's limit.")
+    )
+)]
+pub(crate) async fn change_user(
+    _: Admin,
+    State(state): State<AppState>,
+    PathId(sub): PathId<SubjectId>,
+    JsonBody(change): JsonBody<UserChange>,
+) -> Result<Json<UserChanged>> {
+    let what = (
+        change.role.map(|r| r.as_str()),
+        change.status.map(|s| s.as_str()),
+        change.password.is_some(),
+    );
+    match users::change(&state, &sub, change).await? {
+        Some(changed) => {
+            tracing::info!(subject = %sub, role = ?what.0, status = ?what.1, password = what.2, changed, "changed a user");
+            Ok(Json(UserChanged {
+                subject: sub,
+                changed,
+            }))
+        }
+        None => Err(Error::NotFound(format!("no user {sub} at this cell"))),
+    }
 }
 
 // ---- ownership ------------------------------------------------------------------------------

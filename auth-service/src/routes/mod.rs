@@ -4,7 +4,7 @@
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::{get, post, put};
+use axum::routing::{get, patch, post, put};
 use protocol::admin::{cell, placement};
 use protocol::api::TRANSFER_STATUS_PATH;
 use protocol::dpop::{DPOP_HEADER, DPOP_NONCE_HEADER};
@@ -83,6 +83,8 @@ fn internal_only_routes() -> Router<AppState> {
             cell::SUBJECT_SESSIONS_ROUTE,
             get(admin::sessions_of_subject),
         )
+        .route(cell::SUBJECT_ROUTE, patch(admin::change_user))
+        .route(cell::CONTRACTOR_USERS_ROUTE, get(admin::contractor_users))
         .route(cell::SESSION_ROUTE, get(admin::session_record))
         .route(
             cell::PLACEMENT_MAP_PATH,
@@ -192,6 +194,8 @@ pub struct SessionsApi;
         admin::withdraw,
         admin::audit_export,
         admin::sessions_of_subject,
+        admin::change_user,
+        admin::contractor_users,
         admin::session_record,
         admin::put_map,
         admin::status,

@@ -212,6 +212,77 @@ async fn same_answer_for_unknown_user_wrong_password_and_disabled_user() {
 }
 
 #[tokio::test]
+async fn users_are_listed_without_hashes_and_changed_one_field_at_a_time() {
+    let f = Fixture::new().await;
+    f.seed("c-3", "tech-1", "first-password", 1).await;
+    let r = f
+        .admin(Method::GET, "/admin/v1/contractors/c-3/users", Value::Null)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["users"][0]["subject"], "c-3.tech-1");
+    assert_eq!(r.json["users"][0]["status"], "active");
+    assert!(!r.text.contains("argon2"), "{}", r.text);
+    // Disabled: sign-in refused; the same change again changes nothing.
+    for changed in [true, false] {
+        let r = f
+            .admin(
+                Method::PATCH,
+                "/admin/v1/subjects/c-3.tech-1",
+                json!({"status": "disabled"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.json["changed"], changed);
+    }
+    let r = f.sign_in("c-3", "tech-1", "first-password", "field").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // A new password and active again: the old password is refused, the new one signs in.
+    let r = f
+        .admin(
+            Method::PATCH,
+            "/admin/v1/subjects/c-3.tech-1",
+            json!({"status": "active", "password": "second-password"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        f.sign_in("c-3", "tech-1", "first-password", "field")
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        f.sign_in("c-3", "tech-1", "second-password", "field")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    // Unknown user: 404; an empty change or an unknown member: 400, nothing changed.
+    let r = f
+        .admin(
+            Method::PATCH,
+            "/admin/v1/subjects/c-3.nobody",
+            json!({"status": "disabled"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    for body in [json!({}), json!({"status": "disabled", "admin": true})] {
+        let r = f
+            .admin(Method::PATCH, "/admin/v1/subjects/c-3.tech-1", body)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    }
+    let r = f
+        .admin(Method::GET, "/admin/v1/contractors/c-3/users", Value::Null)
+        .await;
+    assert_eq!(r.json["users"][0]["status"], "active");
+    let r = f
+        .admin(Method::GET, "/admin/v1/contractors/c-4/users", Value::Null)
+        .await;
+    assert_eq!(r.json["users"], json!([]));
+}
+
+#[tokio::test]
 async fn ownership_decides_sign_in() {
     let f = Fixture::new().await;
     f.seed("c-10", "t", "pw-owned-1", 4).await;

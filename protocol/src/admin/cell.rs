@@ -17,6 +17,8 @@
 //! | `POST /admin/v1/revocations/{seq}/withdraw`      | [`WithdrawRequest`]         | `200` [`WithdrawAnswer`] or `404` |
 //! | `GET /admin/v1/audit/revocations`                | query [`AuditQuery`]        | `200` [`Revocation`] per line (`jsonl`) or `Vec<Revocation>` (`json`) |
 //! | `GET /admin/v1/subjects/{sub}/sessions`          | —                           | `200` [`SubjectSessions`]    |
+//! | `PATCH /admin/v1/subjects/{sub}`                 | [`UserChange`]              | `200` [`UserChanged`] or `404` |
+//! | `GET /admin/v1/contractors/{ctr}/users`          | —                           | `200` [`ContractorUsers`]    |
 //! | `GET /admin/v1/sessions/{jti}`                   | —                           | `200` [`SessionRecordAnswer`] or `404` |
 //! | `PUT /admin/v1/placement-map`                    | a signed map ([`crate::map::SignedMap`], its bytes are verified) | `200` [`MapAccepted`] |
 //! | `GET /admin/v1/status`                           | —                           | `200` [`Status`]             |
@@ -71,6 +73,10 @@ pub const OWNERSHIP_ROUTE: &str = "/admin/v1/ownership/{ctr}";
 pub const KEY_REVOKE_ROUTE: &str = "/admin/v1/keys/{kid}/revoke";
 /// `GET`: a subject's sessions ([`subject_sessions_path`]).
 pub const SUBJECT_SESSIONS_ROUTE: &str = "/admin/v1/subjects/{sub}/sessions";
+/// `PATCH`: change one user's role, status or password ([`subject_path`]).
+pub const SUBJECT_ROUTE: &str = "/admin/v1/subjects/{sub}";
+/// `GET`: a contractor's users, without their password hashes ([`contractor_users_path`]).
+pub const CONTRACTOR_USERS_ROUTE: &str = "/admin/v1/contractors/{ctr}/users";
 /// `GET`: one recorded session ([`session_path`]).
 pub const SESSION_ROUTE: &str = "/admin/v1/sessions/{jti}";
 /// `POST`: withdraw the revocation in force at a sequence number ([`withdraw_path`]).
@@ -95,6 +101,16 @@ pub fn key_revoke_path(kid: &Kid) -> String {
 /// `GET /admin/v1/subjects/{sub}/sessions`.
 pub fn subject_sessions_path(sub: &SubjectId) -> String {
     super::fill(SUBJECT_SESSIONS_ROUTE, sub.as_str())
+}
+
+/// `PATCH /admin/v1/subjects/{sub}`.
+pub fn subject_path(sub: &SubjectId) -> String {
+    super::fill(SUBJECT_ROUTE, sub.as_str())
+}
+
+/// `GET /admin/v1/contractors/{ctr}/users`.
+pub fn contractor_users_path(ctr: &ContractorId) -> String {
+    super::fill(CONTRACTOR_USERS_ROUTE, ctr.as_str())
 }
 
 /// `GET /admin/v1/sessions/{jti}`.
@@ -219,6 +235,54 @@ pub struct ImportUsers {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsersImported {
     pub imported: u64,
+}
+
+/// Body of `PATCH /admin/v1/subjects/{sub}`: what to change of one user (at least one
+/// member). A password is hashed by the cell; `Debug` never shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UserChange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<UserStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Password>,
+}
+
+impl UserChange {
+    /// Nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.role.is_none() && self.status.is_none() && self.password.is_none()
+    }
+}
+
+/// Answer of `PATCH /admin/v1/subjects/{sub}`: `changed` is `false` when the user already
+/// was as asked (a password is always changed: a new salt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UserChanged {
+    pub subject: SubjectId,
+    pub changed: bool,
+}
+
+/// One user of [`ContractorUsers`]: never its password hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ListedUser {
+    pub login: Login,
+    pub subject: SubjectId,
+    pub role: Role,
+    pub status: UserStatus,
+}
+
+/// Answer of `GET /admin/v1/contractors/{ctr}/users`, by login.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContractorUsers {
+    pub contractor_id: ContractorId,
+    pub users: Vec<ListedUser>,
 }
 
 // ---- ownership ------------------------------------------------------------------------------
