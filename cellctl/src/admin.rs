@@ -26,13 +26,14 @@ use protocol::admin::app::{
     ExportDoc, ImportResponse, SeedRequest, SeedResponse,
 };
 use protocol::admin::cell::{
-    self, ContractorExport, DrainStatus, HeldRevocations, ImportAnswer, ImportUsers,
-    OwnershipRecord, OwnershipSet, RevokeAnswer, RevokeRequest, Rotation, SessionRecordAnswer,
-    Status, UsersImported, WithdrawAnswer, WithdrawRequest,
+    self, ContractorExport, ContractorUsers, DrainStatus, HeldRevocations, ImportAnswer,
+    ImportUsers, OwnershipBulk, OwnershipRecord, OwnershipSet, RevokeAnswer, RevokeRequest,
+    Rotation, SessionRecordAnswer, Status, UserChange, UserChanged, UsersImported, WithdrawAnswer,
+    WithdrawRequest,
 };
 use protocol::admin::placement::{self, PLACEMENT_MAP_PATH, Placement, PlacementAnswer};
 use protocol::map::SignedMap;
-use protocol::{ContractorId, Generation, SessionId};
+use protocol::{ContractorId, Generation, SessionId, SubjectId};
 use reqwest::Method;
 
 mod call;
@@ -86,6 +87,44 @@ impl AdminClient {
         self.send(auth, Method::POST, cell::USERS_IMPORT_PATH, Some(users))
             .await
             .result
+    }
+
+    /// `GET /admin/v1/contractors/{ctr}/users`: a contractor's users at the cell (no hashes).
+    pub async fn contractor_users(
+        &self,
+        auth: &Api,
+        ctr: &ContractorId,
+    ) -> Result<ContractorUsers, AdminError> {
+        self.get(auth, &cell::contractor_users_path(ctr)).await
+    }
+
+    /// `PATCH /admin/v1/subjects/{sub}`: `None` when the cell has no such user. Repeating it
+    /// is harmless (a password repeated is the same password, under a new salt).
+    pub async fn change_user(
+        &self,
+        auth: &Api,
+        sub: &SubjectId,
+        change: &UserChange,
+    ) -> Result<Option<UserChanged>, AdminError> {
+        let body = serde_json::to_vec(change).map_err(|e| AdminError::Decode {
+            call: format!("PATCH {}", cell::subject_path(sub)),
+            message: e.to_string(),
+        })?;
+        self.typed(
+            auth,
+            Method::PATCH,
+            &cell::subject_path(sub),
+            Some(body),
+            Repeat::Idempotent,
+            Some(404),
+        )
+        .await
+        .result
+    }
+
+    /// `GET /admin/v1/ownership`: every ownership record the cell holds.
+    pub async fn ownership_records(&self, auth: &Api) -> Result<OwnershipBulk, AdminError> {
+        self.get(auth, cell::OWNERSHIP_PATH).await
     }
 
     /// `GET /admin/v1/ownership/{ctr}`: the cell's record, `None` when it holds none.

@@ -66,6 +66,28 @@ pub enum Command {
     Gameday(crate::gameday::GamedayArgs),
     /// Mint an edge instance's own feed credential from the cell's feed secret (offline).
     EdgeCredential(crate::edge_credential::EdgeCredentialArgs),
+    /// Contractors: add (placed at a cell), list, disable (`users` for their people).
+    Contractors {
+        #[command(subcommand)]
+        command: crate::provision::ContractorsCommand,
+    },
+    /// Technicians and dispatchers: add, list, disable, enable, reset-password, import (CSV).
+    Users {
+        #[command(subcommand)]
+        command: crate::provision::UsersCommand,
+    },
+    /// The signed placement map and its key, for shipping in an app (`map export --out DIR`).
+    Map {
+        #[command(subcommand)]
+        command: MapCommand,
+    },
+}
+
+/// `cellctl map …`.
+#[derive(Debug, Subcommand)]
+pub enum MapCommand {
+    /// Write the signed map and the map key (and with `--with-ca` the CA) into a directory.
+    Export(crate::map_export::ExportArgs),
 }
 
 /// `cellctl keys …`.
@@ -115,5 +137,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Revoke { command } => crate::revoke::run(&cli.fleet, &command, cli.json).await,
         Command::EdgeCredential(args) => crate::edge_credential::run(&args, cli.json),
         Command::Gameday(args) => crate::gameday::run_cli(&cli.fleet, args, cli.json).await,
+        Command::Contractors { command } => {
+            crate::provision::run_contractors(&cli.fleet, command, cli.json).await
+        }
+        Command::Users { command } => {
+            crate::provision::run_users(&cli.fleet, command, cli.json).await
+        }
+        Command::Map {
+            command: MapCommand::Export(args),
+        } => crate::map_export::run(&cli.fleet, &args, cli.json).await,
     }
 }

@@ -11,7 +11,9 @@
 //!
 //! With a fleet file, the session lives in `client-session.json` and the signed map (fetched
 //! from a cell at the first sign-in, verified against the fleet's map key) in
-//! `client-map.json`, both beside `fleet.json`.
+//! `client-map.json`, both beside `fleet.json`. Each sign-in first adopts a newer map when a
+//! cell serves one (as an app would ship a newer map): a contractor moved twice since the
+//! cached map would otherwise be two redirects away, which sign-in does not follow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,6 +82,17 @@ impl CliConfig {
     /// from the fleet's first reachable cell and caches it there. The map is verified against
     /// the fleet's map key either way.
     pub async fn from_fleet(fleet_json: &Path) -> Result<CliConfig, Error> {
+        Self::load(fleet_json, false).await
+    }
+
+    /// [`CliConfig::from_fleet`], then the fleet's current map in place of the cached one when
+    /// a cell serves a newer one (signature verified, strictly higher version); the cached map
+    /// is kept when no cell answers.
+    pub async fn from_fleet_refreshed(fleet_json: &Path) -> Result<CliConfig, Error> {
+        Self::load(fleet_json, true).await
+    }
+
+    async fn load(fleet_json: &Path, refresh: bool) -> Result<CliConfig, Error> {
         let fleet = fleet_description::inventory::load(fleet_json)
             .map_err(|e| Error::Config(e.to_string()))?;
         let dir = fleet_json
@@ -96,7 +109,21 @@ impl CliConfig {
             .map_err(|e| Error::Config(format!("map_public_key: {e}")))?;
         let map_path = dir.join(MAP_FILE);
         let map = match std::fs::read(&map_path) {
-            Ok(m) if SignedMap::verify_bytes(&m, &map_key).is_ok() => m,
+            Ok(m) if SignedMap::verify_bytes(&m, &map_key).is_ok() => {
+                let newer = if refresh {
+                    newer_map(&fleet, &ca_pem, &map_key, &m).await
+                } else {
+                    None
+                };
+                match newer {
+                    Some(newer) => {
+                        std::fs::write(&map_path, &newer)
+                            .map_err(|e| config_err("cannot write", &map_path, e))?;
+                        newer
+                    }
+                    None => m,
+                }
+            }
             _ => {
                 let m = fetch_map(&fleet, &ca_pem, &map_key).await?;
                 std::fs::write(&map_path, &m)
@@ -123,8 +150,27 @@ impl CliConfig {
     }
 }
 
+/// The fleet's current map when it is newer than `held` (a verified signed map); `None` when it
+/// is not, or when no cell serves one.
+async fn newer_map(
+    fleet: &FleetFile,
+    ca_pem: &[u8],
+    key: &PublicKey,
+    held: &[u8],
+) -> Option<Vec<u8>> {
+    let held = SignedMap::verify_bytes(held, key).ok()?;
+    let current = fetch_map(fleet, ca_pem, key).await.ok()?;
+    let offered = SignedMap::verify_bytes(&current, key).ok()?;
+    offered.newer_than(Some(&held)).ok()?;
+    Some(current)
+}
+
 /// The signed map from the fleet's first cell that serves one over HTTPS that verifies.
-async fn fetch_map(fleet: &FleetFile, ca_pem: &[u8], key: &PublicKey) -> Result<Vec<u8>, Error> {
+pub(crate) async fn fetch_map(
+    fleet: &FleetFile,
+    ca_pem: &[u8],
+    key: &PublicKey,
+) -> Result<Vec<u8>, Error> {
     let http =
         fleet_description::client_trusting(ca_pem).map_err(|e| Error::Config(e.to_string()))?;
     let mut last = Error::Config("the fleet file lists no cell".into());
@@ -275,7 +321,12 @@ pub async fn run(
     json: bool,
 ) -> CtlResult<()> {
     let client_err = |e: Error| CtlError::Client(e.to_string());
-    let mut cfg = CliConfig::from_fleet(fleet).await.map_err(client_err)?;
+    let mut cfg = match command {
+        // a sign-in starts from the fleet's current map, as an app with a newer map would
+        ClientCommand::SignIn { .. } => CliConfig::from_fleet_refreshed(fleet).await,
+        _ => CliConfig::from_fleet(fleet).await,
+    }
+    .map_err(client_err)?;
     if let Some(p) = session_file {
         cfg.session_file = p;
     }

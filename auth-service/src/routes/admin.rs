@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use protocol::admin::cell::{
-    self, AuditFormat, AuditQuery, ContractorExport, DrainQuery, HeldRevocations, ImportUsers,
-    ContractorUsers, KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk,
+    self, AuditFormat, AuditQuery, ContractorExport, ContractorUsers, DrainQuery, HeldRevocations,
+    ImportUsers, KeyRevokeRequest, KeyRevoked, Keys, KidStatus, NewUser, OwnershipBulk,
     OwnershipRecord, OwnershipSet, RevokeRequest, Status, UserChange, UserChanged, UserCreated,
     UsersImported, WithdrawAnswer, WithdrawRequest,
 };
@@ -206,6 +206,24 @@ pub(crate) async fn put_ownership_bulk(
 ) -> Result<Json<OwnershipSet>> {
     let seq = ownership::set(&state, body.records).await?;
     Ok(Json(OwnershipSet { seq }))
+}
+
+/// `GET /admin/v1/ownership` → 200 [`OwnershipBulk`]: every record the cell holds (the
+/// contractors it owns, and those it handed off or released), by contractor.
+#[utoipa::path(
+    get,
+    path = cell::OWNERSHIP_PATH,
+    tag = "admin",
+    security(("adminToken" = [])),
+    responses(
+        (status = 200, description = "Every ownership record held.", body = protocol::admin::cell::OwnershipBulk),
+        (status = 403, description = "`FORBIDDEN`: no or a wrong admin token.")
+    )
+)]
+pub(crate) async fn list_ownership(_: Admin, State(state): State<AppState>) -> Json<OwnershipBulk> {
+    Json(OwnershipBulk {
+        records: state.read().ownership.clone(),
+    })
 }
 
 /// `GET /admin/v1/ownership/{ctr}` → the [`OwnershipRecord`] or 404.

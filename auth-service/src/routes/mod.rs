@@ -64,7 +64,9 @@ fn internal_only_routes() -> Router<AppState> {
         )
         .route(
             cell::OWNERSHIP_PATH,
-            put(admin::put_ownership_bulk).layer(DefaultBodyLimit::max(BULK_BODY_LIMIT)),
+            put(admin::put_ownership_bulk)
+                .layer(DefaultBodyLimit::max(BULK_BODY_LIMIT))
+                .get(admin::list_ownership),
         )
         .route(
             cell::OWNERSHIP_ROUTE,
@@ -184,6 +186,7 @@ pub struct SessionsApi;
         admin::create_user,
         admin::import_users,
         admin::put_ownership_bulk,
+        admin::list_ownership,
         admin::put_ownership,
         admin::get_ownership,
         admin::keys,

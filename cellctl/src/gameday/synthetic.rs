@@ -18,9 +18,7 @@ use std::collections::BTreeMap;
 
 use argon2::PasswordHasher as _;
 use argon2::{Algorithm, Argon2, Params, Version};
-use protocol::admin::app::SeedRequest;
-use protocol::admin::cell::{ImportUsers, NewUser, OwnershipRecord, Role, UserStatus};
-use protocol::admin::placement::Placement;
+use protocol::admin::cell::{ImportUsers, NewUser, Role, UserStatus};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::time::{Clock as _, SystemClock};
@@ -28,7 +26,7 @@ use protocol::{CellId, ContractorId, Generation, Login, Password, PasswordHash};
 use rand::Rng as _;
 use zeroize::Zeroizing;
 
-use crate::admin::{AdminClient, Api};
+use crate::admin::Api;
 use crate::error::{CtlError, Result};
 
 /// argon2id memory cost, KiB (the production parameters, OWASP).
@@ -39,8 +37,8 @@ pub const ARGON2_T: u32 = 2;
 pub const ARGON2_P: u32 = 1;
 /// Random characters of a run's password.
 pub const PASSWORD_CHARS: usize = 24;
-/// Users per import request.
-pub const IMPORT_BATCH: usize = 500;
+/// Users per import request (provisioning's).
+pub use crate::provision::ops::IMPORT_BATCH;
 
 /// A synthetic contractor: the only kind of contractor a game day acts on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,20 +79,8 @@ impl std::fmt::Display for Synthetic {
     }
 }
 
-/// What provisioning acts through: the one admin client and the fleet.
-#[derive(Debug, Clone, Copy)]
-pub struct Fleet<'a> {
-    pub admin: &'a AdminClient,
-    pub fleet: &'a fleet_description::FleetFile,
-}
-
-impl Fleet<'_> {
-    fn cell(&self, id: &CellId) -> Result<&fleet_description::FleetCell> {
-        self.fleet
-            .cell(id)
-            .ok_or_else(|| CtlError::Config(format!("{id} is not a cell of the fleet")))
-    }
-}
+/// The fleet and its admin client (provisioning's).
+pub use crate::provision::Fleet;
 
 /// One synthetic technician.
 #[derive(Debug, Clone)]
@@ -186,24 +172,17 @@ pub async fn provision(
 ) -> Result<Population> {
     let password = password()?;
     let password_hash = hash(&password)?;
-    let cp = Api::control_plane(ctx.fleet)?;
+    // Placement, ownership record and the app's copy: the operator's provisioning code.
+    let ids: Vec<(ContractorId, CellId)> = wanted
+        .iter()
+        .map(|(s, cell)| (s.id().clone(), cell.clone()))
+        .collect();
+    let placed = crate::provision::ops::place(ctx, &ids).await?;
     let mut owners = BTreeMap::new();
-    for (s, cell) in wanted {
-        let placed = match ctx.admin.placement(&cp, s.id()).await? {
-            Some(p) if ctx.fleet.cell(&p.cell).is_some() => (p.cell, p.generation),
-            _ => {
-                let p = Placement {
-                    cell: cell.clone(),
-                    generation: Generation::FIRST,
-                };
-                ctx.admin.set_placement(&cp, s.id(), &p).await?;
-                (p.cell, p.generation)
-            }
-        };
-        owners.insert(s.clone(), placed);
+    for p in placed {
+        owners.insert(Synthetic::new(p.contractor_id)?, (p.cell, p.generation));
     }
-    // At each owning cell: the ownership record and the app's copy (only for a contractor the
-    // cell does not know yet), then the users.
+    // At each owning cell, the users.
     let mut by_cell: BTreeMap<CellId, Vec<(&Synthetic, Generation)>> = BTreeMap::new();
     for (s, (cell, generation)) in &owners {
         by_cell
@@ -215,22 +194,6 @@ pub async fn provision(
     for (cell_id, list) in &by_cell {
         let cell = ctx.cell(cell_id)?;
         let auth = Api::auth(cell)?;
-        let app = Api::app(cell)?;
-        let mut seed = BTreeMap::new();
-        for (s, generation) in list {
-            if ctx.admin.ownership(&auth, s.id()).await?.is_none() {
-                let rec = OwnershipRecord::Active {
-                    generation: *generation,
-                };
-                ctx.admin.set_ownership(&auth, s.id(), &rec).await?;
-                seed.insert(s.id().clone(), *generation);
-            }
-        }
-        if !seed.is_empty() {
-            ctx.admin
-                .app_seed(&app, &SeedRequest { contractors: seed })
-                .await?;
-        }
         let mut users = Vec::new();
         for (s, _) in list {
             for t in 1..=technicians {

@@ -7,6 +7,7 @@
 //! | `POST /admin/v1/users`                           | [`NewUser`]                 | `201` [`UserCreated`]        |
 //! | `POST /admin/v1/users/import`                    | [`ImportUsers`]             | `200` [`UsersImported`]      |
 //! | `PUT /admin/v1/ownership`                        | [`OwnershipBulk`]           | `200` [`OwnershipSet`]       |
+//! | `GET /admin/v1/ownership`                        | —                           | `200` [`OwnershipBulk`]      |
 //! | `PUT /admin/v1/ownership/{ctr}`                  | [`OwnershipRecord`]         | `200` [`OwnershipSet`]       |
 //! | `GET /admin/v1/ownership/{ctr}`                  | —                           | `200` [`OwnershipRecord`] or `404` |
 //! | `GET /admin/v1/keys`                             | —                           | `200` [`Keys`]               |
@@ -52,7 +53,7 @@ pub const ADMIN_PREFIX: &str = "/admin/v1";
 pub const USERS_PATH: &str = "/admin/v1/users";
 /// `POST`: create or replace many users in one transaction.
 pub const USERS_IMPORT_PATH: &str = "/admin/v1/users/import";
-/// `PUT`: many ownership records in one transaction.
+/// `PUT`: many ownership records in one transaction; `GET`: every record held.
 pub const OWNERSHIP_PATH: &str = "/admin/v1/ownership";
 /// `GET`: the published keys.
 pub const KEYS_PATH: &str = "/admin/v1/keys";
@@ -287,7 +288,7 @@ pub struct ContractorUsers {
 
 // ---- ownership ------------------------------------------------------------------------------
 
-/// Body of `PUT /admin/v1/ownership`: `{records}` (one transaction).
+/// Body of `PUT /admin/v1/ownership` (one transaction) and answer of its `GET`: `{records}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
