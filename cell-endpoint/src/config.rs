@@ -18,7 +18,7 @@ use protocol::{CellId, Endpoint};
 use runtime::config::default_u64;
 use runtime::listener::ListenerConfig;
 use runtime::logging::LogFormat;
-use runtime::server::SecretFile;
+use runtime::server::ConfigFile;
 use schemars::JsonSchema;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
@@ -320,12 +320,14 @@ impl runtime::server::ServerConfig for Config {
         self.log_format
     }
 
-    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+    fn files(&self) -> Vec<ConfigFile<'_>> {
         vec![
-            SecretFile::new("feed_token_file", &self.feed_token_file),
-            SecretFile::new("app_token_file", &self.app_token_file),
-            SecretFile::new("edge_token_file", &self.edge_token_file),
-            SecretFile::new("tls_key", &self.tls_key),
+            ConfigFile::secret("feed_token_file", &self.feed_token_file),
+            ConfigFile::secret("app_token_file", &self.app_token_file),
+            ConfigFile::secret("edge_token_file", &self.edge_token_file),
+            ConfigFile::read("tls_cert", &self.tls_cert),
+            ConfigFile::secret("tls_key", &self.tls_key),
+            ConfigFile::read("ca_cert", &self.ca_cert),
         ]
     }
 }

@@ -8,7 +8,7 @@ use runtime::config::{default_u64, default_usize};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
-use runtime::server::SecretFile;
+use runtime::server::ConfigFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -99,12 +99,29 @@ impl runtime::server::ServerConfig for Config {
         self.log_format
     }
 
-    fn secret_files(&self) -> Vec<SecretFile<'_>> {
-        vec![
-            SecretFile::new("map_key_file", &self.map_key_file),
-            SecretFile::new("admin_token_file", &self.admin_token_file),
-            SecretFile::new("tls_key", &self.tls_key),
-        ]
+    /// The map signing key may be missing: the first start creates it (0600). The cells'
+    /// certificates are read by the first publication, which the start makes; their key names
+    /// the cell (`cells[cell-01].tls_cert_file`).
+    fn files(&self) -> Vec<ConfigFile<'_>> {
+        let mut files = vec![
+            ConfigFile::secret_made_at_start("map_key_file", &self.map_key_file),
+            ConfigFile::secret("admin_token_file", &self.admin_token_file),
+            ConfigFile::read("tls_cert", &self.tls_cert),
+            ConfigFile::secret("tls_key", &self.tls_key),
+        ];
+        for c in &self.cells {
+            files.push(ConfigFile::read(
+                format!("cells[{}].tls_cert_file", c.id),
+                &c.tls_cert_file,
+            ));
+            if let Some(next) = &c.tls_next_cert_file {
+                files.push(ConfigFile::read(
+                    format!("cells[{}].tls_next_cert_file", c.id),
+                    next,
+                ));
+            }
+        }
+        files
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use runtime::listener::ListenerConfig;
 use runtime::listener::config::DEFAULT_INTERNAL_MAX_CONNECTIONS_PER_IP;
 use runtime::logging::LogFormat;
-use runtime::server::SecretFile;
+use runtime::server::ConfigFile;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -74,11 +74,12 @@ impl runtime::server::ServerConfig for Config {
         self.log_format
     }
 
-    fn secret_files(&self) -> Vec<SecretFile<'_>> {
+    fn files(&self) -> Vec<ConfigFile<'_>> {
         vec![
-            SecretFile::new("app_token_file", &self.app_token_file),
-            SecretFile::new("internal_token_file", &self.internal_token_file),
-            SecretFile::new("tls_key", &self.tls_key),
+            ConfigFile::secret("app_token_file", &self.app_token_file),
+            ConfigFile::secret("internal_token_file", &self.internal_token_file),
+            ConfigFile::read("tls_cert", &self.tls_cert),
+            ConfigFile::secret("tls_key", &self.tls_key),
         ]
     }
 }

@@ -2,8 +2,10 @@
 //! strictly, see [`crate::config`]), logging to stderr in the configured format, run until
 //! stopped, and one line on stderr (plus a log line) when it fails. `--check-config` validates
 //! the file exactly as a start would, prints the effective configuration (secrets redacted) as
-//! TOML on stdout and exits. Both refuse a configuration naming a secret file that others may
-//! read ([`ServerConfig::secret_files`], ATTACKS A30), naming the key and the file.
+//! TOML on stdout and exits. Both check every file the configuration names
+//! ([`ServerConfig::files`]): it must exist and be readable (unless the start creates it), and a
+//! secret file must grant nothing to others (ATTACKS A30); the first that fails stops them, one
+//! line naming the key and the file.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -11,11 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::logging::LogFormat;
+use crate::secret::SecretError;
 
 use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 
 /// What [`main`] needs of a server's configuration type: how to load (and validate) it from
-/// its file, the log format it asks for, and the secret files it names. It is printed by
+/// its file, the log format it asks for, and the files it names. It is printed by
 /// `--check-config`.
 pub trait ServerConfig: serde::Serialize + Sized {
     /// Why a configuration could not be loaded.
@@ -24,31 +27,120 @@ pub trait ServerConfig: serde::Serialize + Sized {
     fn load(path: &Path) -> Result<Self, Self::Error>;
     /// The `log_format` key.
     fn log_format(&self) -> LogFormat;
-    /// Every file holding a secret the configuration names (tokens, keys, the TLS private key,
-    /// a database URL), by its key: a start and `--check-config` refuse one that others may
-    /// read.
-    fn secret_files(&self) -> Vec<SecretFile<'_>>;
-}
-
-/// A secret file a configuration names, and the key that names it.
-#[derive(Debug, Clone, Copy)]
-pub struct SecretFile<'a> {
-    pub key: &'static str,
-    pub path: &'a Path,
-}
-
-impl<'a> SecretFile<'a> {
-    pub fn new(key: &'static str, path: &'a Path) -> Self {
-        Self { key, path }
+    /// Every file the configuration names and a start reads (certificates, CAs, tokens, keys,
+    /// a database URL), by its key, with how the start uses it ([`FileUse`]). Folders (data,
+    /// state, publication) are not files: a start makes them.
+    fn files(&self) -> Vec<ConfigFile<'_>>;
+    /// The files of [`ServerConfig::files`] holding a secret: a start and `--check-config`
+    /// refuse one that others may read.
+    fn secret_files(&self) -> Vec<ConfigFile<'_>> {
+        self.files().into_iter().filter(|f| f.is_secret()).collect()
     }
 }
 
-/// Refuses the first secret file of `config` that others may read (the key and the file in the
-/// message). A file that does not exist is left to the start, which reads it (or creates it
-/// 0600).
-pub fn check_secret_files<C: ServerConfig>(config: &C) -> Result<(), String> {
-    for f in config.secret_files() {
-        crate::secret::refuse_readable_by_others(f.path).map_err(|e| format!("{}: {e}", f.key))?;
+/// How a start uses a file its configuration names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileUse {
+    /// Read at start (a certificate, a CA): it must exist and be readable.
+    Read,
+    /// A secret read at start (a token, a TLS key, a database URL): it must exist, be readable
+    /// and grant nothing to others.
+    Secret,
+    /// A secret the start creates (0600) when it is missing (the auth-service's key-encryption
+    /// key, the control plane's map signing key): it may be missing; when present it must be
+    /// readable and grant nothing to others.
+    SecretMadeAtStart,
+}
+
+/// A file a configuration names: the key that names it (`tls_key`, `cells[1].tls_cert_file`),
+/// the path, and how the start uses it.
+#[derive(Debug, Clone)]
+pub struct ConfigFile<'a> {
+    pub key: String,
+    pub path: &'a Path,
+    pub used: FileUse,
+}
+
+/// Why a file a configuration names would stop the start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    #[error("{} does not exist", path.display())]
+    Missing { path: PathBuf },
+    #[error("{} is not a file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{} cannot be read: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+}
+
+impl<'a> ConfigFile<'a> {
+    /// A file read at start ([`FileUse::Read`]).
+    pub fn read(key: impl Into<String>, path: &'a Path) -> Self {
+        Self::new(key, path, FileUse::Read)
+    }
+
+    /// A secret read at start ([`FileUse::Secret`]).
+    pub fn secret(key: impl Into<String>, path: &'a Path) -> Self {
+        Self::new(key, path, FileUse::Secret)
+    }
+
+    /// A secret the start creates when missing ([`FileUse::SecretMadeAtStart`]).
+    pub fn secret_made_at_start(key: impl Into<String>, path: &'a Path) -> Self {
+        Self::new(key, path, FileUse::SecretMadeAtStart)
+    }
+
+    fn new(key: impl Into<String>, path: &'a Path, used: FileUse) -> Self {
+        Self {
+            key: key.into(),
+            path,
+            used,
+        }
+    }
+
+    /// Whether the file holds a secret.
+    pub fn is_secret(&self) -> bool {
+        matches!(self.used, FileUse::Secret | FileUse::SecretMadeAtStart)
+    }
+
+    /// Refuses the file as the start would: missing (unless the start creates it), not a
+    /// regular file (symbolic links are followed: a mounted secret is one), not readable by
+    /// this process, or, for a secret, granting any permission to others.
+    pub fn check(&self) -> Result<(), FileError> {
+        let path = self.path.to_owned();
+        let meta = match std::fs::metadata(self.path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return match self.used {
+                    FileUse::SecretMadeAtStart => Ok(()),
+                    FileUse::Read | FileUse::Secret => Err(FileError::Missing { path }),
+                };
+            }
+            Err(source) => return Err(FileError::Unreadable { path, source }),
+        };
+        if !meta.is_file() {
+            return Err(FileError::NotAFile { path });
+        }
+        if self.is_secret() {
+            crate::secret::refuse_readable_by_others(self.path)?;
+        }
+        // Opening it is what tells whether this process may read it (its user, its groups,
+        // ACLs); nothing is read.
+        std::fs::File::open(self.path)
+            .map(drop)
+            .map_err(|source| FileError::Unreadable { path, source })
+    }
+}
+
+/// Refuses the first file `config` names that would stop its start ([`ConfigFile::check`]):
+/// the key and the file in the message.
+pub fn check_files<C: ServerConfig>(config: &C) -> Result<(), String> {
+    for f in config.files() {
+        f.check().map_err(|e| format!("{}: {e}", f.key))?;
     }
     Ok(())
 }
@@ -167,10 +259,7 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: Display,
 {
-    let config = match C::load(path)
-        .map_err(|e| e.to_string())
-        .and_then(|c| check_secret_files(&c).map(|()| c))
-    {
+    let config = match C::load(path) {
         Ok(config) => config,
         Err(e) if check_config => {
             eprintln!("{}: {e}", binary.name);
@@ -178,9 +267,17 @@ where
         }
         Err(e) => {
             crate::logging::init("info");
-            return failed(binary, &e);
+            return failed(binary, &e.to_string());
         }
     };
+    if let Err(e) = check_files(&config) {
+        if check_config {
+            eprintln!("{}: {e}", binary.name);
+            return ExitCode::FAILURE;
+        }
+        crate::logging::init_with("info", config.log_format());
+        return failed(binary, &e);
+    }
     if check_config {
         return match crate::config::effective_toml(&config) {
             Ok(text) => {

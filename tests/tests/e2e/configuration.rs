@@ -25,8 +25,11 @@ fn reference() -> String {
          A key the server does not know is an error naming the key, the file and the nearest \
          valid key. `--check-config` validates the file as a start would, prints the effective \
          configuration (defaults filled in, overrides applied, secrets redacted) as TOML and \
-         exits: 0 when valid, 1 otherwise. Keys ending in `_file` name files holding secrets, \
-         never the secrets themselves.\n",
+         exits: 0 when valid, 1 otherwise. Every file the configuration names must exist and be \
+         readable (but `kek_file` and `map_key_file`, which the first start creates) and a \
+         secret file must grant nothing to others, or `--check-config` (and a start) exits 1 \
+         with one line naming the key and the file. Keys ending in `_file` name files holding \
+         secrets, never the secrets themselves.\n",
     );
     let sections = [
         (
@@ -82,12 +85,25 @@ fn the_reference_documents_every_key() {
     assert!(text.contains("Each `[[cells]]` entry"), "{text}");
 }
 
+/// How a start uses a file a configuration names (as `runtime::server::FileUse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Read: must exist (a certificate, a CA).
+    Read,
+    /// A secret: must exist and grant nothing to others.
+    Secret,
+    /// A secret the start creates when missing.
+    MadeAtStart,
+}
+
 /// A server binary and a valid configuration of it.
 struct Server {
     bin: &'static str,
     valid: &'static str,
     /// A key of `valid` to misspell, and its misspelling.
     misspelt: (&'static str, &'static str),
+    /// Every file `valid` names: its key (as the server names it), its path, its use.
+    files: &'static [(&'static str, &'static str, Use)],
 }
 
 const SERVERS: [Server; 4] = [
@@ -107,6 +123,14 @@ tls_key = "key.pem"
 edge_write_lease_ms = 30000
 "#,
         misspelt: ("edge_write_lease_ms", "edge_write_lease_msx"),
+        files: &[
+            ("kek_file", "kek", Use::MadeAtStart),
+            ("admin_token_file", "admin.token", Use::Secret),
+            ("feed_token_file", "feed.token", Use::Secret),
+            ("edge_token_file", "edge.token", Use::Secret),
+            ("tls_cert", "cert.pem", Use::Read),
+            ("tls_key", "key.pem", Use::Secret),
+        ],
     },
     Server {
         bin: "cellbind-cell-endpoint",
@@ -127,6 +151,14 @@ ca_cert = "ca.pem"
 write_lease_ms = 30000
 "#,
         misspelt: ("write_lease_ms", "write_lease_msx"),
+        files: &[
+            ("feed_token_file", "feed.token", Use::Secret),
+            ("app_token_file", "app.token", Use::Secret),
+            ("edge_token_file", "edge.token", Use::Secret),
+            ("tls_cert", "cert.pem", Use::Read),
+            ("tls_key", "key.pem", Use::Secret),
+            ("ca_cert", "ca.pem", Use::Read),
+        ],
     },
     Server {
         bin: "cellbind-control-plane",
@@ -146,6 +178,13 @@ tls_cert_file = "cell-01.pem"
 "#,
         // Inside an array of tables.
         misspelt: ("endpoint = ", "endpiont = "),
+        files: &[
+            ("map_key_file", "map.key", Use::MadeAtStart),
+            ("admin_token_file", "admin.token", Use::Secret),
+            ("tls_cert", "cert.pem", Use::Read),
+            ("tls_key", "key.pem", Use::Secret),
+            ("cells[cell-01].tls_cert_file", "cell-01.pem", Use::Read),
+        ],
     },
     Server {
         bin: "cellbind-demo-app",
@@ -159,13 +198,37 @@ app_token_file = "app.token"
 internal_token_file = "app-internal.token"
 "#,
         misspelt: ("internal_token_file", "internal_tokn_file"),
+        files: &[
+            ("app_token_file", "app.token", Use::Secret),
+            ("internal_token_file", "app-internal.token", Use::Secret),
+            ("tls_cert", "cert.pem", Use::Read),
+            ("tls_key", "key.pem", Use::Secret),
+        ],
     },
 ];
 
-/// Runs `bin` with `args` and `config` written to a fresh directory (its working directory),
-/// stdin closed.
+/// Writes every file of `server.files` into `dir` (placeholder contents): secrets 0600, the
+/// others 0644.
+fn write_files(dir: &Path, server: &Server) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for (_, file, used) in server.files {
+        let p = dir.join(file);
+        std::fs::write(&p, "placeholder\n").unwrap();
+        let mode = if *used == Use::Read { 0o644 } else { 0o600 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// The server whose binary is `bin`.
+fn server(bin: &str) -> &'static Server {
+    SERVERS.iter().find(|s| s.bin == bin).unwrap()
+}
+
+/// Runs `bin` with `args` and `config` written to a fresh directory (its working directory,
+/// holding every file the server's valid configuration names), stdin closed.
 fn run(bin: &str, config: &str, args: &[&str]) -> (Output, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), server(bin));
     let path = dir.path().join("server.toml");
     std::fs::write(&path, config).unwrap();
     let exe = devfleet::test_bin_dir().unwrap().join(bin);
@@ -237,12 +300,14 @@ fn a_published_example_map_key_stops_the_auth_service_naming_the_reason() {
     }
     // The same through the environment override an orchestrator sets.
     let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), s);
     let path = dir.path().join("auth.toml");
     std::fs::write(&path, s.valid).unwrap();
     let out = Command::new(devfleet::test_bin_dir().unwrap().join(s.bin))
         .arg("--config")
         .arg(&path)
         .arg("--check-config")
+        .current_dir(dir.path())
         .env(
             "CELLBIND_MAP_PUBLIC_KEY",
             protocol::map_key::RFC8037_EXAMPLE_KEY,
@@ -304,12 +369,14 @@ fn check_config_prints_the_effective_configuration_as_toml() {
 fn check_config_applies_environment_overrides_of_known_keys_only() {
     let s = &SERVERS[3];
     let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), s);
     let path = dir.path().join("app.toml");
     std::fs::write(&path, s.valid).unwrap();
     let out = Command::new(devfleet::test_bin_dir().unwrap().join(s.bin))
         .arg("--config")
         .arg(&path)
         .arg("--check-config")
+        .current_dir(dir.path())
         .env("CELLBIND_LOG_FORMAT", "json")
         .env("CELLBIND_TEST_STORE", "postgres")
         .output()
@@ -330,8 +397,8 @@ fn check_config_applies_environment_overrides_of_known_keys_only() {
 
 #[test]
 fn a_json_format_server_writes_json_log_lines() {
-    // The demo app cannot read its TLS certificate here, so it logs its failure and stops;
-    // every log line before the final `{name}: {error}` line is one JSON object.
+    // The demo app cannot load its TLS certificate here (a placeholder), so it logs its failure
+    // and stops; every log line before the final `{name}: {error}` line is one JSON object.
     let s = &SERVERS[3];
     let config = format!("{}log_format = \"json\"\n", s.valid);
     let (out, _path, _dir) = run(s.bin, &config, &[]);
@@ -369,17 +436,13 @@ fn run_in(dir: &Path, bin: &str, config: &str, args: &[&str]) -> Output {
 }
 
 /// ATTACKS A30: for each secret file `server`'s configuration names, made readable by others
-/// (the rest 0600): `--check-config` and a start exit 1 naming the key and the file; made
-/// group-readable (0640, how Kubernetes mounts a secret with an `fsGroup`) it passes.
+/// (the other secrets 0600): `--check-config` and a start exit 1 naming the key and the file;
+/// made group-readable (0640, how Kubernetes mounts a secret with an `fsGroup`) it passes.
 fn a_secret_file_others_can_read_is_refused(server: &Server, secrets: &[(&str, &str)]) {
     use std::os::unix::fs::PermissionsExt as _;
     for (key, file) in secrets {
         let dir = tempfile::tempdir().unwrap();
-        for (_, f) in secrets {
-            let p = dir.path().join(f);
-            std::fs::write(&p, "secret\n").unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
+        write_files(dir.path(), server);
         let exposed = dir.path().join(file);
         std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
         for args in [&["--check-config"][..], &[][..]] {
@@ -458,4 +521,107 @@ fn the_demo_app_refuses_a_secret_file_others_can_read() {
             ("tls_key", "key.pem"),
         ],
     );
+}
+
+/// Every file `server`'s valid configuration names that the start reads without creating it,
+/// missing (the others in place): `--check-config` and a start exit 1 with one line naming the
+/// key and the file; replaced by a folder, the same naming "is not a file". A secret the start
+/// creates when it is missing (the key-encryption key, the map signing key) may be missing.
+/// With every file in place, `--check-config` exits 0.
+fn a_missing_file_is_refused_naming_the_key_and_the_file(server: &Server) {
+    let dir = tempfile::tempdir().unwrap();
+    write_files(dir.path(), server);
+    let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{} with every file: {}",
+        server.bin,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (key, file, used) in server.files {
+        let dir = tempfile::tempdir().unwrap();
+        write_files(dir.path(), server);
+        std::fs::remove_file(dir.path().join(file)).unwrap();
+        if *used == Use::MadeAtStart {
+            let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{} without {key} (made at start): {}",
+                server.bin,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            println!(
+                "{} --check-config without {key}: exit 0 (made at start)",
+                server.bin
+            );
+            continue;
+        }
+        for args in [&["--check-config"][..], &[][..]] {
+            let out = run_in(dir.path(), server.bin, server.valid, args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{} without {key} {args:?}: {stderr}",
+                server.bin
+            );
+            let line = format!("{}: {key}: {file} does not exist", server.bin);
+            assert!(
+                stderr.lines().any(|l| l == line),
+                "{} without {key} {args:?}: wanted the line {line:?} in {stderr}",
+                server.bin
+            );
+            if args.is_empty() {
+                // The start stopped before serving: nothing but its failure on stderr.
+                assert!(
+                    stderr.lines().last() == Some(line.as_str()),
+                    "{} without {key}: {stderr}",
+                    server.bin
+                );
+            } else {
+                assert_eq!(stderr.trim_end(), line, "{} {args:?}", server.bin);
+                assert!(out.stdout.is_empty(), "{} {args:?}", server.bin);
+                println!(
+                    "{} --check-config without {key}: exit 1, {line}",
+                    server.bin
+                );
+            }
+        }
+        std::fs::create_dir(dir.path().join(file)).unwrap();
+        let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{} {key} a folder: {stderr}",
+            server.bin
+        );
+        assert!(
+            stderr.contains(&format!("{key}: {file} is not a file")),
+            "{} {key} a folder: {stderr}",
+            server.bin
+        );
+    }
+}
+
+#[test]
+fn the_auth_service_refuses_a_missing_file_naming_its_key() {
+    a_missing_file_is_refused_naming_the_key_and_the_file(&SERVERS[0]);
+}
+
+#[test]
+fn the_edge_refuses_a_missing_file_naming_its_key() {
+    a_missing_file_is_refused_naming_the_key_and_the_file(&SERVERS[1]);
+}
+
+#[test]
+fn the_control_plane_refuses_a_missing_file_naming_its_key() {
+    a_missing_file_is_refused_naming_the_key_and_the_file(&SERVERS[2]);
+}
+
+#[test]
+fn the_demo_app_refuses_a_missing_file_naming_its_key() {
+    a_missing_file_is_refused_naming_the_key_and_the_file(&SERVERS[3]);
 }
