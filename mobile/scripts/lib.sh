@@ -140,19 +140,35 @@ cb_over_budget() {
     echo "$1: FAILED: the shipped library is over the $CB_SIZE_BUDGET-byte size budget (the package was written; mobile/PACKAGING.md, \"The size budget\")" >&2
 }
 
+# The pinned Kotlin compiler in $CB_TOOLS (scripts/install-test-deps installs it there, so the
+# tests need no network; a package build installs it on first use otherwise).
+CB_KOTLIN_DIR="$CB_TOOLS/node_modules/kotlin-compiler"
+
+# cb_kotlinc_present: is the pinned Kotlin compiler installed in $CB_TOOLS?
+cb_kotlinc_present() {
+    [ -x "$CB_KOTLIN_DIR/bin/kotlinc" ] &&
+        grep -q "\"version\": \"$CB_KOTLIN_VERSION\"" "$CB_KOTLIN_DIR/package.json" 2>/dev/null
+}
+
+# cb_install_kotlinc: installs the pinned Kotlin compiler into $CB_TOOLS with npm (the network
+# is needed once), unless it is there.
+cb_install_kotlinc() {
+    cb_kotlinc_present && return 0
+    cb_require npm "Node.js' npm installs the pinned Kotlin compiler kotlin-compiler@$CB_KOTLIN_VERSION (or run scripts/install-test-deps)"
+    mkdir -p "$CB_TOOLS"
+    npm install --prefix "$CB_TOOLS" --no-audit --no-fund --save-exact "kotlin-compiler@$CB_KOTLIN_VERSION" >&2 ||
+        cb_die "could not install kotlin-compiler@$CB_KOTLIN_VERSION into $CB_TOOLS (no network? scripts/install-test-deps installs it ahead)"
+    cb_kotlinc_present || cb_die "npm did not install kotlin-compiler@$CB_KOTLIN_VERSION into $CB_TOOLS"
+}
+
 # The pinned Kotlin compiler, installed into $CB_TOOLS on first use. Sets CB_KOTLINC and
 # CB_COROUTINES_JAR (kotlinx-coroutines, which the compiler bundles; the generated code's async
 # functions need it at compile and run time).
 cb_kotlinc() {
-    local kdir="$CB_TOOLS/node_modules/kotlin-compiler"
-    if [ ! -x "$kdir/bin/kotlinc" ] || ! grep -q "\"version\": \"$CB_KOTLIN_VERSION\"" "$kdir/package.json"; then
-        cb_require npm "Node.js' npm installs the pinned Kotlin compiler kotlin-compiler@$CB_KOTLIN_VERSION"
-        mkdir -p "$CB_TOOLS"
-        npm install --prefix "$CB_TOOLS" --no-audit --no-fund "kotlin-compiler@$CB_KOTLIN_VERSION" >&2
-    fi
+    cb_install_kotlinc
     cb_require java "a JDK or JRE 17 runs the Kotlin compiler (apt-get install openjdk-17-jre-headless)"
-    CB_KOTLINC="$kdir/bin/kotlinc"
-    CB_COROUTINES_JAR="$kdir/lib/kotlinx-coroutines-core-jvm.jar"
+    CB_KOTLINC="$CB_KOTLIN_DIR/bin/kotlinc"
+    CB_COROUTINES_JAR="$CB_KOTLIN_DIR/lib/kotlinx-coroutines-core-jvm.jar"
     [ -f "$CB_COROUTINES_JAR" ] || cb_die "the Kotlin compiler has no $CB_COROUTINES_JAR"
 }
 
