@@ -65,7 +65,7 @@ async fn run_dev(args: DevArgs) -> Result<()> {
         .parent()
         .ok_or_else(|| FleetError::Config("cellctl-dev has no parent directory".into()))?
         .to_path_buf();
-    let opts = FleetOptions::new(&args.dir, bin_dir)
+    let opts = FleetOptions::new(&args.dir, &bin_dir)
         .port_base(args.port_base)
         .store(args.store)
         .auth_replicas(args.auth_replicas);
@@ -89,7 +89,7 @@ async fn run_dev(args: DevArgs) -> Result<()> {
             })
         );
     } else {
-        print_dev_summary(&fleet, &fleet_path);
+        print_dev_summary(&fleet, &fleet_path, &bin_dir);
     }
     runtime::shutdown_signal().await;
     if !json {
@@ -102,7 +102,10 @@ async fn run_dev(args: DevArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
+/// What `cellctl dev` prints: where everything is, and commands to try that work as pasted in
+/// a fresh shell (absolute paths, the session captured before it is used), the last one from
+/// the repository's root.
+fn print_dev_summary(fleet: &Fleet, fleet_path: &Path, bin_dir: &Path) {
     let f = fleet.file();
     let ca = f.ca_cert.display();
     println!(
@@ -175,16 +178,24 @@ fn print_dev_summary(fleet: &Fleet, fleet_path: &Path) {
         && let Some(cell) = f.cell(&u.cell_id)
     {
         println!();
-        println!("Try it:");
+        println!("Try it (in a shell with curl and jq):");
         println!(
-            "  curl --cacert {ca} -X POST {}/v1/sessions -H 'content-type: application/json' \\\n    -d '{{\"contractor_id\":\"{}\",\"login\":\"{}\",\"password\":\"{}\",\"client\":\"field\"}}'",
+            "  SESSION=$(curl -s --cacert {ca} -X POST {}/v1/sessions -H 'content-type: application/json' \\\n    -d '{{\"contractor_id\":\"{}\",\"login\":\"{}\",\"password\":\"{}\",\"client\":\"field\"}}' | jq -r .session)",
             cell.endpoint, u.contractor_id, u.login, u.password
         );
         println!(
-            "  curl --cacert {ca} {}/api/routes/today -H \"authorization: Bearer $SESSION\"",
+            "  curl -s --cacert {ca} {}/api/routes/today -H \"authorization: Bearer $SESSION\"",
             cell.endpoint
         );
-        println!("  cellctl status --fleet {}", fleet_path.display());
+        println!(
+            "  {} status --fleet {}",
+            bin_dir.join("cellctl").display(),
+            fleet_path.display()
+        );
+        println!(
+            "  scripts/walkthrough {}    # from the repository's root: the README's walkthrough, each status checked",
+            fleet.dir().display()
+        );
     }
     println!();
     if f.postgres.is_some() {

@@ -423,3 +423,58 @@ fn the_checker_sees_what_does_not_resolve() {
         ["one_test", "the_x_test", "the_y_test"]
     );
 }
+
+/// The lines of `text` strictly between the line `begin` and the next line `end`.
+fn between<'a>(text: &'a str, begin: &str, end: &str) -> Option<Vec<&'a str>> {
+    let mut lines = text.lines().skip_while(|l| *l != begin);
+    lines.next()?;
+    let inside: Vec<&str> = lines.by_ref().take_while(|l| *l != end).collect();
+    Some(inside)
+}
+
+/// The README's walkthrough block is `scripts/walkthrough`'s body between its markers, line for
+/// line, so the commands a reader pastes are the ones the walkthrough test runs.
+#[test]
+fn the_readme_walkthrough_is_the_scripts_body() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let script = std::fs::read_to_string(root().join("scripts/walkthrough")).unwrap();
+    let body = between(
+        &script,
+        "# --- walkthrough begin ---",
+        "# --- walkthrough end ---",
+    )
+    .expect("scripts/walkthrough has its begin and end markers");
+    let section = readme
+        .split_once("\n## Walkthrough with curl\n")
+        .expect("README.md has the section \"Walkthrough with curl\"")
+        .1;
+    let block = between(section, "```sh", "```").expect("the section has a ```sh block");
+    assert!(
+        body.len() > 20,
+        "the script's body is only {} lines",
+        body.len()
+    );
+    let first_difference =
+        body.iter()
+            .zip(&block)
+            .position(|(a, b)| a != b)
+            .map_or(String::new(), |i| {
+                format!(
+                    "; first difference at body line {}:\n  script: {}\n  README: {}",
+                    i + 1,
+                    body[i],
+                    block[i]
+                )
+            });
+    assert!(
+        body == block,
+        "README.md's walkthrough block ({} lines) is not scripts/walkthrough's body between its \
+         markers ({} lines){first_difference}",
+        block.len(),
+        body.len()
+    );
+    println!(
+        "README walkthrough: {} lines, the same as scripts/walkthrough's body",
+        body.len()
+    );
+}
