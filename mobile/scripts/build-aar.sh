@@ -99,13 +99,17 @@ if [ -x "$kotlinc_path" ]; then cb_report "kotlinc $CB_KOTLIN_VERSION" 0 "$kotli
 elif cb_have npm; then cb_report "kotlinc $CB_KOTLIN_VERSION" 0 "installed on first use with npm"
 else cb_report "kotlinc $CB_KOTLIN_VERSION" 1 "needs npm to install kotlin-compiler@$CB_KOTLIN_VERSION"; fi
 # An Android build must not need JNI initialisation from the app: rustls-platform-verifier
-# does on Android (and its Kotlin half is not in this AAR).
+# does on Android (and its Kotlin half is not in this AAR). The SDK's Android dependencies avoid
+# it (sdk/Cargo.toml); this keeps it, and any crate that calls into the JVM, out of the graph.
 if cb_have cargo; then
-    if cargo tree --quiet --manifest-path "$CB_ROOT/Cargo.toml" -p cellbind-mobile --target aarch64-linux-android \
-        -e normal --prefix none 2>/dev/null | grep -q '^rustls-platform-verifier-android '; then
-        cb_report "TLS verifier without JNI" 1 "rustls-platform-verifier is in the Android graph: it needs JNI initialisation and Kotlin classes this AAR lacks (PACKAGING.md)"
+    jni_crates="$(cargo tree --quiet --locked --manifest-path "$CB_ROOT/Cargo.toml" -p cellbind-mobile \
+        --target aarch64-linux-android -e normal --prefix none 2>/dev/null |
+        awk '$1 ~ /^(rustls-platform-verifier|rustls-platform-verifier-android|jni|jni-sys)$/ {print $1}' |
+        sort -u | paste -sd, - || true)"
+    if [ -n "$jni_crates" ]; then
+        cb_report "TLS verifier without JNI" 1 "$jni_crates in the Android graph: the platform verifier needs JNI initialisation and Kotlin classes this AAR lacks (PACKAGING.md)"
     else
-        cb_report "TLS verifier without JNI" 0 "the Android graph has no rustls-platform-verifier"
+        cb_report "TLS verifier without JNI" 0 "the Android graph has no rustls-platform-verifier and no jni"
     fi
 fi
 

@@ -23,7 +23,10 @@
 //!
 //! On Android the platform verifier needs JNI initialisation by the host app; the bundled
 //! roots need nothing. The trade-off: CAs that a user or a device policy installed are not
-//! honoured on Android. The pins from the signed map are the primary trust anyway.
+//! honoured on Android. The pins from the signed map are the primary trust anyway. reqwest
+//! never verifies anything itself (it is handed the configuration built here), but reqwest 0.13
+//! links the platform verifier whatever it is given, so on Android the SDK is built on reqwest
+//! 0.12 without it (`sdk/Cargo.toml`); this file uses only what both versions offer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -276,7 +279,7 @@ impl CellClients {
         // HTTP/1.1 only: the SDK's reqwest is built without HTTP/2 (the library's size budget).
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
+            .use_preconfigured_tls(tls)
             .user_agent(self.settings.user_agent)
             .https_only(true)
             .redirect(reqwest::redirect::Policy::none())
