@@ -13,8 +13,9 @@
 //! keys) in each host's `etc/secrets/`, and handed to each server the way its systemd unit
 //! does: every `LoadCredential=NAME:PATH` line of the tarball's unit copies PATH to
 //! `run/credentials/<unit>/NAME`, which the configuration names, so a credential a
-//! configuration names and its unit does not load fails this test. The contractor is
-//! provisioned through the admin APIs as an operator's tooling would.
+//! configuration names and its unit does not load fails this test. From the operator's
+//! inventory on, the runbook's command blocks (docs/OPERATIONS.md, marked `rehearsal:`) are run
+//! as written ([`Runbook`]): status, provisioning, the map export, a key rotation.
 //!
 //! The tarball holds the debug binaries (`--profile debug --no-build`), the ones the suite
 //! built; the release build is the same script with the default profile.
@@ -38,12 +39,9 @@ use cellbind_tests::{Slot, bin_dir, fleet_slot, process_gone, signal};
 use cellctl::gameday::model::Outcome;
 use cellctl::gameday::{RunArgs, Scale};
 use devfleet::{LocalCa, PgServer, client_trusting};
-use protocol::admin::app::{CONTRACTORS_PATH, SeedRequest};
-use protocol::admin::cell::{
-    NewUser, OWNERSHIP_PATH, OwnershipBulk, OwnershipRecord, PLACEMENT_MAP_PATH, Role, USERS_PATH,
-};
-use protocol::admin::placement::{self, MapPublicKey, Placement};
-use protocol::{CellId, ContractorId, Generation, Login, Password};
+use protocol::admin::app::CONTRACTORS_PATH;
+use protocol::admin::cell::PLACEMENT_MAP_PATH;
+use protocol::admin::placement::{self, MapPublicKey};
 use reqwest::Method;
 use runtime::secret::{random_token, write_private};
 use tokio::process::{Child, Command};
@@ -653,6 +651,125 @@ async fn cellctl(inventory: &Path, args: &[&str], stdin: Option<&str>) -> (bool,
     (out.status.success(), stdout, stderr)
 }
 
+/// The runbook's command blocks (docs/OPERATIONS.md): a fenced `sh` block right after a
+/// `<!-- rehearsal: NAME -->` line is run by [`Runbook::run`] as written, by bash with
+/// `-euo pipefail`, with the runbook's §0 variables set for this rehearsal and the tarball's
+/// `bin/` first on PATH. [`Runbook::all_ran`] fails the test when a marked block was not run.
+struct Runbook {
+    text: String,
+    env: Vec<(String, String)>,
+    ran: Vec<String>,
+}
+
+impl Runbook {
+    fn new(dist: &Path, inventory: &Path, operator: &Path) -> Runbook {
+        let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/OPERATIONS.md");
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let password_file = operator.join("tech-1.pw");
+        write_private(&password_file, format!("{PASSWORD}\n").as_bytes()).unwrap();
+        let path = format!(
+            "{}:{}",
+            dist.join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let env = [
+            ("INVENTORY", inventory.display().to_string()),
+            ("CTR", CONTRACTOR.to_owned()),
+            ("CELL", cell_id(1)),
+            ("PASSWORD_FILE", password_file.display().to_string()),
+            (
+                "APP_RESOURCES",
+                operator.join("app-resources").display().to_string(),
+            ),
+            ("PATH", path),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Runbook {
+            text,
+            env,
+            ran: Vec::new(),
+        }
+    }
+
+    /// The names of the marked blocks, in the runbook's order.
+    fn names(&self) -> Vec<String> {
+        self.text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("<!-- rehearsal: "))
+            .filter_map(|l| l.strip_suffix(" -->"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The block marked `name`: the lines of the fenced block that follows the marker.
+    fn block(&self, name: &str) -> String {
+        let marker = format!("<!-- rehearsal: {name} -->");
+        let mut lines = self.text.lines().skip_while(|l| l.trim() != marker).skip(1);
+        assert_eq!(
+            lines.next().map(str::trim),
+            Some("```sh"),
+            "docs/OPERATIONS.md: `{marker}` is not followed by a ```sh block"
+        );
+        lines
+            .take_while(|l| l.trim() != "```")
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    async fn run(&mut self, name: &str) {
+        let block = self.block(name);
+        let section = self
+            .text
+            .lines()
+            .take_while(|l| !l.contains(&format!("<!-- rehearsal: {name} -->")))
+            .filter(|l| l.starts_with("## "))
+            .last()
+            .unwrap_or_default()
+            .trim_start_matches("## ")
+            .to_owned();
+        let out = tokio::time::timeout(
+            DEADLINE,
+            Command::new("bash")
+                .args(["-euo", "pipefail", "-c", &block])
+                .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the runbook block ended in time")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "runbook §{section} `{name}`:\n{block}\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!(
+            "rehearsal: runbook §{section}, block `{name}` ({} commands): ok\n{}",
+            block.lines().filter(|l| !l.trim().is_empty()).count(),
+            stdout.trim()
+        );
+        self.ran.push(name.to_owned());
+    }
+
+    fn all_ran(&self) {
+        let names = self.names();
+        println!(
+            "rehearsal: ran the runbook's blocks {:?} of {:?}",
+            self.ran, names
+        );
+        for n in &names {
+            assert!(
+                self.ran.contains(n),
+                "the runbook's block `{n}` was not run"
+            );
+        }
+    }
+}
+
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
@@ -1036,109 +1153,6 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
         assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{url}");
     }
 
-    // Provisioning a contractor on cell-01, through the admin APIs.
-    let contractor = ContractorId::new(CONTRACTOR).unwrap();
-    let placed = admin_call(
-        &client,
-        Method::PUT,
-        &format!("{cp_url}{}", placement::placement_path(&contractor)),
-        &cp_token,
-        &Placement {
-            cell: CellId::new(cell_id(1)).unwrap(),
-            generation: Generation::FIRST,
-        },
-    )
-    .await;
-    assert_eq!(placed["cell"], "cell-01", "{placed}");
-    let map: serde_json::Value = client
-        .get(format!("{cp_url}{}", placement::PLACEMENT_MAP_PATH))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let cell1_admin = format!("https://{}:8446", ip(1, AUTH_A));
-    for n in 1..=CELLS {
-        admin_call(
-            &client,
-            Method::PUT,
-            &format!("https://{}:8446{PLACEMENT_MAP_PATH}", ip(n, AUTH_A)),
-            &secrets[usize::from(n - 1)].admin,
-            &map,
-        )
-        .await;
-    }
-    admin_call(
-        &client,
-        Method::POST,
-        &format!("{cell1_admin}{USERS_PATH}"),
-        &secrets[0].admin,
-        &NewUser {
-            contractor_id: contractor.clone(),
-            login: Login::new(LOGIN).unwrap(),
-            role: Role::Technician,
-            password: Some(Password::new(PASSWORD).unwrap()),
-            password_hash: None,
-            status: Default::default(),
-        },
-    )
-    .await;
-    admin_call(
-        &client,
-        Method::PUT,
-        &format!("{cell1_admin}{OWNERSHIP_PATH}"),
-        &secrets[0].admin,
-        &OwnershipBulk {
-            records: [(
-                contractor.clone(),
-                OwnershipRecord::Active {
-                    generation: Generation::FIRST,
-                },
-            )]
-            .into(),
-        },
-    )
-    .await;
-    admin_call(
-        &client,
-        Method::PUT,
-        &format!("https://{}:8448{CONTRACTORS_PATH}", ip(1, APP)),
-        &secrets[0].app_internal,
-        &SeedRequest {
-            contractors: [(contractor.clone(), Generation::FIRST)].into(),
-        },
-    )
-    .await;
-
-    // The app holds no admin token (ATTACKS A35): its own token at the auth-service's admin
-    // API, and the cell's admin token at the app's migration interface, are both refused.
-    for (url, token, what) in [
-        (
-            format!("{cell1_admin}/admin/v1/status"),
-            &secrets[0].app_internal,
-            "the app's internal token at the auth-service's admin API",
-        ),
-        (
-            format!(
-                "https://{}:8448{CONTRACTORS_PATH}/{CONTRACTOR}/completions",
-                ip(1, APP)
-            ),
-            &secrets[0].admin,
-            "the cell's admin token at the app's internal API",
-        ),
-    ] {
-        let status = client
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{what}");
-        println!("rehearsal: {what}: {status}");
-    }
-
     // The operator's inventory: the example, adapted; the files it names beside it.
     let operator = dir.join("operator");
     std::fs::create_dir_all(operator.join("tls")).unwrap();
@@ -1174,6 +1188,72 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     };
     std::fs::write(&inventory, adapt.apply(&example)).unwrap();
 
+    // The runbook (docs/OPERATIONS.md) from here: its `rehearsal:` blocks, run as written with
+    // its §0 variables and the tarball's `cellctl` first on PATH.
+    let mut runbook = Runbook::new(&world.dist, &inventory, &operator);
+    runbook.run("status").await;
+    // Provisioning a contractor on cell-01 (§8): `cellctl contractors add`, `users add`.
+    runbook.run("provision").await;
+    // The auth-services learn the map at their next poll; handing it to them now keeps the
+    // test short (its WRONG_CELL hints name the owner at once).
+    let map: serde_json::Value = client
+        .get(format!("{cp_url}{}", placement::PLACEMENT_MAP_PATH))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for n in 1..=CELLS {
+        admin_call(
+            &client,
+            Method::PUT,
+            &format!("https://{}:8446{PLACEMENT_MAP_PATH}", ip(n, AUTH_A)),
+            &secrets[usize::from(n - 1)].admin,
+            &map,
+        )
+        .await;
+    }
+    // What an app ships (§9): the signed map and its key, which verify together.
+    runbook.run("map-export").await;
+    let exported = std::fs::read(operator.join("app-resources/placement-map.json")).unwrap();
+    let key = std::fs::read_to_string(operator.join("app-resources/map-public-key.txt")).unwrap();
+    assert_eq!(key.trim(), map_key);
+    protocol::map::SignedMap::verify_bytes(
+        &exported,
+        &protocol::map_key::parse(key.trim()).unwrap(),
+    )
+    .unwrap();
+    let cell1_admin = format!("https://{}:8446", ip(1, AUTH_A));
+
+    // The app holds no admin token (ATTACKS A35): its own token at the auth-service's admin
+    // API, and the cell's admin token at the app's migration interface, are both refused.
+    for (url, token, what) in [
+        (
+            format!("{cell1_admin}/admin/v1/status"),
+            &secrets[0].app_internal,
+            "the app's internal token at the auth-service's admin API",
+        ),
+        (
+            format!(
+                "https://{}:8448{CONTRACTORS_PATH}/{CONTRACTOR}/completions",
+                ip(1, APP)
+            ),
+            &secrets[0].admin,
+            "the cell's admin token at the app's internal API",
+        ),
+    ] {
+        let status = client
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{what}");
+        println!("rehearsal: {what}: {status}");
+    }
+
     // status: every service reachable.
     let (ok, out, err) = cellctl(&inventory, &["status", "--json"], None).await;
     assert!(ok, "{err}");
@@ -1206,7 +1286,11 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     assert!(ok, "{out}{err}");
     assert_eq!(json(&out)["status"], 200);
 
-    // Keys rotate: a new current key; the session signed by the old one still opens the route.
+    // Keys rotate (§12, as written), then once more for its JSON: a new current key; the
+    // session signed by the old one still opens the route.
+    runbook.run("key-rotation").await;
+    let (ok, out, err) = route_load().await;
+    assert!(ok, "after the runbook's rotation: {out}{err}");
     let (ok, out, err) = cellctl(
         &inventory,
         &["keys", "rotate", "--cell", "cell-01", "--json"],
@@ -1300,6 +1384,7 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     world.check_alive();
     let (world_dir, world_dist) = (world.dir.clone(), world.dist.clone());
     drop(world);
+    runbook.all_ran();
     // No server outlives the test, not even the ones started by the `up` commands.
     let left = servers_of(&world_dir, &world_dist);
     assert!(left.is_empty(), "servers still running: {left:?}");
