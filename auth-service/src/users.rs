@@ -127,8 +127,7 @@ pub(crate) async fn change(
     }
     if let Some(password) = change.password {
         let rng = state.rng.clone();
-        user.password_hash =
-            PasswordHash::new(blocking(move || hash(&password, &rng)).await?);
+        user.password_hash = PasswordHash::new(blocking(move || hash(&password, &rng)).await?);
         changed = true;
     }
     if changed {
