@@ -11,9 +11,10 @@
 //!
 //! With a fleet file, the session lives in `client-session.json` and the signed map (fetched
 //! from a cell at the first sign-in, verified against the fleet's map key) in
-//! `client-map.json`, both beside `fleet.json`. Each sign-in first adopts a newer map when a
-//! cell serves one (as an app would ship a newer map): a contractor moved twice since the
-//! cached map would otherwise be two redirects away, which sign-in does not follow.
+//! `client-map.json`, both beside `fleet.json`. Each sign-in first adopts a newer map when the
+//! control plane (or else a cell) serves one, as an app would ship a newer map: a contractor
+//! moved twice since the cached map would otherwise be two redirects away, which sign-in does
+//! not follow.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,8 +87,8 @@ impl CliConfig {
     }
 
     /// [`CliConfig::from_fleet`], then the fleet's current map in place of the cached one when
-    /// a cell serves a newer one (signature verified, strictly higher version); the cached map
-    /// is kept when no cell answers.
+    /// the control plane (or else a cell) serves a newer one (signature verified, strictly
+    /// higher version); the cached map is kept when nothing answers.
     pub async fn from_fleet_refreshed(fleet_json: &Path) -> Result<CliConfig, Error> {
         Self::load(fleet_json, true).await
     }
@@ -150,8 +151,10 @@ impl CliConfig {
     }
 }
 
-/// The fleet's current map when it is newer than `held` (a verified signed map); `None` when it
-/// is not, or when no cell serves one.
+/// The fleet's current map when it is newer than `held` (a verified signed map): the control
+/// plane's, which it publishes before any cell has polled it (right after a migration the cells
+/// may still serve the previous one), else a cell's; `None` when it is not newer, or when
+/// nothing answers.
 async fn newer_map(
     fleet: &FleetFile,
     ca_pem: &[u8],
@@ -159,7 +162,18 @@ async fn newer_map(
     held: &[u8],
 ) -> Option<Vec<u8>> {
     let held = SignedMap::verify_bytes(held, key).ok()?;
-    let current = fetch_map(fleet, ca_pem, key).await.ok()?;
+    let control_plane = format!(
+        "{}{PLACEMENT_MAP_PATH}",
+        fleet.control_plane.url.trim_end_matches('/')
+    );
+    let from_control_plane = match fleet_description::client_trusting(ca_pem) {
+        Ok(http) => map_at(&http, &control_plane, key).await.ok(),
+        Err(_) => None,
+    };
+    let current = match from_control_plane {
+        Some(m) => m,
+        None => fetch_map(fleet, ca_pem, key).await.ok()?,
+    };
     let offered = SignedMap::verify_bytes(&current, key).ok()?;
     offered.newer_than(Some(&held)).ok()?;
     Some(current)
@@ -175,42 +189,41 @@ pub(crate) async fn fetch_map(
         fleet_description::client_trusting(ca_pem).map_err(|e| Error::Config(e.to_string()))?;
     let mut last = Error::Config("the fleet file lists no cell".into());
     for cell in &fleet.cells {
-        let got = async {
-            let endpoint = cell
-                .public_endpoint()
-                .map_err(|e| Error::Config(e.to_string()))?;
-            // The map is verified below anyway; still, never fetch it in the clear.
-            if !endpoint.as_str().starts_with("https://") {
-                return Err(Error::Config(format!(
-                    "{endpoint} is not an https endpoint"
-                )));
-            }
-            let url = endpoint.join(PLACEMENT_MAP_PATH);
-            let r = http
-                .get(&url)
-                .send()
-                .await
-                .map_err(|e| sdk::transport::network_error(&e))?;
-            if !r.status().is_success() {
-                return Err(Error::InvalidResponse(format!(
-                    "{url} answered {}",
-                    r.status()
-                )));
-            }
-            let b = r
-                .bytes()
-                .await
-                .map_err(|e| sdk::transport::network_error(&e))?;
-            SignedMap::verify_bytes(&b, key)?;
-            Ok(b.to_vec())
-        }
-        .await;
+        let got = match cell.public_endpoint() {
+            Ok(endpoint) => map_at(&http, &endpoint.join(PLACEMENT_MAP_PATH), key).await,
+            Err(e) => Err(Error::Config(e.to_string())),
+        };
         match got {
             Ok(m) => return Ok(m),
             Err(e) => last = e,
         }
     }
     Err(last)
+}
+
+/// The signed map served at `url` (HTTPS only), verified against `key`.
+async fn map_at(http: &reqwest::Client, url: &str, key: &PublicKey) -> Result<Vec<u8>, Error> {
+    // The map is verified below anyway; still, never fetch it in the clear.
+    if !url.starts_with("https://") {
+        return Err(Error::Config(format!("{url} is not an https endpoint")));
+    }
+    let r = http
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| sdk::transport::network_error(&e))?;
+    if !r.status().is_success() {
+        return Err(Error::InvalidResponse(format!(
+            "{url} answered {}",
+            r.status()
+        )));
+    }
+    let b = r
+        .bytes()
+        .await
+        .map_err(|e| sdk::transport::network_error(&e))?;
+    SignedMap::verify_bytes(&b, key)?;
+    Ok(b.to_vec())
 }
 
 fn info_json(i: &SessionInfo) -> serde_json::Value {
