@@ -80,6 +80,56 @@ pub fn random_port_base() -> u16 {
     rand::rng().random_range(PORT_BASE_MIN..PORT_BASE_MAX)
 }
 
+/// A random port base whose five-cell dev fleet's ports are all free now (for a `cellctl dev`
+/// the test starts itself).
+pub fn free_port_base() -> u16 {
+    for _ in 0..20 {
+        let b = random_port_base();
+        let ports = devfleet::Ports { base: b }
+            .all(5)
+            .expect("a five-cell fleet's ports");
+        if devfleet::check_ports_free(&ports).is_ok() {
+            return b;
+        }
+    }
+    panic!("no free port base");
+}
+
+/// Builds the release tarball of the suite's debug binaries (`scripts/package --profile debug
+/// --no-build`) into `dir` and unpacks it there, as an operator receives it; answers the
+/// unpacked directory.
+pub fn package_and_unpack(dir: &std::path::Path) -> PathBuf {
+    bin_dir();
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(workspace.join("scripts/package"))
+        .args(["--profile", "debug", "--no-build", "--out"])
+        .arg(dir.join("package"))
+        .output()
+        .expect("scripts/package runs");
+    assert!(
+        out.status.success(),
+        "scripts/package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tarball = PathBuf::from(stdout.lines().next().unwrap_or_default().trim());
+    let unpacked = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir)
+        .status()
+        .expect("tar runs");
+    assert!(unpacked.success(), "tar -xzf {}", tarball.display());
+    let name = tarball
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("the tarball's name");
+    dir.join(name.trim_end_matches(".tar.gz"))
+        .canonicalize()
+        .expect("the unpacked tarball")
+}
+
 /// A running fleet in its own temporary directory, holding its test's [`FleetSlot`].
 #[derive(Debug)]
 pub struct TestFleet {

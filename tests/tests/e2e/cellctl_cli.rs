@@ -7,26 +7,14 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cellbind_tests::{
-    Slot, bin_dir, eventually, fleet_slot, process_gone, random_port_base, signal,
-};
-use devfleet::{FleetFile, Ports, check_ports_free};
+use cellbind_tests::{Slot, bin_dir, eventually, fleet_slot, free_port_base, process_gone, signal};
+use devfleet::{FleetFile, Ports};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
-
-fn free_port_base() -> u16 {
-    for _ in 0..20 {
-        let b = random_port_base();
-        if check_ports_free(&Ports { base: b }.all(5).unwrap()).is_ok() {
-            return b;
-        }
-    }
-    panic!("no free port base");
-}
 
 fn cellctl() -> Command {
     let mut c = Command::new(bin_dir().join("cellctl"));

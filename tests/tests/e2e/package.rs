@@ -10,8 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cellbind_tests::bin_dir;
-
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -58,34 +56,8 @@ fn markdown(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_link_of_the_tarballs_markdown_resolves_inside_it_and_every_document_is_shipped() {
-    bin_dir();
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(workspace().join("scripts/package"))
-        .args(["--profile", "debug", "--no-build", "--out"])
-        .arg(tmp.path().join("package"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/package: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let tarball = PathBuf::from(stdout.lines().next().unwrap().trim());
-    let unpacked = Command::new("tar")
-        .arg("-xzf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(tmp.path())
-        .status()
-        .unwrap();
-    assert!(unpacked.success());
-    let name = tarball.file_name().unwrap().to_str().unwrap();
-    let dist = tmp
-        .path()
-        .join(name.trim_end_matches(".tar.gz"))
-        .canonicalize()
-        .unwrap();
+    let dist = cellbind_tests::package_and_unpack(tmp.path());
 
     // Every relative link of every shipped Markdown file names something the tarball holds.
     let mut files = Vec::new();

@@ -920,38 +920,9 @@ async fn the_tarball_runs_a_two_cell_fleet_from_its_example_configs() {
     let test_started = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
-    bin_dir();
 
     // The tarball, as an operator receives it.
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = std::process::Command::new(workspace.join("scripts/package"))
-        .args(["--profile", "debug", "--no-build", "--out"])
-        .arg(dir.join("package"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "scripts/package: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let tarball = PathBuf::from(stdout.lines().next().unwrap().trim());
-    let unpacked = std::process::Command::new("tar")
-        .arg("-xzf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(unpacked.success());
-    let dist = dir.join(
-        tarball
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .trim_end_matches(".tar.gz"),
-    );
+    let dist = cellbind_tests::package_and_unpack(&dir);
     for b in [
         "cellbind-auth-service",
         "cellbind-cell-endpoint",

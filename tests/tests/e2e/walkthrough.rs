@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use cellbind_tests::{Slot, bin_dir, fleet_slot, random_port_base};
-use devfleet::{Ports, check_ports_free};
+use cellbind_tests::{Slot, bin_dir, fleet_slot, free_port_base};
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -26,16 +25,6 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("the tests crate sits in the workspace root")
         .to_path_buf()
-}
-
-fn free_port_base() -> u16 {
-    for _ in 0..20 {
-        let b = random_port_base();
-        if check_ports_free(&Ports { base: b }.all(5).unwrap()).is_ok() {
-            return b;
-        }
-    }
-    panic!("no free port base");
 }
 
 /// Starts `cellctl dev` and returns it with the lines it printed up to "Press Ctrl-C".
