@@ -1,8 +1,8 @@
 //! Provisioning with the real `cellctl` binary against a dev fleet, as an operator does it
 //! (docs/OPERATIONS.md): a contractor and two technicians from a CSV, placed at a cell, signed
 //! in through that cell's edge; the same import again changes nothing; a disabled technician
-//! can neither sign in nor use the session it had; a reset password signs in; the map export
-//! an app ships verifies.
+//! can neither sign in nor use the session it had; a reset password signs in; a disabled
+//! contractor's people can do neither; the map export an app ships verifies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 use std::os::unix::fs::PermissionsExt as _;
@@ -216,6 +216,47 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
     .await;
     assert_eq!(code, 1);
     assert!(err.contains("reserved for game days"), "{err}");
+
+    // The whole contractor disabled: every user, every session (tech-2's new one included).
+    let (_, body) = sign_in_as(
+        &t.client,
+        &cell.endpoint,
+        "c-77001",
+        "tech-2",
+        "a third pass phrase",
+    )
+    .await;
+    let token = body["session"].as_str().unwrap().to_owned();
+    let (code, out, err) = cellctl(
+        &fleet,
+        &[
+            "--json",
+            "contractors",
+            "disable",
+            "c-77001",
+            "--reason",
+            "contract ended",
+            "--wait-edges",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    println!(
+        "contractors disable: {} users {:?}",
+        report["users"].as_array().unwrap().len(),
+        outcomes(&report, "users")
+    );
+    assert_eq!(report["users"].as_array().unwrap().len(), 3);
+    assert_eq!(route_load(&t.client, &cell.endpoint, &token).await, 401);
+    for (login, password) in [
+        ("tech-1", "first pass phrase"),
+        ("disp-1", "dispatcher pass phrase"),
+    ] {
+        let (status, _) = sign_in_as(&t.client, &cell.endpoint, "c-77001", login, password).await;
+        assert_eq!(status, 401, "{login}");
+    }
 
     // What an app ships: the signed map and its key, which verify together (the cells hold
     // the map naming c-77001 once they polled the control plane's new publication).
