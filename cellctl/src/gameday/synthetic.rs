@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use argon2::PasswordHasher as _;
 use argon2::{Algorithm, Argon2, Params, Version};
-use protocol::admin::cell::{ImportUsers, NewUser, Role, UserStatus};
+use protocol::admin::cell::{NewUser, Role, UserStatus};
 use protocol::revocation::RevocationKind;
 use protocol::time::UnixSeconds;
 use protocol::time::{Clock as _, SystemClock};
@@ -37,8 +37,6 @@ pub const ARGON2_T: u32 = 2;
 pub const ARGON2_P: u32 = 1;
 /// Random characters of a run's password.
 pub const PASSWORD_CHARS: usize = 24;
-/// Users per import request (provisioning's).
-pub use crate::provision::ops::IMPORT_BATCH;
 
 /// A synthetic contractor: the only kind of contractor a game day acts on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -173,9 +171,9 @@ pub async fn provision(
     let password = password()?;
     let password_hash = hash(&password)?;
     // Placement, ownership record and the app's copy: the operator's provisioning code.
-    let ids: Vec<(ContractorId, CellId)> = wanted
+    let ids: Vec<(ContractorId, Option<CellId>)> = wanted
         .iter()
-        .map(|(s, cell)| (s.id().clone(), cell.clone()))
+        .map(|(s, cell)| (s.id().clone(), Some(cell.clone())))
         .collect();
     let placed = crate::provision::ops::place(ctx, &ids).await?;
     let mut owners = BTreeMap::new();
@@ -213,16 +211,7 @@ pub async fn provision(
                 });
             }
         }
-        for batch in users.chunks(IMPORT_BATCH) {
-            ctx.admin
-                .import_users(
-                    &auth,
-                    &ImportUsers {
-                        users: batch.to_vec(),
-                    },
-                )
-                .await?;
-        }
+        crate::provision::ops::import(ctx, &auth, &users).await?;
     }
     Ok(Population {
         password,
@@ -264,16 +253,7 @@ pub async fn retire(ctx: Fleet<'_>, pop: &Population) -> Result<()> {
                 status: UserStatus::Disabled,
             })
             .collect();
-        for batch in users.chunks(IMPORT_BATCH) {
-            ctx.admin
-                .import_users(
-                    &auth,
-                    &ImportUsers {
-                        users: batch.to_vec(),
-                    },
-                )
-                .await?;
-        }
+        crate::provision::ops::import(ctx, &auth, &users).await?;
         let mut done = std::collections::BTreeSet::new();
         for t in list {
             if done.insert(t.contractor.id().clone()) {

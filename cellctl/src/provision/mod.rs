@@ -177,7 +177,7 @@ pub async fn run_contractors(path: &Path, command: ContractorsCommand, json: boo
     match command {
         ContractorsCommand::Add { contractor, cell } => {
             real(&contractor)?;
-            let placed = ops::place(ctx, &[(contractor, cell)]).await?;
+            let placed = ops::place(ctx, &[(contractor, Some(cell))]).await?;
             if json {
                 return print_json(&placed);
             }
@@ -448,26 +448,19 @@ async fn import(
             *slot = r.cell.clone();
         }
     }
-    let cp = Api::control_plane(ctx.fleet)?;
-    let mut to_place = Vec::new();
-    for (ctr, cell) in wanted {
-        let cell = match cell.or_else(|| default_cell.cloned()) {
-            Some(c) => c,
-            // Already placed: `place` keeps its placement whatever cell is given.
-            None => match ctx.admin.placement(&cp, &ctr).await? {
-                Some(p) => p.cell,
-                None => {
-                    return Err(CtlError::BadRequest(format!(
-                        "{ctr} is new to the fleet and no cell is given for it (a `cell` \
-                         column or --cell)"
-                    )));
-                }
-            },
-        };
-        ctx.cell(&cell)?;
-        to_place.push((ctr, cell));
-    }
+    let to_place: Vec<(ContractorId, Option<CellId>)> = wanted
+        .into_iter()
+        .map(|(ctr, cell)| (ctr, cell.or_else(|| default_cell.cloned())))
+        .collect();
     let contractors = ops::place(ctx, &to_place).await?;
+    // A contractor migrating now is refused before any user is touched.
+    if let Some(p) = contractors.iter().find(|p| p.migrating) {
+        return Err(CtlError::Failed(format!(
+            "{} is not active at {}: a migration is under way; retry once `cellctl migrate` \
+             finished",
+            p.contractor_id, p.cell
+        )));
+    }
     let owner_of: BTreeMap<&ContractorId, &CellId> = contractors
         .iter()
         .map(|p| (&p.contractor_id, &p.cell))
@@ -489,14 +482,6 @@ async fn import(
     }
     let mut users = Vec::new();
     for (cell, list) in by_cell {
-        // A contractor migrating now is refused before its users are touched.
-        for ctr in list
-            .iter()
-            .map(|u| &u.contractor_id)
-            .collect::<std::collections::BTreeSet<_>>()
-        {
-            owner(ctx, ctr).await?;
-        }
         users.extend(ops::ensure_users(ctx, &cell, list).await?);
     }
     let done = Imported { contractors, users };

@@ -72,6 +72,10 @@ pub struct Placed {
     /// `created`: new to the fleet; `completed`: placed before, but the owning cell or its app
     /// lacked it (an interrupted add); `unchanged`.
     pub outcome: Outcome,
+    /// The owning cell holds it but not as `active` (a migration under way): its users must
+    /// not be changed now.
+    #[serde(skip)]
+    pub migrating: bool,
 }
 
 /// What an idempotent operation did.
@@ -97,36 +101,53 @@ impl Outcome {
 }
 
 /// Places each `(contractor, cell)`: a contractor the control plane already places keeps its
-/// placement (a migration may have moved it; the cell asked for is then ignored); a new one
-/// is placed at its cell at the first generation. Then, at each owning cell, the ownership
-/// record (`active`) and the app's copy, for a contractor the cell does not hold yet.
-pub async fn place(ctx: Fleet<'_>, wanted: &[(ContractorId, CellId)]) -> Result<Vec<Placed>> {
+/// placement (a migration may have moved it; the cell asked for is then ignored, and may be
+/// `None`); a new one is placed at its cell at the first generation (refused without one).
+/// Then, at each owning cell, the ownership record (`active`) and the app's copy, for a
+/// contractor the cell does not hold yet.
+pub async fn place(
+    ctx: Fleet<'_>,
+    wanted: &[(ContractorId, Option<CellId>)],
+) -> Result<Vec<Placed>> {
     let cp = Api::control_plane(ctx.fleet)?;
+    // Every placement read, and every new contractor's cell checked, before anything is
+    // written: a bad line changes nothing.
     let mut placed = Vec::with_capacity(wanted.len());
+    let mut new = Vec::new();
     for (ctr, cell) in wanted {
-        let p = match ctx.admin.placement(&cp, ctr).await? {
-            Some(p) if ctx.fleet.cell(&p.cell).is_some() => Placed {
+        match ctx.admin.placement(&cp, ctr).await? {
+            Some(p) if ctx.fleet.cell(&p.cell).is_some() => placed.push(Placed {
                 contractor_id: ctr.clone(),
                 cell: p.cell,
                 generation: p.generation,
                 outcome: Outcome::Unchanged,
-            },
+                migrating: false,
+            }),
             _ => {
+                let cell = cell.as_ref().ok_or_else(|| {
+                    CtlError::BadRequest(format!(
+                        "{ctr} is new to the fleet and no cell is given for it (a `cell` \
+                         column or --cell)"
+                    ))
+                })?;
                 ctx.cell(cell)?;
-                let p = Placement {
-                    cell: cell.clone(),
-                    generation: Generation::FIRST,
-                };
-                ctx.admin.set_placement(&cp, ctr, &p).await?;
-                Placed {
-                    contractor_id: ctr.clone(),
-                    cell: p.cell,
-                    generation: p.generation,
-                    outcome: Outcome::Created,
-                }
+                new.push((ctr, cell));
             }
+        }
+    }
+    for (ctr, cell) in new {
+        let p = Placement {
+            cell: cell.clone(),
+            generation: Generation::FIRST,
         };
-        placed.push(p);
+        ctx.admin.set_placement(&cp, ctr, &p).await?;
+        placed.push(Placed {
+            contractor_id: ctr.clone(),
+            cell: p.cell,
+            generation: p.generation,
+            outcome: Outcome::Created,
+            migrating: false,
+        });
     }
     let mut by_cell: BTreeMap<CellId, Vec<usize>> = BTreeMap::new();
     for (i, p) in placed.iter().enumerate() {
@@ -272,16 +293,7 @@ pub async fn ensure_users(
             outcome,
         });
     }
-    for batch in create.chunks(IMPORT_BATCH) {
-        ctx.admin
-            .import_users(
-                &auth,
-                &ImportUsers {
-                    users: batch.to_vec(),
-                },
-            )
-            .await?;
-    }
+    import(ctx, &auth, &create).await?;
     for (sub, c) in &change {
         if ctx.admin.change_user(&auth, sub, c).await?.is_none() {
             return Err(CtlError::Failed(format!(
@@ -290,6 +302,22 @@ pub async fn ensure_users(
         }
     }
     Ok(out)
+}
+
+/// Creates or replaces `users` at the auth-service `auth`, [`IMPORT_BATCH`] per request (one
+/// transaction each).
+pub async fn import(ctx: Fleet<'_>, auth: &Api, users: &[NewUser]) -> Result<()> {
+    for batch in users.chunks(IMPORT_BATCH) {
+        ctx.admin
+            .import_users(
+                auth,
+                &ImportUsers {
+                    users: batch.to_vec(),
+                },
+            )
+            .await?;
+    }
+    Ok(())
 }
 
 /// Changes one existing user at the cell that owns its contractor; `Failed` naming it when
