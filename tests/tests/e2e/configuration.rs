@@ -435,6 +435,20 @@ fn run_in(dir: &Path, bin: &str, config: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `server` in `dir` with `args` and asserts its exit code is `code` (`what` says which
+/// case, for the failure message); answers its stderr and whether its stdout was empty.
+fn exits_with(dir: &Path, server: &Server, args: &[&str], code: i32, what: &str) -> (String, bool) {
+    let out = run_in(dir, server.bin, server.valid, args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{} {what} {args:?}: {stderr}",
+        server.bin
+    );
+    (stderr, out.stdout.is_empty())
+}
+
 /// ATTACKS A30: for each secret file `server`'s configuration names, made readable by others
 /// (the other secrets 0600): `--check-config` and a start exit 1 naming the key and the file;
 /// made group-readable (0640, how Kubernetes mounts a secret with an `fsGroup`) it passes.
@@ -446,14 +460,7 @@ fn a_secret_file_others_can_read_is_refused(server: &Server, secrets: &[(&str, &
         let exposed = dir.path().join(file);
         std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o644)).unwrap();
         for args in [&["--check-config"][..], &[][..]] {
-            let out = run_in(dir.path(), server.bin, server.valid, args);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(
-                out.status.code(),
-                Some(1),
-                "{} {key} {args:?}: {stderr}",
-                server.bin
-            );
+            let (stderr, _) = exits_with(dir.path(), server, args, 1, key);
             assert!(
                 stderr.contains(&format!("{key}: {file} is readable by others (mode 0644)")),
                 "{} {key} {args:?}: {stderr}",
@@ -461,13 +468,12 @@ fn a_secret_file_others_can_read_is_refused(server: &Server, secrets: &[(&str, &
             );
         }
         std::fs::set_permissions(&exposed, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{} {key} 0640: {}",
-            server.bin,
-            String::from_utf8_lossy(&out.stderr)
+        exits_with(
+            dir.path(),
+            server,
+            &["--check-config"],
+            0,
+            &format!("{key} 0640"),
         );
     }
 }
@@ -531,27 +537,20 @@ fn the_demo_app_refuses_a_secret_file_others_can_read() {
 fn a_missing_file_is_refused_naming_the_key_and_the_file(server: &Server) {
     let dir = tempfile::tempdir().unwrap();
     write_files(dir.path(), server);
-    let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{} with every file: {}",
-        server.bin,
-        String::from_utf8_lossy(&out.stderr)
+    exits_with(
+        dir.path(),
+        server,
+        &["--check-config"],
+        0,
+        "with every file",
     );
     for (key, file, used) in server.files {
         let dir = tempfile::tempdir().unwrap();
         write_files(dir.path(), server);
         std::fs::remove_file(dir.path().join(file)).unwrap();
         if *used == Use::MadeAtStart {
-            let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "{} without {key} (made at start): {}",
-                server.bin,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let what = format!("without {key} (made at start)");
+            exits_with(dir.path(), server, &["--check-config"], 0, &what);
             println!(
                 "{} --check-config without {key}: exit 0 (made at start)",
                 server.bin
@@ -559,14 +558,8 @@ fn a_missing_file_is_refused_naming_the_key_and_the_file(server: &Server) {
             continue;
         }
         for args in [&["--check-config"][..], &[][..]] {
-            let out = run_in(dir.path(), server.bin, server.valid, args);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(
-                out.status.code(),
-                Some(1),
-                "{} without {key} {args:?}: {stderr}",
-                server.bin
-            );
+            let (stderr, no_stdout) =
+                exits_with(dir.path(), server, args, 1, &format!("without {key}"));
             let line = format!("{}: {key}: {file} does not exist", server.bin);
             assert!(
                 stderr.lines().any(|l| l == line),
@@ -582,7 +575,7 @@ fn a_missing_file_is_refused_naming_the_key_and_the_file(server: &Server) {
                 );
             } else {
                 assert_eq!(stderr.trim_end(), line, "{} {args:?}", server.bin);
-                assert!(out.stdout.is_empty(), "{} {args:?}", server.bin);
+                assert!(no_stdout, "{} {args:?}", server.bin);
                 println!(
                     "{} --check-config without {key}: exit 1, {line}",
                     server.bin
@@ -590,13 +583,12 @@ fn a_missing_file_is_refused_naming_the_key_and_the_file(server: &Server) {
             }
         }
         std::fs::create_dir(dir.path().join(file)).unwrap();
-        let out = run_in(dir.path(), server.bin, server.valid, &["--check-config"]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{} {key} a folder: {stderr}",
-            server.bin
+        let (stderr, _) = exits_with(
+            dir.path(),
+            server,
+            &["--check-config"],
+            1,
+            &format!("{key} a folder"),
         );
         assert!(
             stderr.contains(&format!("{key}: {file} is not a file")),

@@ -50,15 +50,6 @@ async fn a_wave_of_sixty_migrations_under_load() {
         s.duration_ms as f64 / 1000.0,
         s.reason
     );
-    for f in &s.figures {
-        println!("  {} = {} {}", f.name, f.value, f.unit);
-    }
-    for b in s.bounds.iter().filter(|b| !b.met) {
-        println!(
-            "  BOUND NOT MET: {} {} {} (was {})",
-            b.figure, b.op, b.limit, b.value
-        );
-    }
     let migrated = s.figures.iter().find(|f| f.name == "migrated").unwrap();
     assert_eq!(migrated.value as usize, MIGRATIONS);
     assert!(report.passed(), "the wave meets every goal");

@@ -813,29 +813,6 @@ async fn game_day(world: &mut World, client: &reqwest::Client, inventory: &Path)
         report.scenarios.len(),
         started.elapsed().as_secs_f64()
     );
-    for s in &report.scenarios {
-        println!(
-            "  {} {:?} ({} ms) {}",
-            s.name, s.outcome, s.duration_ms, s.reason
-        );
-        for f in &s.faults {
-            println!(
-                "    fault {} .. {:?} ms: {}",
-                f.start_ms,
-                f.end_ms,
-                f.what.chars().take(160).collect::<String>()
-            );
-        }
-        for f in &s.figures {
-            println!("    {} = {} {}", f.name, f.value, f.unit);
-        }
-        for b in s.bounds.iter().filter(|b| !b.met) {
-            println!(
-                "    BOUND NOT MET: {} {} {} (was {})",
-                b.figure, b.op, b.limit, b.value
-            );
-        }
-    }
     if !report.passed() {
         // What the servers of the faulted cell said (the last lines of each log).
         let c = cell_id(CELLS);

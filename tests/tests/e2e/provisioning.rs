@@ -55,6 +55,10 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
         ),
     )
     .unwrap();
+    // A sign-in of one of c-77001's people through its cell's edge.
+    let sign_in = |login: &'static str, password: &'static str| {
+        sign_in_as(&t.client, &cell.endpoint, "c-77001", login, password)
+    };
     // A CSV holding passwords that others may read is refused, and nothing is written.
     std::fs::set_permissions(&csv, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (code, _, err) = cellctl(&fleet, &["users", "import", csv.to_str().unwrap()], None).await;
@@ -91,14 +95,7 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
     assert_eq!(first["contractors"][0]["cell"], cell.id.as_str());
 
     // Signed in through the owning cell's edge: 201, then today's route 200.
-    let (status, body) = sign_in_as(
-        &t.client,
-        &cell.endpoint,
-        "c-77001",
-        "tech-2",
-        "second, pass phrase",
-    )
-    .await;
+    let (status, body) = sign_in("tech-2", "second, pass phrase").await;
     println!("tech-2 sign-in at {}: {status}", cell.id);
     assert_eq!(status, 201, "{body}");
     let token = body["session"].as_str().unwrap().to_owned();
@@ -153,14 +150,7 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
     .await;
     println!("users disable: exit {code}\n{}", out.trim());
     assert_eq!(code, 0, "{err}");
-    let (status, _) = sign_in_as(
-        &t.client,
-        &cell.endpoint,
-        "c-77001",
-        "tech-2",
-        "second, pass phrase",
-    )
-    .await;
+    let (status, _) = sign_in("tech-2", "second, pass phrase").await;
     assert_eq!(status, 401);
     assert_eq!(route_load(&t.client, &cell.endpoint, &token).await, 401);
 
@@ -184,14 +174,7 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
     )
     .await;
     assert_eq!(code, 0, "{err}");
-    let (status, _) = sign_in_as(
-        &t.client,
-        &cell.endpoint,
-        "c-77001",
-        "tech-2",
-        "a third pass phrase",
-    )
-    .await;
+    let (status, _) = sign_in("tech-2", "a third pass phrase").await;
     assert_eq!(status, 201);
     // A new user from stdin; a game day's reserved range is refused.
     let (code, out, err) = cellctl(
@@ -218,14 +201,7 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
     assert!(err.contains("reserved for game days"), "{err}");
 
     // The whole contractor disabled: every user, every session (tech-2's new one included).
-    let (_, body) = sign_in_as(
-        &t.client,
-        &cell.endpoint,
-        "c-77001",
-        "tech-2",
-        "a third pass phrase",
-    )
-    .await;
+    let (_, body) = sign_in("tech-2", "a third pass phrase").await;
     let token = body["session"].as_str().unwrap().to_owned();
     let (code, out, err) = cellctl(
         &fleet,
@@ -254,7 +230,7 @@ async fn a_contractor_and_its_technicians_from_a_csv_sign_in_and_a_rerun_changes
         ("tech-1", "first pass phrase"),
         ("disp-1", "dispatcher pass phrase"),
     ] {
-        let (status, _) = sign_in_as(&t.client, &cell.endpoint, "c-77001", login, password).await;
+        let (status, _) = sign_in(login, password).await;
         assert_eq!(status, 401, "{login}");
     }
 
